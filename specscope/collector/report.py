@@ -1,0 +1,213 @@
+"""The report: figures of a trace as a stable JSON-ready dict, and its text form.
+
+Never imports torch or dash. Unknown figures are None (null), never invented.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .. import schema
+from .detectors import run_detectors
+from .evalgate import eval_gate
+from .stats import SpecStats
+
+#: Definitions printed with the figures (and reused by the dashboard's hovers).
+DEFINITIONS = {
+    "mean_acceptance_length": "tokens committed per request per verify step, bonus token "
+                              "INCLUDED: (accepted + drafts) / drafts",
+    "acceptance_rate": "accepted draft tokens / drafted tokens, pooled from counters",
+    "per_position_acceptance": "share of request-steps that drafted position i whose i-th "
+                               "draft token was accepted",
+    "ttft_s": "first token time - arrival",
+    "tpot_s": "(finish - first token) / (output tokens - 1), per request",
+    "itl_chunk_s": "gap between consecutive streamed chunks (one chunk per verify step)",
+    "itl_token_s": "chunk gap divided over the tokens the chunk carries",
+}
+
+
+def _pct(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"n": 0, "mean": None, "p50": None, "p90": None, "p99": None}
+    a = np.asarray(values, dtype=float)
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {"n": int(a.size), "mean": float(a.mean()), "p50": float(p50), "p90": float(p90),
+            "p99": float(p99)}
+
+
+def spec_figures(s: SpecStats) -> dict[str, Any]:
+    """The acceptance keys shared by ``totals`` and each window."""
+    return {
+        "num_drafts": s.num_drafts,
+        "draft_tokens": s.draft_tokens,
+        "accepted_tokens": s.accepted_tokens,
+        "mean_acceptance_length": s.mean_acceptance_length,
+        "acceptance_rate": s.acceptance_rate,
+        "per_position_acceptance": s.per_position_acceptance,
+    }
+
+
+def _windows(records: Sequence[Any], window_s: float | None) -> list[dict[str, Any]]:
+    times = [r.t_ns for r in records if isinstance(r, schema.VerifyStepRecord)]
+    if not times:
+        return []
+    t0, t1 = min(times), max(times)
+    if window_s is None:
+        span = max(1e-9, (t1 - t0) / 1e9)
+        window_s = max(0.001, span / 10)
+    width = int(window_s * 1e9)
+    buckets: dict[int, SpecStats] = {}
+    for r in records:
+        if isinstance(r, schema.VerifyStepRecord):
+            buckets.setdefault((r.t_ns - t0) // width, SpecStats()).observe(r)
+    return [{"time": (t0 + k * width) / 1e9, "window_s": window_s, **spec_figures(buckets[k])}
+            for k in sorted(buckets)]
+
+
+def _truth(s: SpecStats) -> list[dict[str, Any]]:
+    out = []
+    for mode in sorted({m for m, _ in s.modes} | set(s.truth)):
+        used = {u: n for (m, u), n in s.modes.items() if m == mode}
+        t = s.truth.get(mode)
+        z = t.z if t else None
+        out.append({
+            "mode_requested": mode, "modes_used": used,
+            "num_positions": t.num_verified if t else 0,
+            "observed_top1_rate": t.observed_rate if t else None,
+            "expected_top1_rate": t.expected_rate if t else None,
+            "z": (z if z is None or math.isfinite(z) else ("inf" if z > 0 else "-inf")),
+        })
+    return out
+
+
+def _draft_health(s: SpecStats) -> dict[str, Any]:
+    n = sum(s.draft_hist)
+    return {"num_positions": n, "histogram": list(s.draft_hist),
+            "share_at_exactly_one": s.draft_hist[-1] / n if n else None}
+
+
+def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
+                 reference: Sequence[Any] | None, window_s: float | None) -> dict[str, Any]:
+    s = SpecStats().observe_all(records)
+    run_id = run.run_id if run else ""
+    anomalies = run_detectors(s, run_id)
+    ref_stats = SpecStats().observe_all(reference) if reference else None
+    span_s = ((s.t_last_ns - s.t_first_ns) / 1e9) if s.t_first_ns is not None else None
+    health = [r for r in records if isinstance(r, schema.HookHealthRecord)]
+    return {
+        "run": schema.to_dict(run) if run else None,
+        "totals": {**spec_figures(s),
+                   "accept_length_histogram": {str(k): v for k, v in sorted(s.accept_len_hist.items())},
+                   "num_verify_steps": s.num_steps, "num_requests": s.num_requests,
+                   "output_tokens": s.output_tokens,
+                   "output_tokens_per_s": (s.output_tokens / span_s) if span_s else None,
+                   "num_clamped": s.num_clamped},
+        "windows": _windows(records, window_s),
+        "sampling_truth": _truth(s),
+        "fallbacks": dict(s.fallbacks),
+        "draft_health": _draft_health(s),
+        "latency": {k: _pct(getattr(s, k)) for k in ("ttft_s", "tpot_s", "itl_chunk_s",
+                                                     "itl_token_s", "e2e_s")},
+        "phases": {name: {**_pct([v / 1e9 for v in ns]), "total_s": sum(ns) / 1e9}
+                   for name, ns in sorted(s.phase_ns.items())},
+        "eval": {"rates": {k: s.eval_rate(k) for k in sorted(s.evals)},
+                 "reference_rates": ({k: ref_stats.eval_rate(k) for k in sorted(ref_stats.evals)}
+                                     if ref_stats else None),
+                 "gate": eval_gate(s, ref_stats, anomalies)},
+        "anomalies": [schema.to_dict(a) for a in anomalies],
+        "hooks": [schema.to_dict(h) for h in health],
+    }
+
+
+def build_report(records: Iterable[Any], *, window_s: float | None = None,
+                 problems: Sequence[Any] = ()) -> dict[str, Any]:
+    """The report of a trace: pooled ``totals``/``windows`` and one section per run.
+
+    Runs labelled ``role=reference`` (the same workload without speculation) are not pooled;
+    they serve as the eval gate's baseline for the run named in their ``reference_for`` label.
+    """
+    records = list(records)
+    runs = {r.run_id: r for r in records if isinstance(r, schema.RunRecord)}
+    by_run: dict[str, list[Any]] = {}
+    for r in records:
+        by_run.setdefault(getattr(r, "run_id", ""), []).append(r)
+    refs = {run.labels.get("reference_for"): rid for rid, run in runs.items()
+            if run.labels.get("role") == "reference"}
+    measured = [rid for rid in by_run if rid not in refs.values()]
+    sections = [_run_section(by_run[rid], runs.get(rid), by_run.get(refs.get(rid, "\0")), window_s)
+                for rid in measured]
+    pooled = [r for rid in measured for r in by_run[rid]]
+    top = _run_section(pooled, None, None, window_s) if len(sections) != 1 else sections[0]
+    return {
+        "schema_version": schema.SCHEMA_VERSION,
+        "definitions": DEFINITIONS,
+        "totals": top["totals"],
+        "windows": top["windows"],
+        "runs": sections,
+        "problems": [str(p) for p in problems],
+    }
+
+
+def _f(v: Any, spec: str = ".3f") -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """A human-readable report."""
+    lines: list[str] = []
+    for sec in report["runs"]:
+        run = sec["run"] or {}
+        t = sec["totals"]
+        lines.append(f"== run {run.get('run_id', '?')}  config {run.get('config_id', '?')}  "
+                     f"model {run.get('model', '?')}  fault {run.get('fault') or 'none'}")
+        lines.append(f"  acceptance length  {_f(t['mean_acceptance_length'])}  "
+                     "(tokens per request-step, bonus token included)")
+        lines.append(f"  acceptance rate    {_f(t['acceptance_rate'])}  "
+                     f"({t['accepted_tokens']} accepted / {t['draft_tokens']} drafted)")
+        per_pos = ", ".join(_f(v, ".2f") for v in t["per_position_acceptance"])
+        lines.append(f"  per position       [{per_pos}]")
+        hist = "  ".join(f"{k}:{v}" for k, v in t["accept_length_histogram"].items())
+        lines.append(f"  accept-length hist {hist}")
+        lines.append(f"  requests {t['num_requests']}  output tokens {t['output_tokens']}  "
+                     f"tok/s {_f(t['output_tokens_per_s'], '.1f')}")
+        lines.append("  sampling truth (committed == target argmax):")
+        for row in sec["sampling_truth"]:
+            lines.append(f"    {row['mode_requested']:<22} used {row['modes_used']}  "
+                         f"observed {_f(row['observed_top1_rate'])} expected "
+                         f"{_f(row['expected_top1_rate'])}  z {row['z'] if isinstance(row['z'], str) else _f(row['z'], '.1f')}"
+                         f"  n {row['num_positions']}")
+        fb = ", ".join(f"{k}: {v}" for k, v in sec["fallbacks"].items()) or "none"
+        lines.append(f"  fallbacks          {fb}")
+        dh = sec["draft_health"]
+        lines.append(f"  draft top-1 prob   at exactly 1.0: {_f(dh['share_at_exactly_one'])}  "
+                     f"hist {dh['histogram']}")
+        for k, v in sec["latency"].items():
+            if v["n"]:
+                lines.append(f"  {k:<18} p50 {v['p50'] * 1e3:.2f} ms  p90 {v['p90'] * 1e3:.2f} ms  "
+                             f"p99 {v['p99'] * 1e3:.2f} ms  (n {v['n']})")
+        for k, v in sec["phases"].items():
+            lines.append(f"  phase {k:<12} total {v['total_s']:.3f} s  mean {v['mean'] * 1e3:.2f} ms"
+                         f"  p99 {v['p99'] * 1e3:.2f} ms  (n {v['n']})")
+        ev = sec["eval"]
+        rates = ", ".join(f"{k} {_f(v)}" for k, v in ev["rates"].items()) or "none"
+        lines.append(f"  eval               {rates}")
+        if ev["reference_rates"]:
+            ref = ", ".join(f"{k} {_f(v)}" for k, v in ev["reference_rates"].items())
+            lines.append(f"  reference (no speculation) {ref}")
+        gate = ev["gate"]
+        lines.append(f"  EVAL GATE          {(gate['verdict'] or 'n/a').upper()}")
+        for c in gate["checks"]:
+            lines.append(f"    [{'ok' if c['pass'] else 'FAIL'}] {c['check']}: {_f(c['value'])}")
+        for a in sec["anomalies"]:
+            lines.append(f"  ANOMALY {a['kind']} ({a['severity']}): {a['message']}")
+        for h in sec["hooks"]:
+            lines.append(f"  hooks: recorded {h['num_recorded']}, dropped "
+                         f"{h['num_dropped_ring_full'] + h['num_dropped_batch_too_large'] + h['num_dropped_queue_full']}"
+                         f", hook errors {h['num_hook_errors']}, sink errors {h['num_sink_errors']}")
+    if report["problems"]:
+        lines.append(f"{len(report['problems'])} unreadable line(s) skipped:")
+        lines.extend(f"  {p}" for p in report["problems"][:20])
+    return "\n".join(lines)

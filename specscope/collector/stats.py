@@ -1,0 +1,215 @@
+"""Mergeable aggregates of records: the collector's state. Never imports torch or dash.
+
+``SpecStats.merge`` is associative with ``SpecStats()`` as identity, so per-rank, per-process and
+per-window aggregates combine. Rates are pooled from counters (accepted / drafted), never
+averaged from ratios.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from .. import schema
+
+
+def _add_lists(a: list[int], b: list[int]) -> list[int]:
+    n = max(len(a), len(b))
+    return [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)]
+
+
+@dataclass
+class TruthStats:
+    """Sampling-truth counters for one (requested mode): see VerifyEntry."""
+
+    num_verified: int = 0
+    num_top1: int = 0
+    expected_top1: float = 0.0
+    var_top1: float = 0.0
+
+    def merge(self, other: "TruthStats") -> "TruthStats":
+        return TruthStats(self.num_verified + other.num_verified, self.num_top1 + other.num_top1,
+                          self.expected_top1 + other.expected_top1, self.var_top1 + other.var_top1)
+
+    @property
+    def observed_rate(self) -> float | None:
+        return self.num_top1 / self.num_verified if self.num_verified else None
+
+    @property
+    def expected_rate(self) -> float | None:
+        return self.expected_top1 / self.num_verified if self.num_verified else None
+
+    @property
+    def z(self) -> float | None:
+        """(observed - expected top-1 count) / sd; +inf when the expectation has no variance."""
+        if not self.num_verified:
+            return None
+        excess = self.num_top1 - self.expected_top1
+        if self.var_top1 <= 1e-12:
+            return 0.0 if abs(excess) < 0.5 else math.copysign(math.inf, excess)
+        return excess / math.sqrt(self.var_top1)
+
+
+@dataclass
+class SpecStats:
+    """Cumulative counters of verify steps, requests, phases, fallbacks and evals."""
+
+    num_steps: int = 0  #: verify-step records
+    num_drafts: int = 0  #: request-steps that drafted at least one token
+    draft_tokens: int = 0  #: drafted positions (chain length / tree depth), summed
+    draft_tokens_scored: int = 0  #: draft tokens verified (tree nodes), summed
+    accepted_tokens: int = 0  #: accepted draft tokens, bonus excluded
+    drafted_per_pos: list[int] = field(default_factory=list)
+    accepted_per_pos: list[int] = field(default_factory=list)
+    accept_len_hist: Counter = field(default_factory=Counter)  #: accepted + 1 (bonus) -> count
+    truth: dict[str, TruthStats] = field(default_factory=dict)  #: by requested mode
+    modes: Counter = field(default_factory=Counter)  #: (requested, used) -> request-steps
+    draft_hist: list[int] = field(default_factory=lambda: [0] * schema.DRAFT_HIST_BINS)
+    fallbacks: Counter = field(default_factory=Counter)  #: reason -> count
+    num_clamped: int = 0  #: impossible entries (accepted > drafted, negatives) clamped
+    # latency samples, seconds
+    ttft_s: list[float] = field(default_factory=list)
+    tpot_s: list[float] = field(default_factory=list)
+    itl_chunk_s: list[float] = field(default_factory=list)
+    itl_token_s: list[float] = field(default_factory=list)
+    e2e_s: list[float] = field(default_factory=list)
+    num_requests: int = 0
+    output_tokens: int = 0
+    t_first_ns: int | None = None
+    t_last_ns: int | None = None
+    phase_ns: dict[str, list[int]] = field(default_factory=dict)
+    # evals: name -> [hits, applicable]
+    evals: dict[str, list[int]] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ observe
+    def observe(self, record: Any) -> None:
+        """Fold one record into the counters."""
+        if isinstance(record, schema.VerifyStepRecord):
+            self._observe_verify(record)
+        elif isinstance(record, schema.RequestRecord):
+            self._observe_request(record)
+        elif isinstance(record, schema.PhaseRecord):
+            self.phase_ns.setdefault(record.phase, []).append(record.duration_ns)
+        elif isinstance(record, schema.FallbackRecord):
+            self.fallbacks[record.reason] += max(0, record.count)
+        elif isinstance(record, schema.EvalRecord):
+            for name in ("exact_match", "repetition_loop", "invalid", "correct"):
+                value = getattr(record, name)
+                if value is not None:
+                    hits = self.evals.setdefault(name, [0, 0])
+                    hits[0] += bool(value)
+                    hits[1] += 1
+
+    def observe_all(self, records: Iterable[Any]) -> "SpecStats":
+        for r in records:
+            self.observe(r)
+        return self
+
+    def _touch(self, t_ns: int) -> None:
+        self.t_first_ns = t_ns if self.t_first_ns is None else min(self.t_first_ns, t_ns)
+        self.t_last_ns = t_ns if self.t_last_ns is None else max(self.t_last_ns, t_ns)
+
+    def _observe_verify(self, r: schema.VerifyStepRecord) -> None:
+        self.num_steps += 1
+        self._touch(r.t_ns)
+        for e in r.entries:
+            drafted, accepted = e.num_drafted, e.num_accepted
+            if drafted < 0 or accepted < 0 or accepted > drafted:
+                self.num_clamped += 1
+                drafted = max(0, drafted)
+                accepted = min(max(0, accepted), drafted)
+            self.modes[(e.mode_requested, e.mode_used)] += 1
+            if drafted > 0:
+                self.num_drafts += 1
+                self.draft_tokens += drafted
+                self.draft_tokens_scored += max(drafted, e.num_draft_tokens)
+                self.accepted_tokens += accepted
+                self.accept_len_hist[accepted + 1] += 1
+                if len(self.drafted_per_pos) < drafted:
+                    pad = drafted - len(self.drafted_per_pos)
+                    self.drafted_per_pos.extend([0] * pad)
+                    self.accepted_per_pos.extend([0] * pad)
+                for p in range(drafted):
+                    self.drafted_per_pos[p] += 1
+                for p in range(accepted):
+                    self.accepted_per_pos[p] += 1
+            if e.num_verified:
+                t = self.truth.setdefault(e.mode_requested, TruthStats())
+                t.num_verified += e.num_verified
+                t.num_top1 += e.num_top1
+                t.expected_top1 += e.expected_top1
+                t.var_top1 += e.var_top1
+            if e.draft_top1_hist:
+                self.draft_hist = _add_lists(self.draft_hist, list(e.draft_top1_hist))
+
+    def _observe_request(self, r: schema.RequestRecord) -> None:
+        self.num_requests += 1
+        self.output_tokens += max(0, r.num_output_tokens)
+        self._touch(r.t_finish_ns)
+        self.ttft_s.append((r.t_first_token_ns - r.t_arrival_ns) / 1e9)
+        self.e2e_s.append((r.t_finish_ns - r.t_arrival_ns) / 1e9)
+        if r.num_output_tokens > 1:
+            self.tpot_s.append((r.t_finish_ns - r.t_first_token_ns) / 1e9 / (r.num_output_tokens - 1))
+        times, sizes = r.chunk_times_ns, r.chunk_num_tokens
+        for i in range(1, len(times)):
+            gap = (times[i] - times[i - 1]) / 1e9
+            self.itl_chunk_s.append(gap)
+            n = sizes[i] if i < len(sizes) and sizes[i] > 0 else 1
+            self.itl_token_s.extend([gap / n] * n)
+
+    # ------------------------------------------------------------------ merge
+    def merge(self, other: "SpecStats") -> "SpecStats":
+        """A new SpecStats holding both (associative; SpecStats() is the identity)."""
+        truth = dict(self.truth)
+        for k, v in other.truth.items():
+            truth[k] = truth[k].merge(v) if k in truth else v
+        phases = {k: list(v) for k, v in self.phase_ns.items()}
+        for k, v in other.phase_ns.items():
+            phases.setdefault(k, []).extend(v)
+        evals = {k: list(v) for k, v in self.evals.items()}
+        for k, v in other.evals.items():
+            evals[k] = _add_lists(evals.get(k, [0, 0]), v)
+        firsts = [t for t in (self.t_first_ns, other.t_first_ns) if t is not None]
+        lasts = [t for t in (self.t_last_ns, other.t_last_ns) if t is not None]
+        return SpecStats(
+            num_steps=self.num_steps + other.num_steps,
+            num_drafts=self.num_drafts + other.num_drafts,
+            draft_tokens=self.draft_tokens + other.draft_tokens,
+            draft_tokens_scored=self.draft_tokens_scored + other.draft_tokens_scored,
+            accepted_tokens=self.accepted_tokens + other.accepted_tokens,
+            drafted_per_pos=_add_lists(self.drafted_per_pos, other.drafted_per_pos),
+            accepted_per_pos=_add_lists(self.accepted_per_pos, other.accepted_per_pos),
+            accept_len_hist=self.accept_len_hist + other.accept_len_hist,
+            truth=truth, modes=self.modes + other.modes,
+            draft_hist=_add_lists(self.draft_hist, other.draft_hist),
+            fallbacks=self.fallbacks + other.fallbacks,
+            num_clamped=self.num_clamped + other.num_clamped,
+            ttft_s=self.ttft_s + other.ttft_s, tpot_s=self.tpot_s + other.tpot_s,
+            itl_chunk_s=self.itl_chunk_s + other.itl_chunk_s,
+            itl_token_s=self.itl_token_s + other.itl_token_s, e2e_s=self.e2e_s + other.e2e_s,
+            num_requests=self.num_requests + other.num_requests,
+            output_tokens=self.output_tokens + other.output_tokens,
+            t_first_ns=min(firsts) if firsts else None, t_last_ns=max(lasts) if lasts else None,
+            phase_ns=phases, evals=evals)
+
+    # ------------------------------------------------------------------ figures
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted / drafted draft tokens, pooled over all request-steps."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """Tokens committed per request-step, INCLUDING the bonus token: (accepted + drafts) / drafts."""
+        return (self.accepted_tokens + self.num_drafts) / self.num_drafts if self.num_drafts else None
+
+    @property
+    def per_position_acceptance(self) -> list[float | None]:
+        """Share of request-steps that drafted position i whose token i was accepted."""
+        return [a / d if d else None for a, d in zip(self.accepted_per_pos, self.drafted_per_pos)]
+
+    def eval_rate(self, name: str) -> float | None:
+        hits, n = self.evals.get(name, [0, 0])
+        return hits / n if n else None

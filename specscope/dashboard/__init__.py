@@ -1,0 +1,1 @@
+"""The Dash dashboard (the ``dashboard`` extra). Imports collector and exporters, never hooks."""

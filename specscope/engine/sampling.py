@@ -1,0 +1,86 @@
+"""Sampling and chain verification for the reference decoder (torch, batched, per-row modes).
+
+Every function works on a whole batch at once with per-request temperature, top-p and top-k,
+the way an engine's sampling kernels do.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def needs_truncation(top_p: list[float], top_k: list[int]) -> bool:
+    return any(p < 1.0 for p in top_p) or any(k > 0 for k in top_k)
+
+
+def process_probs(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
+                  top_k: torch.Tensor, truncate: bool = True) -> torch.Tensor:
+    """The distribution each row samples from: ``[B, ..., V]`` logits -> probabilities.
+
+    Temperature scaling, then top-k and top-p (nucleus: keep the smallest prefix of the sorted
+    distribution whose mass reaches p, the top token always kept), renormalised. Rows with
+    temperature 0 get a one-hot at the argmax.
+    """
+    x = logits.float()
+    shape = (-1,) + (1,) * (x.dim() - 1)
+    t = temperature.view(shape).to(x.dtype)
+    z = x / t.clamp_min(1e-5)
+    if truncate:
+        zs, order = torch.sort(z, dim=-1, descending=True)
+        rank = torch.arange(z.shape[-1], device=z.device)
+        k = top_k.view(shape)
+        keep = (k <= 0) | (rank < k)
+        probs = torch.softmax(zs.masked_fill(~keep, float("-inf")), dim=-1)
+        before = torch.cumsum(probs, dim=-1) - probs
+        keep &= before < top_p.view(shape).to(x.dtype)
+        zs = zs.masked_fill(~keep, float("-inf"))
+        z = torch.empty_like(z).scatter_(-1, order, zs)
+    probs = torch.softmax(z, dim=-1)
+    onehot = torch.zeros_like(probs).scatter_(-1, x.argmax(dim=-1, keepdim=True), 1.0)
+    return torch.where((t <= 0), onehot, probs)
+
+
+def sample_from(weights: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Inverse-CDF sample from unnormalised non-negative weights ``[..., V]`` -> ``[...]``.
+
+    Like a fused sampling kernel, an all-zero row does not raise: it returns the last index.
+    """
+    cdf = torch.cumsum(weights.float(), dim=-1)
+    u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device)
+    idx = torch.searchsorted(cdf, u * cdf[..., -1:], right=True)
+    return idx.clamp_max(weights.shape[-1] - 1).squeeze(-1)
+
+
+def verify_chain(
+    draft: torch.Tensor,
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    row_mode: torch.Tensor,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Verify a chain of D draft tokens per row; returns (num_accepted ``[B]``, committed ``[B, D+1]``).
+
+    ``target_probs`` ``[B, D+1, V]`` and ``draft_probs`` ``[B, D, V]`` are processed
+    distributions. ``row_mode`` per row: 0 = argmax (greedy, or an argmax fallback),
+    1 = target-only temperature sampling (commit y ~ p, accept a draft iff it equals y),
+    2 = speculative sampling (accept with min(1, p/q), else resample from norm(max(0, p - q))).
+    ``committed[:, :num_accepted + 1]`` are the tokens to commit; later columns are don't-care.
+    """
+    b, d = draft.shape
+    argmax = target_probs.argmax(dim=-1)  # [B, D+1]
+    sampled = sample_from(target_probs, generator)  # [B, D+1]
+    y = torch.where((row_mode == 0)[:, None], argmax, sampled)
+    match = draft == y[:, :d]
+    p_d = target_probs[:, :d].gather(-1, draft[..., None]).squeeze(-1)
+    q_d = draft_probs.gather(-1, draft[..., None]).squeeze(-1)
+    u = torch.rand(b, d, generator=generator, device=draft.device)
+    spec = (row_mode == 2)[:, None]
+    accept = torch.where(spec, u * q_d < p_d, match)
+    num_accepted = torch.cumprod(accept.long(), dim=1).sum(dim=1)
+    residual = sample_from((target_probs[:, :d] - draft_probs).clamp_min(0.0), generator)
+    # the token committed after the accepted prefix: bonus (all accepted) or correction
+    spec_fix = torch.cat([residual, sampled[:, d:]], dim=1)  # [B, D+1]
+    fix = torch.where(spec, spec_fix, y)
+    committed = torch.cat([draft, draft[:, :1]], dim=1).clone()
+    committed.scatter_(1, num_accepted[:, None], fix.gather(1, num_accepted[:, None]))
+    return num_accepted, committed

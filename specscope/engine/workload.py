@@ -1,0 +1,171 @@
+"""The reference workload: a prompt set decoded with hooks on, written as a trace.
+
+Runs the configured decoder, then (unless told not to) the same workload without speculation
+as the eval gate's reference, and writes eval records for both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+import uuid
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import schema
+from ..collector import evalgate
+from ..exporters.trace import TraceWriter
+from ..hooks import Recorder, every_n
+from .decoder import Output, Request, SpecConfig, SpeculativeDecoder
+from .models import ModelPair
+
+
+def load_prompts() -> list[dict[str, Any]]:
+    """The prompt set shipped with specscope: short answers with a format, and open questions."""
+    text = resources.files("specscope.engine").joinpath("data/prompts.json").read_text("utf-8")
+    return json.loads(text)
+
+
+def host_facts() -> dict[str, Any]:
+    """CPU, memory and platform facts of this host (psutil where installed)."""
+    facts: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version(),
+                             "cpu_count": os.cpu_count(), "torch": torch.__version__}
+    try:
+        import psutil
+
+        facts["memory_bytes"] = psutil.virtual_memory().total
+        facts["cpu_count_physical"] = psutil.cpu_count(logical=False)
+    except ImportError:
+        pass
+    return facts
+
+
+@dataclass
+class WorkloadSpec:
+    requests: int = 16
+    concurrency: int = 4
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    stats_every: int = 1  #: sampling-truth statistics on one verify step in N
+    reference: bool = True  #: also decode without speculation, as the eval gate's baseline
+
+
+def _encode(pair: ModelPair, prompt: str) -> list[int]:
+    if pair.tokenizer is None:  # tiny random models: a deterministic token stream per prompt
+        vocab = pair.target.config.vocab_size
+        return [(b * 31 + i * 7) % vocab for i, b in enumerate(prompt.encode("utf-8"))][:48]
+    ids = pair.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                             add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+def _decode(pair: ModelPair, tokens: list[int]) -> str:
+    if pair.tokenizer is None:
+        return ""
+    return pair.tokenizer.decode(tokens, skip_special_tokens=True)
+
+
+def build_requests(pair: ModelPair, spec: WorkloadSpec) -> tuple[list[Request], dict[str, dict]]:
+    prompts = load_prompts()
+    reqs, by_id = [], {}
+    for i in range(spec.requests):
+        p = prompts[i % len(prompts)]
+        by_id[p["id"]] = p
+        reqs.append(Request(f"req-{i:05d}", _encode(pair, p["prompt"]), spec.max_new_tokens,
+                            spec.temperature, spec.top_p, spec.top_k, prompt_id=p["id"]))
+    return reqs, by_id
+
+
+def _run_record(run_id: str, pair: ModelPair, cfg: SpecConfig, role: str,
+                labels: dict[str, str]) -> schema.RunRecord:
+    env = {k: v for k, v in os.environ.items() if k.startswith(("SPECSCOPE_", "OMP_", "MKL_"))}
+    return schema.RunRecord(
+        run_id=run_id, config_id=cfg.config_id,
+        algorithm=cfg.algorithm if cfg.num_steps else "none", num_steps=cfg.num_steps,
+        topk=cfg.topk if cfg.num_steps else 0, num_draft_tokens=cfg.num_draft_tokens,
+        backend="cpu", model=pair.name, draft_model=pair.draft_name if cfg.num_steps else "",
+        engine="specscope-reference", engine_version=_version(), verify_mode=cfg.verify_mode,
+        fault=cfg.fault, started_ns=time.time_ns(), env_flags=env, host=host_facts(),
+        labels={"role": role, **labels})
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specscope")
+    except PackageNotFoundError:
+        return "0+local"
+
+
+def _decode_all(pair: ModelPair, cfg: SpecConfig, spec: WorkloadSpec, reqs: list[Request],
+                recorder: Recorder, progress: Any) -> list[Output]:
+    torch.manual_seed(spec.seed)
+    decoder = SpeculativeDecoder(pair.target, pair.draft, cfg, recorder=recorder,
+                                 eos_ids=pair.eos_ids, seed=spec.seed)
+    outs: list[Output] = []
+    for start in range(0, len(reqs), spec.concurrency):
+        wave = reqs[start:start + spec.concurrency]
+        outs.extend(decoder.generate(wave))
+        progress.update(len(wave))
+    return outs
+
+
+def _evals(run_id: str, pair: ModelPair, outs: list[Output], prompts: dict[str, dict],
+           reqs: list[Request], ref: list[Output] | None) -> list[schema.EvalRecord]:
+    records = []
+    for k, (req, out) in enumerate(zip(reqs, outs)):
+        p = prompts[req.prompt_id]
+        text = _decode(pair, out.token_ids)
+        exact = None
+        if ref is not None and req.temperature <= 0:
+            exact = out.token_ids == ref[k].token_ids
+        records.append(schema.EvalRecord(
+            run_id=run_id, request_id=req.request_id, prompt_id=req.prompt_id, exact_match=exact,
+            repetition_loop=evalgate.repetition_loop(out.token_ids),
+            invalid=evalgate.invalid_output(text, p["answer_format"]) if text else None,
+            correct=evalgate.correct_output(text, p["answer"]) if text else None))
+    return records
+
+
+def run_workload(pair: ModelPair, cfg: SpecConfig, spec: WorkloadSpec, out_path: str | Path,
+                 *, progress: bool = True, run_id: str = "") -> Path:
+    """Decode the workload with hooks on and write the trace (with the reference run)."""
+    from tqdm import tqdm
+
+    run_id = run_id or f"{cfg.config_id}{'-' + cfg.fault if cfg.fault else ''}-{uuid.uuid4().hex[:8]}"
+    reqs, prompts = build_requests(pair, spec)
+    writer = TraceWriter(out_path)
+    total = len(reqs) * (2 if spec.reference and cfg.num_steps else 1)
+    bar = tqdm(total=total, desc=f"decoding {cfg.config_id}", unit="req", disable=not progress)
+    try:
+        main = Recorder(_run_record(run_id, pair, cfg, "measured", {}), sinks=[writer],
+                        stats_policy=every_n(spec.stats_every)).start()
+        outs = _decode_all(pair, cfg, spec, reqs, main, bar)
+        main.close(close_sinks=False)
+        ref_outs = None
+        if spec.reference and cfg.num_steps:
+            ref_id = f"{run_id}/reference"
+            ref_cfg = SpecConfig(num_steps=0, verify_mode=cfg.verify_mode)
+            ref = Recorder(_run_record(ref_id, pair, ref_cfg, "reference",
+                                       {"reference_for": run_id}), sinks=[writer]).start()
+            ref_outs = _decode_all(pair, ref_cfg, spec, reqs, ref, bar)
+            ref.close(close_sinks=False)
+            writer.write(_evals(ref_id, pair, ref_outs, prompts, reqs, None))
+        writer.write(_evals(run_id, pair, outs, prompts, reqs, ref_outs))
+    finally:
+        bar.close()
+        writer.close()
+    return Path(out_path)
+

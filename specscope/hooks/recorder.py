@@ -1,0 +1,343 @@
+"""The Recorder: what an engine calls inside its verify path. Imports only stdlib and torch.
+
+Hot-path rules: no host-device synchronisation (device data leaves through non-blocking copies
+into a preallocated pinned ring, made complete by an event that the drain side polls); a full
+ring drops and counts, it never blocks; an exception inside a hook is caught and counted, and
+the recorder disables itself past ``max_errors``. Nothing here ever raises into the engine.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+import torch
+
+from .. import schema
+from . import stats as _stats
+from .timing import PhaseTimer
+
+StepPolicy = Callable[[int], bool]
+
+
+def every_step(step: int) -> bool:
+    """Statistics on every verify step."""
+    return True
+
+
+def every_n(n: int) -> StepPolicy:
+    """A policy that computes sampling-truth statistics on one step in ``n``."""
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    return lambda step: step % n == 0
+
+
+class Sink(Protocol):
+    """Where drained records go (a trace writer, a collector, a network client)."""
+
+    def write(self, records: Sequence[Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Recorder:
+    """Records verify steps, requests, phases and fallbacks of one engine rank.
+
+    ``run`` is the run's metadata. ``max_batch`` and ``max_depth`` size the ring (the widest batch
+    and deepest draft it accepts; larger batches are dropped and counted). ``stats_policy`` picks
+    the steps whose sampling-truth statistics are computed (their cost is one logsumexp or sort
+    over the vocabulary per verified position). ``sinks`` receive drained records; call
+    ``start()`` for a background drain thread, or ``drain()`` yourself.
+    """
+
+    def __init__(
+        self,
+        run: schema.RunRecord,
+        *,
+        rank: int = 0,
+        device: str | torch.device = "cpu",
+        max_batch: int = 1024,
+        ring_slots: int = 64,
+        max_pending_records: int = 1_000_000,
+        stats_policy: StepPolicy = every_step,
+        sinks: Iterable[Sink] = (),
+        max_errors: int = 100,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.run = run
+        self.rank = rank
+        self.device = torch.device(device)
+        self.stats_policy = stats_policy
+        self.sinks = list(sinks)
+        self.max_errors = max_errors
+        self.clock_ns = clock_ns
+        self.enabled = True
+        self.max_batch = max_batch
+        self.max_pending_records = max_pending_records
+        self._cuda = self.device.type == "cuda"
+        self._host = torch.zeros(ring_slots, max_batch, _stats.ROW_WIDTH, dtype=torch.float32,
+                                 pin_memory=self._cuda)
+        self._free: collections.deque[int] = collections.deque(range(ring_slots))
+        self._pending: collections.deque[tuple] = collections.deque()
+        self._out: collections.deque[Any] = collections.deque()
+        self._drain_lock = threading.Lock()
+        self._step = 0
+        self.num_recorded = 0
+        self.num_dropped_ring_full = 0
+        self.num_dropped_batch_too_large = 0
+        self.num_dropped_out_full = 0
+        self.num_hook_errors = 0
+        self.num_sink_errors = 0
+        self.phases = PhaseTimer(self)
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._closed = False
+        self._out.append(run)
+
+    # ----------------------------------------------------------------- hot path
+    def record_verify(
+        self,
+        *,
+        request_ids: Sequence[str],
+        num_accepted: torch.Tensor,
+        num_drafted: int | torch.Tensor,
+        temperature: Sequence[float],
+        top_p: Sequence[float] | None = None,
+        top_k: Sequence[int] | None = None,
+        mode_used: str | Sequence[str] | None = None,
+        num_draft_tokens: int | torch.Tensor | None = None,
+        committed_tokens: torch.Tensor | None = None,
+        target_logits: torch.Tensor | None = None,
+        draft_top1_probs: torch.Tensor | None = None,
+        step: int | None = None,
+    ) -> None:
+        """Record one verify step of a batch. Never syncs, never blocks, never raises.
+
+        ``num_accepted`` (device, ``[B]``): accepted draft tokens per request, bonus excluded.
+        ``temperature``/``top_p``/``top_k``: the requested sampling parameters, host values.
+        ``mode_used``: the sampling mode the verify code path ran, one or per request; by
+        default the mode requested. ``committed_tokens`` ``[B, P]`` with ``target_logits``
+        ``[B, P, V]`` (P = drafted + 1 positions along the verified path) enable the
+        sampling-truth statistics; ``draft_top1_probs`` ``[B, D]`` the draft-health histogram.
+        """
+        if not self.enabled:
+            return
+        try:
+            self._record_verify(request_ids, num_accepted, num_drafted, temperature, top_p, top_k,
+                                mode_used, num_draft_tokens, committed_tokens, target_logits,
+                                draft_top1_probs, step)
+        except Exception:
+            self._hook_error()
+
+    def _record_verify(self, request_ids, num_accepted, num_drafted, temperature, top_p, top_k,
+                       mode_used, num_draft_tokens, committed_tokens, target_logits,
+                       draft_top1_probs, step) -> None:
+        batch = len(request_ids)
+        if step is None:
+            step = self._step
+        self._step = step + 1
+        if batch > self.max_batch:
+            self.num_dropped_batch_too_large += 1
+            return
+        try:
+            idx = self._free.popleft()
+        except IndexError:
+            self.num_dropped_ring_full += 1
+            return
+        try:
+            packed = self._pack(batch, num_accepted, num_drafted, num_draft_tokens, temperature,
+                                top_p, top_k, committed_tokens, target_logits, draft_top1_probs,
+                                step)
+            self._host[idx, :batch].copy_(packed, non_blocking=True)
+            event = None
+            if packed.is_cuda:
+                event = torch.cuda.Event()
+                event.record()
+        except BaseException:
+            self._free.append(idx)
+            raise
+        meta = (step, self.clock_ns(), tuple(request_ids), tuple(temperature),
+                tuple(top_p) if top_p is not None else None,
+                tuple(top_k) if top_k is not None else None,
+                mode_used if isinstance(mode_used, (str, type(None))) else tuple(mode_used),
+                committed_tokens is not None and target_logits is not None,
+                draft_top1_probs is not None)
+        self._pending.append((idx, batch, event, meta))
+
+    def _pack(self, batch, num_accepted, num_drafted, num_draft_tokens, temperature, top_p,
+              top_k, committed, logits, draft_top1, step) -> torch.Tensor:
+        dev = num_accepted.device
+        cols = torch.zeros(batch, _stats.ROW_WIDTH, dtype=torch.float32, device=dev)
+        cols[:, _stats.COL_NUM_ACCEPTED] = num_accepted
+        cols[:, _stats.COL_NUM_DRAFTED] = num_drafted
+        cols[:, _stats.COL_NUM_DRAFT_TOKENS] = (num_drafted if num_draft_tokens is None
+                                                else num_draft_tokens)
+        if self.stats_policy(step):
+            if committed is not None and logits is not None:
+                temps = self._to_device(temperature, torch.float32, dev)
+                tp = self._to_device(top_p, torch.float32, dev) if _active(top_p, 1.0) else None
+                tk = self._to_device(top_k, torch.long, dev) if _active(top_k, 0) else None
+                cols[:, _stats.COL_NUM_VERIFIED:_stats.COL_HIST] = _stats.truth_columns(
+                    logits, committed, num_accepted, temps, tp, tk)
+            if draft_top1 is not None:
+                cols[:, _stats.COL_HIST:] = _stats.draft_hist_columns(draft_top1)
+        return cols
+
+    def _to_device(self, values, dtype, dev) -> torch.Tensor:
+        host = torch.tensor(values, dtype=dtype)
+        if dev.type == "cuda":
+            return host.pin_memory().to(dev, non_blocking=True)
+        return host
+
+    def record_request(self, record: schema.RequestRecord) -> None:
+        """Record a finished request (host values only)."""
+        self._emit(record)
+
+    def record_fallback(self, *, reason: str, request_id: str = "", temperature: float = 0.0,
+                        top_p: float = 1.0, top_k: int = 0, mode_requested: str = "",
+                        count: int = 1, step: int | None = None) -> None:
+        """Record that verify fell back from the requested mode to argmax, and why."""
+        if not self.enabled:
+            return
+        try:
+            self._emit(schema.FallbackRecord(
+                run_id=self.run.run_id, rank=self.rank,
+                step=self._step if step is None else step, t_ns=self.clock_ns(), reason=reason,
+                request_id=request_id, temperature=temperature, top_p=top_p, top_k=top_k,
+                mode_requested=mode_requested, count=count))
+        except Exception:
+            self._hook_error()
+
+    def phase(self, name: str, step: int | None = None):
+        """Context manager timing one phase: CUDA events on a GPU, perf_counter_ns on the CPU."""
+        return self.phases.phase(name, self._step if step is None else step)
+
+    def _emit(self, record: Any) -> None:
+        if not self.enabled:
+            return
+        if len(self._out) >= self.max_pending_records:
+            self.num_dropped_out_full += 1
+            return
+        self._out.append(record)
+
+    def _hook_error(self) -> None:
+        self.num_hook_errors += 1
+        if self.num_hook_errors >= self.max_errors:
+            self.enabled = False
+
+    # ----------------------------------------------------------------- drain side
+    def drain(self, wait: bool = False) -> list[Any]:
+        """Records ready so far. Polls device events; ``wait`` blocks until all are complete."""
+        with self._drain_lock:
+            while self._pending:
+                idx, batch, event, meta = self._pending[0]
+                if event is not None and not event.query():
+                    if not wait:
+                        break
+                    event.synchronize()
+                self._pending.popleft()
+                try:
+                    rows = self._host[idx, :batch].tolist()
+                finally:
+                    self._free.append(idx)
+                self._out.append(self._verify_record(rows, meta))
+                self.num_recorded += 1
+            self.phases.resolve(wait)
+            out = []
+            while self._out:
+                out.append(self._out.popleft())
+            return out
+
+    def _verify_record(self, rows: list[list[float]], meta: tuple) -> schema.VerifyStepRecord:
+        step, t_ns, ids, temps, top_ps, top_ks, modes, has_truth, has_hist = meta
+        configured = self.run.verify_mode or schema.SPECULATIVE_SAMPLING
+        entries = []
+        for i, row in enumerate(rows):
+            t = float(temps[i])
+            requested = schema.mode_for(t, configured)
+            used = modes if isinstance(modes, str) else (modes[i] if modes else requested)
+            drafted = int(row[_stats.COL_NUM_DRAFTED])
+            accepted = int(row[_stats.COL_NUM_ACCEPTED])
+            sampled = self.stats_policy(step)
+            entries.append(schema.VerifyEntry(
+                request_id=str(ids[i]), num_drafted=drafted,
+                num_draft_tokens=int(row[_stats.COL_NUM_DRAFT_TOKENS]), num_accepted=accepted,
+                accepted_per_pos=tuple(1 if p < accepted else 0 for p in range(drafted)),
+                temperature=t, top_p=float(top_ps[i]) if top_ps else 1.0,
+                top_k=int(top_ks[i]) if top_ks else 0, mode_requested=requested,
+                mode_used=used or requested,
+                num_verified=int(row[_stats.COL_NUM_VERIFIED]) if has_truth and sampled else 0,
+                num_top1=int(row[_stats.COL_NUM_TOP1]) if has_truth and sampled else 0,
+                expected_top1=row[_stats.COL_EXPECTED_TOP1] if has_truth and sampled else 0.0,
+                var_top1=row[_stats.COL_VAR_TOP1] if has_truth and sampled else 0.0,
+                draft_top1_hist=(tuple(int(v) for v in row[_stats.COL_HIST:])
+                                 if has_hist and sampled else ()),
+            ))
+        return schema.VerifyStepRecord(
+            run_id=self.run.run_id, config_id=self.run.config_id, rank=self.rank, step=step,
+            t_ns=t_ns, batch_size=len(rows), entries=tuple(entries))
+
+    def flush(self, wait: bool = False) -> int:
+        """Drain into every sink; returns the number of records handed over."""
+        records = self.drain(wait=wait)
+        if records:
+            for sink in self.sinks:
+                try:
+                    sink.write(records)
+                except Exception:
+                    self.num_sink_errors += 1
+        return len(records)
+
+    def start(self, interval_s: float = 0.05) -> "Recorder":
+        """Start a daemon thread that flushes to the sinks every ``interval_s``."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, args=(interval_s,),
+                                            name="specscope-drain", daemon=True)
+            self._thread.start()
+        return self
+
+    def _loop(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.flush()
+            except Exception:
+                self.num_sink_errors += 1
+
+    def health(self) -> schema.HookHealthRecord:
+        """The recorder's own accounting so far."""
+        return schema.HookHealthRecord(
+            run_id=self.run.run_id, rank=self.rank, num_recorded=self.num_recorded,
+            num_dropped_ring_full=self.num_dropped_ring_full,
+            num_dropped_batch_too_large=self.num_dropped_batch_too_large,
+            num_dropped_queue_full=self.num_dropped_out_full,
+            num_hook_errors=self.num_hook_errors, num_sink_errors=self.num_sink_errors,
+            disabled=not self.enabled)
+
+    def close(self, close_sinks: bool = True) -> None:
+        """Stop the drain thread, flush everything (waiting for the device), close the sinks."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.flush(wait=True)
+        self._out.append(self.health())
+        self.flush(wait=True)
+        for sink in self.sinks if close_sinks else ():
+            try:
+                sink.close()
+            except Exception:
+                self.num_sink_errors += 1
+
+    def __enter__(self) -> "Recorder":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _active(values: Sequence[float] | None, neutral: float) -> bool:
+    return values is not None and any(v != neutral for v in values)

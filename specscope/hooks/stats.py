@@ -1,0 +1,99 @@
+"""Sampling-truth and draft-health statistics, computed on the device inside verify.
+
+Imports only torch. Every function here is sync-free: it returns device tensors that the
+recorder copies out with a non-blocking copy; nothing is read back on the host.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..schema import DRAFT_HIST_BINS
+
+# Column layout of the per-request row the recorder copies to the host.
+COL_NUM_DRAFTED = 0
+COL_NUM_DRAFT_TOKENS = 1
+COL_NUM_ACCEPTED = 2
+COL_NUM_VERIFIED = 3
+COL_NUM_TOP1 = 4
+COL_EXPECTED_TOP1 = 5
+COL_VAR_TOP1 = 6
+COL_HIST = 7
+ROW_WIDTH = COL_HIST + DRAFT_HIST_BINS
+
+
+def expected_top1(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor | None = None,
+    top_k: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """p_max of the distribution each request asked for, per position: shape ``[B, P]``.
+
+    ``p_max = 1 / sum(exp((x - max x) / T))`` over the temperature-scaled target logits, after
+    the requested top-k / top-p truncation and renormalisation (both raise p_max). Greedy rows
+    (T = 0) get 1. ``top_p``/``top_k`` are None when no request in the batch uses them; then the
+    cost is one logsumexp over the vocabulary, else one sort.
+    """
+    x = logits.float()
+    t = temperature.to(x.dtype).clamp_min(1e-6)[:, None, None]
+    z = (x - x.amax(dim=-1, keepdim=True)) / t  # max entry is exactly 0
+    if top_p is None and top_k is None:
+        p_max = torch.exp(-torch.logsumexp(z, dim=-1))
+    else:
+        zs, _ = torch.sort(z, dim=-1, descending=True)
+        keep = torch.ones_like(zs, dtype=torch.bool)
+        rank = torch.arange(zs.shape[-1], device=zs.device)
+        if top_k is not None:
+            k = top_k.to(zs.device)
+            k = torch.where(k > 0, k, torch.full_like(k, zs.shape[-1]))
+            keep &= rank[None, None, :] < k[:, None, None]
+        if top_p is not None:
+            probs = torch.softmax(zs.masked_fill(~keep, float("-inf")), dim=-1)
+            before = torch.cumsum(probs, dim=-1) - probs  # mass strictly above this token
+            keep &= before < top_p.to(zs.dtype)[:, None, None]
+        p_max = torch.exp(-torch.logsumexp(zs.masked_fill(~keep, float("-inf")), dim=-1))
+    greedy = (temperature <= 0)[:, None]
+    return torch.where(greedy, torch.ones_like(p_max), p_max)
+
+
+def truth_columns(
+    logits: torch.Tensor,
+    committed: torch.Tensor,
+    num_accepted: torch.Tensor,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor | None = None,
+    top_k: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``[B, 4]``: verified positions, committed == argmax count, sum of p_max, sum of variance.
+
+    ``logits`` is ``[B, P, V]`` (target logits at the P = drafted + 1 positions along the verified
+    path), ``committed`` is ``[B, P]`` (the tokens verify committed there; only the first
+    ``num_accepted + 1`` count: the accepted drafts plus the bonus/correction token).
+    """
+    positions = torch.arange(committed.shape[1], device=committed.device)
+    valid = (positions[None, :] <= num_accepted[:, None]).to(torch.float32)
+    is_top1 = (committed == logits.argmax(dim=-1)).to(torch.float32)
+    p_max = expected_top1(logits, temperature, top_p, top_k)
+    return torch.stack(
+        [
+            valid.sum(dim=1),
+            (is_top1 * valid).sum(dim=1),
+            (p_max * valid).sum(dim=1),
+            (p_max * (1.0 - p_max) * valid).sum(dim=1),
+        ],
+        dim=1,
+    )
+
+
+def draft_hist_columns(draft_top1: torch.Tensor) -> torch.Tensor:
+    """``[B, DRAFT_HIST_BINS]`` counts of the draft's top-1 probability per drafted position.
+
+    Ten equal bins on [0, 1) and a last bin for exactly 1.0, so a draft whose probabilities were
+    hard-coded rather than computed stands out. NaN lands in bin 0.
+    """
+    p = torch.nan_to_num(draft_top1.float(), nan=0.0)
+    bins = (p * 10).floor().clamp(0, 9).long()
+    bins = torch.where(p >= 1.0, torch.full_like(bins, DRAFT_HIST_BINS - 1), bins)
+    counts = torch.zeros(p.shape[0], DRAFT_HIST_BINS, device=p.device, dtype=torch.float32)
+    return counts.scatter_add_(1, bins, torch.ones_like(p, dtype=torch.float32))

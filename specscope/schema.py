@@ -1,0 +1,275 @@
+"""The record schema: the one contract between hooks, collector, exporters and dashboard.
+
+Stdlib only. Records are frozen, slotted, keyword-only dataclasses of plain values (no tensors).
+Times are integer nanoseconds; units change only at the edges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+#: Written into every trace file; readers refuse any version not in READABLE_VERSIONS.
+SCHEMA_VERSION = 1
+READABLE_VERSIONS = (1,)
+
+# Sampling modes. "Requested" is what the request and the engine's configuration call for;
+# "used" is what the verify code path says it ran. The sampling-truth statistics check the
+# latter independently of what the engine says.
+GREEDY = "greedy"
+TARGET_TEMPERATURE = "target-temperature"  # commit y ~ p_target, accept a draft iff it equals y
+SPECULATIVE_SAMPLING = "speculative-sampling"  # accept with min(1, p/q), resample the residual
+FALLBACK_ARGMAX = "fallback-argmax"  # sampling asked for, argmax committed (a fallback)
+SAMPLING_MODES = (GREEDY, TARGET_TEMPERATURE, SPECULATIVE_SAMPLING, FALLBACK_ARGMAX)
+
+#: Bins of the draft top-1 probability histogram: ten equal bins on [0, 1) plus one bin that
+#: holds only the value exactly 1.0 (a draft whose probabilities were never computed lands there).
+DRAFT_HIST_BINS = 11
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRecord:
+    """Metadata of one run: one engine configuration on one model, written first in a trace."""
+
+    run_id: str
+    config_id: str  #: stable id of the configuration (algorithm/steps/topk/draft tokens/...)
+    algorithm: str  #: "eagle", "mtp", "draft-model", "none", ...
+    num_steps: int  #: draft depth per verify step (0 = no speculation)
+    topk: int  #: draft branching factor (1 = chain)
+    #: tokens in one verify pass, root included, as SGLang counts them (num_steps + 1 for a chain)
+    num_draft_tokens: int
+    backend: str  #: "cuda", "hip", "cpu"
+    model: str
+    draft_model: str = ""
+    engine: str = ""  #: engine name, e.g. "specscope-reference", "vllm", "sglang"
+    engine_version: str = ""
+    engine_commit: str = ""
+    verify_mode: str = ""  #: sampling algorithm configured for temperature > 0 requests
+    fault: str = ""  #: a seeded fault, if any (reference decoder only)
+    started_ns: int = 0  #: wall-clock start, ns since the epoch
+    env_flags: Mapping[str, str] = field(default_factory=dict)
+    host: Mapping[str, Any] = field(default_factory=dict)  #: CPU count, memory, platform (psutil)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyEntry:
+    """One request's part of one verify step.
+
+    ``num_accepted`` counts accepted draft tokens and EXCLUDES the bonus token the target always
+    commits; the acceptance length of the step is ``num_accepted + 1``.
+    """
+
+    request_id: str
+    num_drafted: int  #: draft positions along a path (chain length / tree depth)
+    num_draft_tokens: int  #: draft tokens scored by verify, root excluded (tree nodes; = num_drafted for chains)
+    num_accepted: int  #: accepted draft tokens, bonus excluded
+    accepted_per_pos: tuple[int, ...]  #: 1 where the draft token at that depth was accepted
+    temperature: float
+    top_p: float = 1.0
+    top_k: int = 0  #: 0 = off
+    mode_requested: str = GREEDY
+    mode_used: str = GREEDY
+    #: Sampling truth (present when the step was sampled for statistics): over the verified
+    #: positions (accepted drafts plus the committed bonus/correction token), how many committed
+    #: tokens equal the target argmax, the expected count under the requested sampling
+    #: (sum of p_max) and its variance (sum of p_max * (1 - p_max)).
+    num_verified: int = 0
+    num_top1: int = 0
+    expected_top1: float = 0.0
+    var_top1: float = 0.0
+    #: Counts of the draft's top-1 probability per drafted position, DRAFT_HIST_BINS bins.
+    draft_top1_hist: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyStepRecord:
+    """One verify step of one engine rank: the batch and each request's outcome."""
+
+    run_id: str
+    config_id: str
+    rank: int
+    step: int
+    t_ns: int  #: host time the step was recorded, ns since the epoch
+    batch_size: int
+    entries: tuple[VerifyEntry, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestRecord:
+    """One finished request: its timeline and output, so TTFT, TPOT, ITL and E2E follow."""
+
+    run_id: str
+    rank: int
+    request_id: str
+    prompt_id: str = ""
+    t_arrival_ns: int
+    t_first_token_ns: int
+    t_finish_ns: int
+    num_prompt_tokens: int
+    num_output_tokens: int
+    #: Emission time of each streamed chunk; under speculation one chunk carries every token a
+    #: verify step committed, so chunk_num_tokens may exceed 1.
+    chunk_times_ns: tuple[int, ...] = ()
+    chunk_num_tokens: tuple[int, ...] = ()
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    finish_reason: str = ""
+    output_token_ids: tuple[int, ...] = ()
+    output_text: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseRecord:
+    """One timed phase of one step (draft forward, target verify forward, sampling, ...)."""
+
+    run_id: str
+    rank: int
+    step: int
+    phase: str  #: "draft", "verify_forward", "verify_sample", "draft_extend", "prefill", ...
+    device: str  #: "cpu", "cuda:0", ...
+    t_start_ns: int  #: host time at phase start, ns since the epoch
+    duration_ns: int
+    clock: str = "perf_counter"  #: "perf_counter" (host) or "cuda_event" (device)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FallbackRecord:
+    """Verify did not run the mode a request asked for and fell back (e.g. top-p -> argmax)."""
+
+    run_id: str
+    rank: int
+    step: int
+    t_ns: int
+    reason: str  #: e.g. "top_p_unsupported", "top_k_unsupported"
+    request_id: str = ""
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    mode_requested: str = ""
+    mode_used: str = FALLBACK_ARGMAX
+    count: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvalRecord:
+    """Output-quality signals of one request (None where a signal does not apply)."""
+
+    run_id: str
+    request_id: str
+    prompt_id: str = ""
+    exact_match: bool | None = None  #: output equals target-only greedy output (greedy runs)
+    repetition_loop: bool = False  #: n-gram repetition above threshold
+    invalid: bool | None = None  #: output does not fit the prompt's expected answer format
+    correct: bool | None = None  #: output matches the prompt's expected answer
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AnomalyRecord:
+    """A detector's finding, with the evidence that supports it."""
+
+    run_id: str
+    kind: str  #: "silent_greedy", "fallback", "draft_prob_collapse", ...
+    severity: str  #: "warning" or "critical"
+    message: str
+    t_ns: int = 0
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookHealthRecord:
+    """The recorder's own accounting, written when it closes: what it lost and why."""
+
+    run_id: str
+    rank: int
+    num_recorded: int
+    num_dropped_ring_full: int
+    num_dropped_batch_too_large: int
+    num_dropped_queue_full: int = 0  #: host records dropped because nobody drained
+    num_hook_errors: int
+    num_sink_errors: int
+    disabled: bool
+
+
+RECORD_TYPES: dict[str, type] = {
+    "run": RunRecord,
+    "verify": VerifyStepRecord,
+    "request": RequestRecord,
+    "phase": PhaseRecord,
+    "fallback": FallbackRecord,
+    "eval": EvalRecord,
+    "anomaly": AnomalyRecord,
+    "hook_health": HookHealthRecord,
+}
+KIND_OF = {cls: kind for kind, cls in RECORD_TYPES.items()}
+
+
+class SchemaError(ValueError):
+    """A record that does not fit the schema."""
+
+
+def to_dict(record: Any) -> dict[str, Any]:
+    """A record as a JSON-ready dict with its ``kind``."""
+    return {"kind": KIND_OF[type(record)], **_fields(record)}
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            value = [_fields(v) for v in value]
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        out[f.name] = value
+    return out
+
+
+def from_dict(data: Mapping[str, Any]) -> Any:
+    """Rebuild a record from ``to_dict`` output; raises SchemaError on a mismatch."""
+    if not isinstance(data, Mapping):
+        raise SchemaError(f"expected an object, got {type(data).__name__}")
+    kind = data.get("kind")
+    cls = RECORD_TYPES.get(kind)  # type: ignore[arg-type]
+    if cls is None:
+        raise SchemaError(f"unknown record kind {kind!r}; known: {', '.join(RECORD_TYPES)}")
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        if f.name == "entries":
+            value = tuple(_entry(v) for v in value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[f.name] = value
+    unknown = set(data) - {f.name for f in dataclasses.fields(cls)} - {"kind"}
+    if unknown:
+        raise SchemaError(f"{kind} record has unknown fields: {', '.join(sorted(unknown))}")
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise SchemaError(f"{kind} record: {exc}") from None
+
+
+def _entry(data: Mapping[str, Any]) -> VerifyEntry:
+    if not isinstance(data, Mapping):
+        raise SchemaError("verify entry must be an object")
+    names = {f.name for f in dataclasses.fields(VerifyEntry)}
+    unknown = set(data) - names
+    if unknown:
+        raise SchemaError(f"verify entry has unknown fields: {', '.join(sorted(unknown))}")
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    try:
+        return VerifyEntry(**kwargs)
+    except TypeError as exc:
+        raise SchemaError(f"verify entry: {exc}") from None
+
+
+def mode_for(temperature: float, configured: str) -> str:
+    """The mode a request asks for: greedy at temperature 0, else the configured sampler."""
+    return GREEDY if temperature <= 0.0 else configured
