@@ -40,10 +40,14 @@ FORBIDDEN = {
 }
 
 
-def _is_cpu_target(args: tuple, kwargs: dict) -> bool:
+def _moves_to_host(args: tuple, kwargs: dict) -> bool:
+    """A ``Tensor.to`` call that copies device data to the host (a CPU tensor staying put is not)."""
+    src = args[0] if args and isinstance(args[0], torch.Tensor) else None
     for value in list(args[1:]) + [kwargs.get("device")]:
+        if isinstance(value, torch.Tensor):
+            value = value.device
         if isinstance(value, (str, torch.device)) and torch.device(value).type == "cpu":
-            return True
+            return src is not None and src.device.type != "cpu"
     return False
 
 
@@ -55,12 +59,14 @@ class SyncGuardMode(TorchFunctionMode):
         name = FORBIDDEN.get(func)
         if name:
             raise SyncError(f"{name} forces a host-device sync inside a guarded hot path")
-        if func is _T.to and _is_cpu_target(args, kwargs) and not kwargs.get("non_blocking"):
+        if func is _T.to and _moves_to_host(args, kwargs) and not kwargs.get("non_blocking"):
             raise SyncError("Tensor.to('cpu') without non_blocking=True forces a sync")
         if func is _T.copy_ and args and isinstance(args[0], torch.Tensor):
             dst = args[0]
             non_blocking = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
-            if dst.device.type == "cpu" and not non_blocking:
+            src = args[1] if len(args) > 1 and isinstance(args[1], torch.Tensor) else None
+            crosses = src is not None and src.device.type != "cpu"
+            if dst.device.type == "cpu" and crosses and not non_blocking:
                 raise SyncError("copy_ into a host tensor without non_blocking=True forces a sync")
         if func is _T.__getitem__ and len(args) > 1 and _has_bool_index(args[1]):
             raise SyncError("boolean-mask indexing has a data-dependent shape and forces a sync")

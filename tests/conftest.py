@@ -1,0 +1,43 @@
+"""Shared fixtures: a run record, tiny models, the shared samples folder, the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT.parent / "shared" / "samples"
+
+
+@pytest.fixture
+def run_record():
+    from specscope import schema
+
+    return schema.RunRecord(run_id="run-1", config_id="eagle-s3-k1-d4", algorithm="eagle",
+                            num_steps=3, topk=1, num_draft_tokens=4, backend="cpu", model="m",
+                            verify_mode=schema.SPECULATIVE_SAMPLING)
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    from specscope.engine.models import tiny_pair
+
+    return tiny_pair()
+
+
+@pytest.fixture
+def samples() -> Path:
+    if not SAMPLES.is_dir():
+        pytest.skip("../shared/samples is absent (only present beside the development checkout)")
+    return SAMPLES
+
+
+def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``python -m specscope ARGS`` as a user would; returns the completed process."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, "-m", "specscope", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=ROOT)

@@ -1,0 +1,122 @@
+"""Trace files: crash safety, version checks, bad lines reported with file and line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from specscope import schema
+from specscope.exporters.trace import TraceError, TraceWriter, read_trace, write_trace
+
+
+def _phase(i: int) -> schema.PhaseRecord:
+    return schema.PhaseRecord(run_id="r", rank=0, step=i, phase="draft", device="cpu",
+                              t_start_ns=i, duration_ns=1000 + i)
+
+
+WRITER = """
+import sys, time
+from specscope import schema
+from specscope.exporters.trace import TraceWriter
+w = TraceWriter(sys.argv[1])
+i = 0
+while True:
+    w.write([schema.PhaseRecord(run_id="r", rank=0, step=i + j, phase="draft", device="cpu",
+                                t_start_ns=i, duration_ns=1) for j in range(50)])
+    i += 50
+    if i == 500:
+        print("ready", flush=True)
+"""
+
+
+def test_writer_killed_with_sigkill_leaves_a_readable_trace(tmp_path):
+    path = tmp_path / "trace.jsonl"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == b"ready"
+        time.sleep(0.2)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+    trace = read_trace(path)
+    steps = [r.step for r in trace.records]
+    assert len(steps) >= 500
+    assert steps == list(range(len(steps)))  # every flushed record, in order, none invented
+    assert trace.truncated_tail <= 1
+
+
+def test_truncated_tail_is_reported_and_dropped(tmp_path):
+    path = tmp_path / "t.jsonl"
+    write_trace(path, [_phase(i) for i in range(5)])
+    data = path.read_bytes()
+    path.write_bytes(data[:-20])  # cut the last record mid-line
+    trace = read_trace(path)
+    assert [r.step for r in trace.records] == [0, 1, 2, 3]
+    assert trace.truncated_tail == 1
+    assert "t.jsonl:6: truncated last line" in str(trace.problems[0])
+
+
+def test_bad_line_in_the_middle_is_skipped_with_file_and_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    write_trace(path, [_phase(i) for i in range(4)])
+    lines = path.read_text().splitlines()
+    lines[2] = "{not json"
+    lines.insert(4, json.dumps({"kind": "phase", "run_id": "r"}))
+    path.write_text("\n".join(lines) + "\n")
+    trace = read_trace(path)
+    assert [r.step for r in trace.records] == [0, 2, 3]
+    where = [f"{p.file.split('/')[-1]}:{p.line}" for p in trace.problems]
+    assert where == ["t.jsonl:3", "t.jsonl:5"]
+
+
+def test_unknown_schema_version_is_refused_with_what_is_readable(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"kind": "header", "schema_version": 99}) + "\n")
+    with pytest.raises(TraceError, match=r"schema version 99 is not readable; .* reads schema version\(s\) 1"):
+        read_trace(path)
+
+
+def test_not_a_trace(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"hello": 1}\n')
+    with pytest.raises(TraceError, match="not a specscope trace"):
+        read_trace(path)
+
+
+def test_parquet_version_checked(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from specscope.exporters._parquet import compact
+
+    src = tmp_path / "t.jsonl"
+    write_trace(src, [_phase(i) for i in range(3)])
+    out = compact(src, tmp_path / "pq")
+    assert [r.step for r in read_trace(out).records] == [0, 1, 2]
+    table = pq.read_table(out / "phase.parquet")
+    pq.write_table(table.replace_schema_metadata({b"specscope_schema_version": b"7"}),
+                   out / "phase.parquet")
+    with pytest.raises(TraceError, match="version b'7' is not readable"):
+        read_trace(out)
+    assert pa is not None
+
+
+def test_writer_is_a_recorder_sink(tmp_path, run_record):
+    import torch
+
+    from specscope.hooks import Recorder
+
+    path = tmp_path / "t.jsonl"
+    rec = Recorder(run_record, sinks=[TraceWriter(path)]).start(interval_s=0.01)
+    rec.record_verify(request_ids=["a"], num_accepted=torch.tensor([2]), num_drafted=3,
+                      temperature=[0.0])
+    rec.close()
+    kinds = [type(r).__name__ for r in read_trace(path).records]
+    assert kinds == ["RunRecord", "VerifyStepRecord", "HookHealthRecord"]

@@ -1,0 +1,184 @@
+"""The Recorder's hot-path rules: no sync, never blocks, never raises; correct records out."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specscope import schema
+from specscope.hooks import Recorder, SyncError, every_n, forbid_sync
+
+B, D, V = 4, 3, 50
+
+
+def _inputs(seed: int = 0, **over):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(B, D + 1, V, generator=g) * 3
+    kw = dict(request_ids=[f"r{i}" for i in range(B)], num_accepted=torch.tensor([0, 1, 3, 2]),
+              num_drafted=D, temperature=[0.0, 0.7, 1.0, 0.7], top_p=[1.0, 0.9, 1.0, 1.0],
+              top_k=[0, 0, 20, 0], committed_tokens=logits.argmax(-1), target_logits=logits,
+              draft_top1_probs=torch.tensor([[1.0, 0.5, 0.05]] * B))
+    kw.update(over)
+    return kw
+
+
+def test_sync_guard_catches_each_sync_forcing_call():
+    x = torch.arange(4.0)
+    for bad in (lambda: x[0].item(), lambda: x.tolist(), lambda: bool(x[0]), lambda: x.cpu(),
+                lambda: x.numpy(), lambda: x.nonzero(), lambda: x[x > 1], lambda: int(x[0]),
+                lambda: x.unique(), lambda: torch.masked_select(x, x > 1)):
+        with pytest.raises(SyncError), forbid_sync():
+            bad()
+    meta = torch.empty(4, device="meta")  # stands in for a device tensor on a CPU-only machine
+    for bad in (lambda: meta.to("cpu"), lambda: torch.empty(4).copy_(meta)):
+        with pytest.raises(SyncError), forbid_sync():
+            bad()
+    with forbid_sync():  # what the hooks do is allowed
+        torch.empty(4).copy_(x, non_blocking=True)
+        (x * 2).sum(dim=0)
+
+
+@pytest.mark.parametrize("over", [{}, {"committed_tokens": None, "target_logits": None},
+                                  {"draft_top1_probs": None}, {"top_p": None, "top_k": None},
+                                  {"mode_used": "fallback-argmax"},
+                                  {"num_accepted": torch.tensor([0, 1, 3, 2], dtype=torch.int32)}])
+def test_every_hook_path_is_sync_free(run_record, over):
+    rec = Recorder(run_record)
+    with forbid_sync():
+        rec.record_verify(**_inputs(**over))
+        with rec.phase("verify_forward"):
+            pass
+        rec.record_fallback(reason="top_p_unsupported", request_id="r1", temperature=0.7,
+                            top_p=0.9)
+        rec.record_request(schema.RequestRecord(
+            run_id="run-1", rank=0, request_id="r0", t_arrival_ns=0, t_first_token_ns=1,
+            t_finish_ns=2, num_prompt_tokens=1, num_output_tokens=1))
+    assert rec.num_hook_errors == 0
+    kinds = [type(r).__name__ for r in rec.drain()]
+    assert kinds.count("VerifyStepRecord") == 1 and "PhaseRecord" in kinds
+    assert "FallbackRecord" in kinds and "RequestRecord" in kinds
+
+
+def test_verify_record_fields(run_record):
+    rec = Recorder(run_record)
+    rec.record_verify(**_inputs(), mode_used=["greedy", "speculative-sampling",
+                                              "speculative-sampling", "fallback-argmax"])
+    (step,) = [r for r in rec.drain() if isinstance(r, schema.VerifyStepRecord)]
+    assert step.batch_size == B and step.config_id == "eagle-s3-k1-d4"
+    e = step.entries
+    assert [x.num_accepted for x in e] == [0, 1, 3, 2]
+    assert e[2].accepted_per_pos == (1, 1, 1) and e[1].accepted_per_pos == (1, 0, 0)
+    assert e[0].mode_requested == "greedy" and e[1].mode_requested == "speculative-sampling"
+    assert e[3].mode_used == "fallback-argmax"
+    assert [x.num_verified for x in e] == [1, 2, 4, 3]  # accepted + the bonus/correction token
+    assert all(x.num_top1 == x.num_verified for x in e)  # committed == argmax here
+    assert e[0].expected_top1 == pytest.approx(1.0)  # greedy: p_max = 1
+    assert 0 < e[1].expected_top1 < e[1].num_verified
+    assert e[0].draft_top1_hist == (0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1) or sum(e[0].draft_top1_hist) == 3
+    assert e[0].draft_top1_hist[-1] == 1 and e[0].draft_top1_hist[0] == 1
+
+
+def test_expected_top1_matches_brute_force():
+    from specscope.hooks.stats import expected_top1
+
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 2, 40, generator=g) * 2
+    temps = torch.tensor([0.5, 1.0, 0.8])
+    top_p = torch.tensor([1.0, 0.8, 1.0])
+    top_k = torch.tensor([0, 0, 5])
+    got = expected_top1(logits, temps, top_p, top_k)
+    for b in range(3):
+        for p in range(2):
+            probs = torch.softmax(logits[b, p] / temps[b], -1).sort(descending=True).values
+            if top_k[b] > 0:
+                probs = probs[: int(top_k[b])]
+            if top_p[b] < 1:
+                keep = (probs.cumsum(0) - probs) < top_p[b]
+                probs = probs[keep]
+            assert got[b, p].item() == pytest.approx((probs[0] / probs.sum()).item(), rel=1e-5)
+
+
+def test_full_ring_drops_and_counts_never_blocks(run_record):
+    rec = Recorder(run_record, ring_slots=4)
+    for _ in range(10):
+        rec.record_verify(**_inputs())
+    assert rec.num_dropped_ring_full == 6
+    assert sum(isinstance(r, schema.VerifyStepRecord) for r in rec.drain()) == 4
+    rec.record_verify(**_inputs())  # slots are free again after the drain
+    assert rec.num_dropped_ring_full == 6 and len(rec.drain()) == 1
+
+
+def test_oversized_batch_is_dropped_and_counted(run_record):
+    rec = Recorder(run_record, max_batch=2)
+    rec.record_verify(**_inputs())
+    assert rec.num_dropped_batch_too_large == 1
+
+
+def test_hook_raising_10000_times_never_reaches_the_caller(run_record):
+    rec = Recorder(run_record, max_errors=100)
+    bad = _inputs(num_accepted="not a tensor")
+    for _ in range(10_000):
+        rec.record_verify(**bad)
+        with rec.phase("draft"):
+            pass
+        rec.record_fallback(reason=object())  # unhashable-ish junk is fine too
+    assert rec.num_hook_errors == 100 and not rec.enabled
+    health = rec.health()
+    assert health.disabled and health.num_hook_errors == 100
+
+
+def test_sink_errors_are_counted_not_raised(run_record):
+    class Broken:
+        def write(self, records):
+            raise OSError("disk full")
+
+        def close(self):
+            raise OSError("disk full")
+
+    rec = Recorder(run_record, sinks=[Broken()])
+    rec.record_verify(**_inputs())
+    rec.close()
+    assert rec.num_sink_errors >= 2
+
+
+def test_stats_policy_samples_steps(run_record):
+    rec = Recorder(run_record, stats_policy=every_n(2))
+    for step in range(4):
+        rec.record_verify(**_inputs(), step=step)
+    steps = [r for r in rec.drain() if isinstance(r, schema.VerifyStepRecord)]
+    sampled = [s.step for s in steps if s.entries[0].num_verified]
+    assert sampled == [0, 2]
+    assert all(s.entries[2].num_accepted == 3 for s in steps)  # counts on every step
+
+
+def test_close_writes_health_and_background_thread_flushes(run_record):
+    got = []
+
+    class Sink:
+        def write(self, records):
+            got.extend(records)
+
+        def close(self):
+            got.append("closed")
+
+    rec = Recorder(run_record, sinks=[Sink()]).start(interval_s=0.01)
+    rec.record_verify(**_inputs())
+    rec.close()
+    assert isinstance(got[0], schema.RunRecord)
+    assert any(isinstance(r, schema.VerifyStepRecord) for r in got)
+    assert isinstance(got[-2], schema.HookHealthRecord) and got[-1] == "closed"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_path_has_no_sync(run_record):
+    rec = Recorder(run_record, device="cuda")
+    kw = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in _inputs().items()}
+    with forbid_sync():
+        rec.record_verify(**kw)
+        with rec.phase("verify_forward"):
+            torch.randn(256, 256, device="cuda") @ torch.randn(256, 256, device="cuda")
+    records = rec.drain(wait=True)
+    assert any(isinstance(r, schema.VerifyStepRecord) for r in records)
+    (ph,) = [r for r in records if isinstance(r, schema.PhaseRecord)]
+    assert ph.clock == "cuda_event" and ph.duration_ns > 0
