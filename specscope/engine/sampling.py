@@ -32,7 +32,7 @@ def process_probs(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.
         keep = (k <= 0) | (rank < k)
         probs = torch.softmax(zs.masked_fill(~keep, float("-inf")), dim=-1)
         before = torch.cumsum(probs, dim=-1) - probs
-        keep &= before < top_p.view(shape).to(x.dtype)
+        keep = keep & (before < top_p.view(shape).to(x.dtype))
         zs = zs.masked_fill(~keep, float("-inf"))
         z = torch.empty_like(z).scatter_(-1, order, zs)
     probs = torch.softmax(z, dim=-1)
