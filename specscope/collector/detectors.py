@@ -14,15 +14,17 @@ from .stats import SpecStats
 
 
 @dataclass
-class SilentGreedyDetector:
-    """Verify commits the argmax far more often than the requested sampling would.
+class SamplingTruthDetector:
+    """Committed tokens do not follow the distribution the requests asked for.
 
     For each requested sampling mode other than greedy, the observed count of committed tokens
     equal to the target argmax is compared with its expectation (sum of p_max) through
     z = (observed - expected) / sqrt(sum p(1 - p)). Under honest sampling z is close to standard
-    normal, so z > 6 has a false-alarm rate below 1e-8 per check (0 of 40 clean reference runs
-    flagged; see tests/collector). ``min_excess`` guards against huge samples flagging tiny,
-    harmless biases.
+    normal, so |z| > 6 has a false-alarm rate below 1e-8 per check (0 flags on 16 clean
+    reference runs, tests/collector/test_detectors.py). Far above: ``silent_greedy`` (verify
+    commits the argmax). Far below: ``sampling_mismatch`` (committed tokens are not target
+    samples, e.g. a residual built from wrong draft probabilities). ``min_excess`` keeps huge
+    samples from flagging tiny, harmless biases.
     """
 
     min_positions: int = 200
@@ -32,51 +34,25 @@ class SilentGreedyDetector:
     def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
         out = []
         for mode, t in sorted(stats.truth.items()):
-            if mode == schema.GREEDY or t.num_verified < self.min_positions:
+            if mode == schema.GREEDY or t.num_verified < self.min_positions or t.z is None:
                 continue
-            z = t.z
-            excess = (t.observed_rate or 0.0) - (t.expected_rate or 0.0)
-            if z is not None and z > self.z_threshold and excess > self.min_excess:
-                out.append(schema.AnomalyRecord(
-                    run_id=run_id, kind="silent_greedy", severity="critical",
-                    message=(f"requests asking for {mode} commit the target argmax "
-                             f"{t.observed_rate:.1%} of the time; honest sampling would give "
-                             f"{t.expected_rate:.1%} (z = {_fmt_z(z)} over {t.num_verified} "
-                             "positions): verify is running greedy"),
-                    evidence={"mode_requested": mode, "num_positions": t.num_verified,
-                              "observed_top1_rate": t.observed_rate,
-                              "expected_top1_rate": t.expected_rate, "z": _json_z(z)}))
-        return out
-
-
-@dataclass
-class SamplingMismatchDetector:
-    """Committed tokens equal the target argmax far LESS often than the requested sampling
-    implies: verify is committing tokens that are not target samples (for example a residual
-    computed from wrong draft probabilities). Same statistic and thresholds as silent greedy.
-    """
-
-    min_positions: int = 200
-    z_threshold: float = 6.0
-    min_excess: float = 0.05
-
-    def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
-        out = []
-        for mode, t in sorted(stats.truth.items()):
-            if t.num_verified < self.min_positions:
+            obs, exp, z = t.observed_rate or 0.0, t.expected_rate or 0.0, t.z
+            evidence = {"mode_requested": mode, "num_positions": t.num_verified,
+                        "observed_top1_rate": obs, "expected_top1_rate": exp, "z": _json_z(z)}
+            if z > self.z_threshold and obs - exp > self.min_excess:
+                kind, message = "silent_greedy", (
+                    f"requests asking for {mode} commit the target argmax {obs:.1%} of the "
+                    f"time; honest sampling would give {exp:.1%} (z = {_fmt_z(z)} over "
+                    f"{t.num_verified} positions): verify is running greedy")
+            elif z < -self.z_threshold and exp - obs > self.min_excess:
+                kind, message = "sampling_mismatch", (
+                    f"requests asking for {mode} commit the target argmax only {obs:.1%} of "
+                    f"the time where the target distribution gives {exp:.1%} (z = {_fmt_z(z)}): "
+                    "committed tokens are not target samples")
+            else:
                 continue
-            z = t.z
-            deficit = (t.expected_rate or 0.0) - (t.observed_rate or 0.0)
-            if z is not None and z < -self.z_threshold and deficit > self.min_excess:
-                out.append(schema.AnomalyRecord(
-                    run_id=run_id, kind="sampling_mismatch", severity="critical",
-                    message=(f"requests asking for {mode} commit the target argmax only "
-                             f"{t.observed_rate:.1%} of the time where the target distribution "
-                             f"gives {t.expected_rate:.1%} (z = {_fmt_z(z)}): committed tokens "
-                             "are not target samples"),
-                    evidence={"mode_requested": mode, "num_positions": t.num_verified,
-                              "observed_top1_rate": t.observed_rate,
-                              "expected_top1_rate": t.expected_rate, "z": _json_z(z)}))
+            out.append(schema.AnomalyRecord(run_id=run_id, kind=kind, severity="critical",
+                                            message=message, evidence=evidence))
         return out
 
 
@@ -126,8 +102,7 @@ class DraftHealthDetector:
         return []
 
 
-DEFAULT_DETECTORS = (SilentGreedyDetector(), SamplingMismatchDetector(), FallbackDetector(),
-                     DraftHealthDetector())
+DEFAULT_DETECTORS = (SamplingTruthDetector(), FallbackDetector(), DraftHealthDetector())
 
 
 def run_detectors(stats: SpecStats, run_id: str = "",

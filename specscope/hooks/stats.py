@@ -37,10 +37,12 @@ def expected_top1(
     """
     x = logits.float()
     t = temperature.to(x.dtype).clamp_min(1e-6)[:, None, None]
-    z = (x - x.amax(dim=-1, keepdim=True)) / t  # max entry is exactly 0
     if top_p is None and top_k is None:
-        p_max = torch.exp(-torch.logsumexp(z, dim=-1))
+        y = x / t
+        # p_max = exp(max y - logsumexp y): one scaled copy, one max pass, one logsumexp
+        p_max = torch.exp(y.amax(dim=-1) - torch.logsumexp(y, dim=-1))
     else:
+        z = (x - x.amax(dim=-1, keepdim=True)) / t  # max entry is exactly 0
         zs, _ = torch.sort(z, dim=-1, descending=True)
         keep = torch.ones_like(zs, dtype=torch.bool)
         rank = torch.arange(zs.shape[-1], device=zs.device)
