@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .. import schema
+from .histogram import Histogram
 
 
 def _add_lists(a: list[int], b: list[int]) -> list[int]:
@@ -82,6 +83,12 @@ class SpecStats:
     phase_ns: dict[str, list[int]] = field(default_factory=dict)
     # evals: name -> [hits, applicable]
     evals: dict[str, list[int]] = field(default_factory=dict)
+    #: bounded distributions (seconds) for exporters: ttft_s, tpot_s, itl_chunk_s, itl_token_s,
+    #: e2e_s and phase:<name>
+    hists: dict[str, Histogram] = field(default_factory=dict)
+    #: keep raw latency samples for exact percentiles (reports); a long-running collector
+    #: keeps only the histograms
+    keep_samples: bool = True
 
     # ------------------------------------------------------------------ observe
     def observe(self, record: Any) -> None:
@@ -91,7 +98,9 @@ class SpecStats:
         elif isinstance(record, schema.RequestRecord):
             self._observe_request(record)
         elif isinstance(record, schema.PhaseRecord):
-            self.phase_ns.setdefault(record.phase, []).append(record.duration_ns)
+            self._hist(f"phase:{record.phase}").observe(record.duration_ns / 1e9)
+            if self.keep_samples:
+                self.phase_ns.setdefault(record.phase, []).append(record.duration_ns)
         elif isinstance(record, schema.FallbackRecord):
             self.fallbacks[record.reason] += max(0, record.count)
         elif isinstance(record, schema.EvalRecord):
@@ -144,20 +153,31 @@ class SpecStats:
             if e.draft_top1_hist:
                 self.draft_hist = _add_lists(self.draft_hist, list(e.draft_top1_hist))
 
+    def _hist(self, name: str) -> Histogram:
+        h = self.hists.get(name)
+        if h is None:
+            h = self.hists[name] = Histogram()
+        return h
+
+    def _sample(self, name: str, value: float, n: int = 1) -> None:
+        self._hist(name).observe(value, n)
+        if self.keep_samples:
+            getattr(self, name).extend([value] * n)
+
     def _observe_request(self, r: schema.RequestRecord) -> None:
         self.num_requests += 1
         self.output_tokens += max(0, r.num_output_tokens)
         self._touch(r.t_finish_ns)
-        self.ttft_s.append((r.t_first_token_ns - r.t_arrival_ns) / 1e9)
-        self.e2e_s.append((r.t_finish_ns - r.t_arrival_ns) / 1e9)
+        self._sample("ttft_s", (r.t_first_token_ns - r.t_arrival_ns) / 1e9)
+        self._sample("e2e_s", (r.t_finish_ns - r.t_arrival_ns) / 1e9)
         if r.num_output_tokens > 1:
-            self.tpot_s.append((r.t_finish_ns - r.t_first_token_ns) / 1e9 / (r.num_output_tokens - 1))
+            self._sample("tpot_s", (r.t_finish_ns - r.t_first_token_ns) / 1e9 / (r.num_output_tokens - 1))
         times, sizes = r.chunk_times_ns, r.chunk_num_tokens
         for i in range(1, len(times)):
             gap = (times[i] - times[i - 1]) / 1e9
-            self.itl_chunk_s.append(gap)
+            self._sample("itl_chunk_s", gap)
             n = sizes[i] if i < len(sizes) and sizes[i] > 0 else 1
-            self.itl_token_s.extend([gap / n] * n)
+            self._sample("itl_token_s", gap / n, n)
 
     # ------------------------------------------------------------------ merge
     def merge(self, other: "SpecStats") -> "SpecStats":
@@ -171,6 +191,9 @@ class SpecStats:
         evals = {k: list(v) for k, v in self.evals.items()}
         for k, v in other.evals.items():
             evals[k] = _add_lists(evals.get(k, [0, 0]), v)
+        hists = dict(self.hists)
+        for k, v in other.hists.items():
+            hists[k] = hists[k].merge(v) if k in hists else v
         firsts = [t for t in (self.t_first_ns, other.t_first_ns) if t is not None]
         lasts = [t for t in (self.t_last_ns, other.t_last_ns) if t is not None]
         return SpecStats(
@@ -192,7 +215,8 @@ class SpecStats:
             num_requests=self.num_requests + other.num_requests,
             output_tokens=self.output_tokens + other.output_tokens,
             t_first_ns=min(firsts) if firsts else None, t_last_ns=max(lasts) if lasts else None,
-            phase_ns=phases, evals=evals)
+            phase_ns=phases, evals=evals, hists=hists,
+            keep_samples=self.keep_samples and other.keep_samples)
 
     # ------------------------------------------------------------------ figures
     @property

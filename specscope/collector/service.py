@@ -1,0 +1,213 @@
+"""The Collector: aggregates records from many engine processes; never imports torch or dash.
+
+Totals are cumulative counters per label set (the run's configuration and the engine rank);
+sliding windows, bucketed by the records' own time, serve live views; detectors run on each
+snapshot. Impossible inputs are clamped and counted; too many label sets fold into one
+``other`` set and are counted. The Collector is a Recorder sink (``write``), so it runs in
+process, or behind the ZeroMQ receiver as ``specscope serve``.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from .. import schema
+from .columns import VerifyColumns, observe_columns
+from .detectors import DEFAULT_DETECTORS
+from .stats import SpecStats
+
+LABELS = ("algorithm", "num_steps", "topk", "num_draft_tokens", "backend", "model", "rank")
+OTHER = ("other",) * (len(LABELS) - 1) + ("",)
+
+
+@dataclass
+class Snapshot:
+    """A consistent copy of the collector's state at one moment, for exporters and views."""
+
+    t_ns: int
+    totals: dict[tuple, SpecStats]  #: label values (LABELS order) -> cumulative stats
+    windows: dict[tuple, list[tuple[int, SpecStats]]]  #: label values -> (bucket start ns, stats)
+    runs: dict[str, schema.RunRecord]
+    anomalies: list[tuple[tuple, schema.AnomalyRecord]]  #: active now
+    anomaly_counts: dict[tuple, int]  #: (label values, kind) -> times it started firing
+    health: dict[str, int] = field(default_factory=dict)  #: the collector's own counters
+    processes: list[dict[str, Any]] = field(default_factory=list)  #: pid, role, cpu_s, rss
+
+
+class Collector:
+    """Aggregates records per label set; thread-safe."""
+
+    def __init__(self, *, window_s: float = 10.0, num_windows: int = 60,
+                 max_label_sets: int = 64, detectors: Sequence[Any] = DEFAULT_DETECTORS,
+                 sinks: Iterable[Any] = (), keep_samples: bool = False) -> None:
+        self.window_ns = int(window_s * 1e9)
+        self.num_windows = num_windows
+        self.max_label_sets = max_label_sets
+        self.detectors = detectors
+        self.sinks = list(sinks)
+        self.keep_samples = keep_samples
+        self._lock = threading.Lock()
+        self._runs: dict[str, schema.RunRecord] = {}
+        self._totals: dict[tuple, SpecStats] = {}
+        self._windows: dict[tuple, collections.OrderedDict[int, SpecStats]] = {}
+        self._active: set[tuple] = set()
+        self._anomaly_counts: collections.Counter = collections.Counter()
+        self.health: collections.Counter = collections.Counter()
+        self._pids: dict[int, str] = {os.getpid(): "collector"}
+
+    # ------------------------------------------------------------------ ingest
+    def write(self, records: Sequence[Any]) -> None:
+        """Sink interface: observe a batch of records."""
+        self.observe(records)
+
+    def observe(self, records: Iterable[Any]) -> None:
+        records = list(records)
+        verify = [r for r in records if isinstance(r, schema.VerifyStepRecord)]
+        with self._lock:
+            for r in records:
+                if isinstance(r, schema.RunRecord):
+                    self._runs[r.run_id] = r
+            for cols in VerifyColumns.from_records(verify):
+                self._observe_columns(cols)
+            for r in records:
+                if isinstance(r, (schema.VerifyStepRecord, schema.RunRecord)):
+                    continue
+                if isinstance(r, schema.HookHealthRecord):
+                    self.health["hook_records_dropped"] += (r.num_dropped_ring_full
+                                                            + r.num_dropped_batch_too_large
+                                                            + r.num_dropped_queue_full)
+                    self.health["hook_errors"] += r.num_hook_errors
+                    continue
+                run_id = getattr(r, "run_id", "")
+                stats = self._stats_for(self._key(run_id, getattr(r, "rank", 0)))
+                stats.observe(r)
+                t_ns = getattr(r, "t_ns", None) or getattr(r, "t_finish_ns", None) \
+                    or getattr(r, "t_start_ns", None)
+                if t_ns:
+                    self._window(self._key(run_id, getattr(r, "rank", 0)), t_ns).observe(r)
+            self.health["records_observed"] += len(records)
+        for sink in self.sinks:
+            try:
+                sink.write(records)
+            except Exception:
+                self.health["sink_errors"] += 1
+
+    def observe_columns(self, cols: VerifyColumns) -> None:
+        """Fast path: fold columnar verify entries in."""
+        with self._lock:
+            self._observe_columns(cols)
+
+    def _observe_columns(self, cols: VerifyColumns) -> None:
+        key = self._key(cols.run_id, cols.rank)
+        stats = self._stats_for(key)
+        before = stats.num_clamped
+        observe_columns(stats, cols)
+        self.health["entries_clamped"] += stats.num_clamped - before
+        if len(cols):
+            buckets = cols.t_ns // self.window_ns
+            lo, hi = int(buckets.min()), int(buckets.max())
+            if lo == hi:
+                observe_columns(self._window(key, int(cols.t_ns[0])), cols)
+            else:
+                import numpy as np
+
+                for b in np.unique(buckets).tolist():
+                    observe_columns(self._window(key, b * self.window_ns),
+                                    _select(cols, buckets == b))
+
+    def note_process(self, pid: int, role: str = "engine") -> None:
+        """An engine process whose CPU and RSS the exporter should show."""
+        self._pids.setdefault(pid, role)
+
+    # ------------------------------------------------------------------ keys, windows
+    def _key(self, run_id: str, rank: int) -> tuple:
+        run = self._runs.get(run_id)
+        if run is None:
+            values = ("unknown", "", "", "", "", "", str(rank))
+        else:
+            values = (run.algorithm, str(run.num_steps), str(run.topk), str(run.num_draft_tokens),
+                      run.backend, run.model, str(rank))
+        if values not in self._totals and len(self._totals) >= self.max_label_sets:
+            self.health["label_sets_overflowed"] += 1
+            return OTHER
+        return values
+
+    def _stats_for(self, key: tuple) -> SpecStats:
+        stats = self._totals.get(key)
+        if stats is None:
+            stats = self._totals[key] = SpecStats(keep_samples=self.keep_samples)
+        return stats
+
+    def _window(self, key: tuple, t_ns: int) -> SpecStats:
+        buckets = self._windows.setdefault(key, collections.OrderedDict())
+        start = (t_ns // self.window_ns) * self.window_ns
+        stats = buckets.get(start)
+        if stats is None:
+            stats = buckets[start] = SpecStats(keep_samples=False)
+            if len(buckets) > self.num_windows:
+                for old in sorted(buckets)[:len(buckets) - self.num_windows]:
+                    del buckets[old]
+        return stats
+
+    # ------------------------------------------------------------------ views
+    def snapshot(self) -> Snapshot:
+        """Copies of the state, detectors run, process facts sampled."""
+        with self._lock:
+            totals = {k: SpecStats(keep_samples=self.keep_samples).merge(v)
+                      for k, v in self._totals.items()}
+            windows = {k: [(t, SpecStats(keep_samples=False).merge(s)) for t, s in sorted(b.items())]
+                       for k, b in self._windows.items()}
+            runs = dict(self._runs)
+            active = []
+            for key, stats in totals.items():
+                for d in self.detectors:
+                    for a in d.check(stats):
+                        active.append((key, a))
+            now = {(k, a.kind) for k, a in active}
+            for started in now - self._active:
+                self._anomaly_counts[started] += 1
+            self._active = now
+            counts = dict(self._anomaly_counts)
+            health = dict(self.health)
+            pids = dict(self._pids)
+        return Snapshot(t_ns=time.time_ns(), totals=totals, windows=windows, runs=runs,
+                        anomalies=active, anomaly_counts=counts, health=health,
+                        processes=_process_facts(pids))
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception:
+                self.health["sink_errors"] += 1
+
+
+def _select(cols: VerifyColumns, mask) -> VerifyColumns:
+    import dataclasses
+
+    arrays = {f.name: getattr(cols, f.name)[mask] for f in dataclasses.fields(cols)
+              if f.name not in ("run_id", "config_id", "rank", "num_steps")}
+    return VerifyColumns(run_id=cols.run_id, config_id=cols.config_id, rank=cols.rank,
+                         num_steps=0, **arrays)
+
+
+def _process_facts(pids: dict[int, str]) -> list[dict[str, Any]]:
+    try:
+        import psutil
+    except ImportError:
+        return []
+    out = []
+    for pid, role in pids.items():
+        try:
+            p = psutil.Process(pid)
+            cpu = p.cpu_times()
+            out.append({"pid": pid, "role": role, "cpu_seconds": cpu.user + cpu.system,
+                        "rss_bytes": p.memory_info().rss})
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out

@@ -1,0 +1,82 @@
+"""The /metrics endpoint: a small threaded HTTP server over a Collector. Stdlib only.
+
+Binds 127.0.0.1 unless told otherwise; optional basic auth and TLS.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from .prometheus import render
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class MetricsServer:
+    """Serves ``/metrics`` (Prometheus text) and ``/health`` for one collector."""
+
+    def __init__(self, collector: Any, *, host: str = "127.0.0.1", port: int = 0,
+                 basic_auth: tuple[str, str] | None = None,
+                 tls: tuple[str, str] | None = None) -> None:
+        self.collector = collector
+        expected = None
+        if basic_auth:
+            expected = "Basic " + base64.b64encode(f"{basic_auth[0]}:{basic_auth[1]}".encode()).decode()
+        server_self = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                if expected and not hmac.compare_digest(self.headers.get("Authorization", ""), expected):
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="specscope"')
+                    self.end_headers()
+                    return
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    body, ctype = render(server_self.collector.snapshot()).encode(), CONTENT_TYPE
+                elif path == "/health":
+                    body, ctype = b"ok\n", "text/plain"
+                else:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tls[0], tls[1])
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.scheme = "https" if tls else "http"
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self.httpd.server_address[1]
+
+    @property
+    def url(self) -> str:
+        host = self.httpd.server_address[0]
+        return f"{self.scheme}://{host}:{self.port}/metrics"
+
+    def start(self) -> "MetricsServer":
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="specscope-metrics",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
