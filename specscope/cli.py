@@ -11,7 +11,7 @@ import sys
 from typing import Callable, Sequence
 
 EXTRA_OF = {"torch": "engine", "transformers": "engine", "pyarrow": "parquet", "tqdm": "engine",
-            "gguf": "engine", "numpy": "collector"}
+            "gguf": "engine", "zmq": "collector", "prometheus_client": "prometheus"}
 
 
 def _cmd_record(args: argparse.Namespace) -> int:
@@ -28,8 +28,28 @@ def _cmd_record(args: argparse.Namespace) -> int:
                         top_p=args.top_p, top_k=args.top_k, seed=args.seed,
                         stats_every=args.stats_every, reference=not args.no_reference)
     pair = load_pair(args.model, args.draft, seed=args.seed)
-    path = run_workload(pair, cfg, spec, args.output, progress=not args.quiet)
-    print(f"trace written to {path}")
+    sinks, server = [], None
+    if args.collector:
+        from .collector.transport import ZmqSink
+
+        sinks.append(ZmqSink(args.collector))
+    if args.metrics_port is not None:
+        from .collector.service import Collector
+        from .exporters.http import MetricsServer
+
+        collector = Collector()
+        sinks.append(collector)
+        server = MetricsServer(collector, host=args.metrics_host, port=args.metrics_port).start()
+        print(f"metrics at {server.url}", flush=True)
+    path = run_workload(pair, cfg, spec, args.output, progress=not args.quiet, sinks=sinks)
+    for sink in sinks:
+        sink.close()
+    print(f"trace written to {path}", flush=True)
+    if server is not None:
+        import time
+
+        time.sleep(args.linger)
+        server.close()
     if args.report:
         return _cmd_report(argparse.Namespace(trace=[str(path)], json=False, window=None))
     return 0
@@ -48,6 +68,39 @@ def _cmd_report(args: argparse.Namespace) -> int:
     for p in trace.problems[:20]:
         print(f"warning: skipped {p}", file=sys.stderr)
     return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .collector.serve import serve
+
+    return serve(listen=args.listen, metrics_host=args.metrics_host,
+                 metrics_port=args.metrics_port, trace=args.trace,
+                 basic_auth=tuple(args.basic_auth.split(":", 1)) if args.basic_auth else None,
+                 tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
+                 max_label_sets=args.max_label_sets)
+
+
+def _cmd_rules(args: argparse.Namespace) -> int:
+    from .exporters.rules import alert_rules
+
+    _write_or_print(args.output, alert_rules())
+    return 0
+
+
+def _cmd_grafana(args: argparse.Namespace) -> int:
+    from .exporters.grafana import dashboard_json
+
+    _write_or_print(args.output, dashboard_json())
+    return 0
+
+
+def _write_or_print(path: str | None, text: str) -> None:
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        print(f"written to {path}")
+    else:
+        print(text)
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:
@@ -94,8 +147,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the reference run without speculation (no eval gate baseline)")
     r.add_argument("--report", action="store_true", help="print the report afterwards")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--metrics-port", type=int, default=None,
+                   help="serve Prometheus /metrics from an in-process collector on this port")
+    r.add_argument("--metrics-host", default="127.0.0.1")
+    r.add_argument("--linger", type=float, default=0.0,
+                   help="keep /metrics up this many seconds after the run (for a final scrape)")
+    r.add_argument("--collector", default=None,
+                   help="also send records to a running `specscope serve` (tcp://HOST:PORT)")
     r.add_argument("-o", "--output", default="specscope-trace.jsonl")
     r.set_defaults(func=_cmd_record)
+
+    sv = sub.add_parser("serve", help="run a collector: receive records, serve /metrics",
+                        description="Receive record batches from engine processes over ZeroMQ, "
+                        "aggregate them, run detectors and serve Prometheus /metrics. Stops on "
+                        "Ctrl-C or SIGTERM.")
+    sv.add_argument("--listen", default="tcp://127.0.0.1:5557", help="ZeroMQ PULL endpoint")
+    sv.add_argument("--metrics-host", default="127.0.0.1")
+    sv.add_argument("--metrics-port", type=int, default=9400)
+    sv.add_argument("--trace", default=None, help="also write every record to this JSONL trace")
+    sv.add_argument("--basic-auth", default=None, metavar="USER:PASSWORD")
+    sv.add_argument("--tls-cert", default=None)
+    sv.add_argument("--tls-key", default=None)
+    sv.add_argument("--max-label-sets", type=int, default=64,
+                    help="label sets beyond this fold into 'other' (counted)")
+    sv.set_defaults(func=_cmd_serve)
+
+    ru = sub.add_parser("rules", help="write Prometheus alerting and recording rules")
+    ru.add_argument("-o", "--output", default=None)
+    ru.set_defaults(func=_cmd_rules)
+    gr = sub.add_parser("grafana", help="write a Grafana dashboard JSON over the exporter's metrics")
+    gr.add_argument("-o", "--output", default=None)
+    gr.set_defaults(func=_cmd_grafana)
 
     rep = sub.add_parser("report", help="figures of a trace, as text or --json",
                          description="Acceptance length and rate, per-position acceptance, "

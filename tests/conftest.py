@@ -41,3 +41,23 @@ def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     return subprocess.run([sys.executable, "-m", "specscope", *args], capture_output=True,
                           text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite golden files from the current output")
+
+
+@pytest.fixture
+def golden(request):
+    """golden(name, text): compare with tests/golden/NAME, or rewrite it with --update-golden."""
+    update = request.config.getoption("--update-golden")
+
+    def check(name: str, text: str) -> None:
+        path = ROOT / "tests" / "golden" / name
+        if update or not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        assert text == path.read_text(), f"differs from {path} (rerun with --update-golden)"
+
+    return check

@@ -103,8 +103,11 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
     for length, n in enumerate(np.bincount(a[has] + 1).tolist() if has.any() else []):
         if n:
             stats.accept_len_hist[length] += n
-    stats.drafted_per_pos = _add_lists(stats.drafted_per_pos, _tail_counts(d))
-    stats.accepted_per_pos = _add_lists(stats.accepted_per_pos, _tail_counts(a))
+    drafted_pp = _tail_counts(d)
+    accepted_pp = _tail_counts(a)
+    accepted_pp += [0] * (len(drafted_pp) - len(accepted_pp))
+    stats.drafted_per_pos = _add_lists(stats.drafted_per_pos, drafted_pp)
+    stats.accepted_per_pos = _add_lists(stats.accepted_per_pos, accepted_pp)
     n_modes = len(MODES)
     pair = c.mode_requested.astype(np.int64) * n_modes + c.mode_used
     for code, n in enumerate(np.bincount(pair, minlength=n_modes * n_modes).tolist()):

@@ -140,17 +140,21 @@ def _evals(run_id: str, pair: ModelPair, outs: list[Output], prompts: dict[str, 
 
 
 def run_workload(pair: ModelPair, cfg: SpecConfig, spec: WorkloadSpec, out_path: str | Path,
-                 *, progress: bool = True, run_id: str = "") -> Path:
-    """Decode the workload with hooks on and write the trace (with the reference run)."""
+                 *, progress: bool = True, run_id: str = "", sinks: list[Any] = ()) -> Path:
+    """Decode the workload with hooks on and write the trace (with the reference run).
+
+    ``sinks`` also receive every record (an in-process Collector, a ZmqSink, ...).
+    """
     from tqdm import tqdm
 
     run_id = run_id or f"{cfg.config_id}{'-' + cfg.fault if cfg.fault else ''}-{uuid.uuid4().hex[:8]}"
     reqs, prompts = build_requests(pair, spec)
     writer = TraceWriter(out_path)
+    out_sinks = [writer, *sinks]
     total = len(reqs) * (2 if spec.reference and cfg.num_steps else 1)
     bar = tqdm(total=total, desc=f"decoding {cfg.config_id}", unit="req", disable=not progress)
     try:
-        main = Recorder(_run_record(run_id, pair, cfg, "measured", {}), sinks=[writer],
+        main = Recorder(_run_record(run_id, pair, cfg, "measured", {}), sinks=out_sinks,
                         stats_policy=every_n(spec.stats_every)).start()
         outs = _decode_all(pair, cfg, spec, reqs, main, bar)
         main.close(close_sinks=False)
@@ -159,11 +163,15 @@ def run_workload(pair: ModelPair, cfg: SpecConfig, spec: WorkloadSpec, out_path:
             ref_id = f"{run_id}/reference"
             ref_cfg = SpecConfig(num_steps=0, verify_mode=cfg.verify_mode)
             ref = Recorder(_run_record(ref_id, pair, ref_cfg, "reference",
-                                       {"reference_for": run_id}), sinks=[writer]).start()
+                                       {"reference_for": run_id}), sinks=out_sinks).start()
             ref_outs = _decode_all(pair, ref_cfg, spec, reqs, ref, bar)
             ref.close(close_sinks=False)
-            writer.write(_evals(ref_id, pair, ref_outs, prompts, reqs, None))
-        writer.write(_evals(run_id, pair, outs, prompts, reqs, ref_outs))
+            evals = _evals(ref_id, pair, ref_outs, prompts, reqs, None)
+        else:
+            evals = []
+        evals += _evals(run_id, pair, outs, prompts, reqs, ref_outs)
+        for sink in out_sinks:
+            sink.write(evals)
     finally:
         bar.close()
         writer.close()

@@ -1,0 +1,37 @@
+"""``specscope serve``: the collector as a standalone service. Never imports torch or dash."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from .service import Collector
+from .transport import ZmqReceiver
+
+
+def serve(*, listen: str, metrics_host: str = "127.0.0.1", metrics_port: int = 9400,
+          trace: str | None = None, basic_auth: tuple[str, str] | None = None,
+          tls: tuple[str, str] | None = None, max_label_sets: int = 64,
+          stop: threading.Event | None = None) -> int:
+    """Receive, aggregate and export until SIGINT/SIGTERM (or ``stop`` is set)."""
+    from ..exporters.http import MetricsServer
+
+    sinks = []
+    if trace:
+        from ..exporters.trace import TraceWriter
+
+        sinks.append(TraceWriter(trace))
+    collector = Collector(sinks=sinks, max_label_sets=max_label_sets)
+    receiver = ZmqReceiver(collector, listen).start()
+    server = MetricsServer(collector, host=metrics_host, port=metrics_port,
+                           basic_auth=basic_auth, tls=tls).start()
+    stop = stop or threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"collector listening on {receiver.endpoint}; metrics at {server.url}", flush=True)
+    stop.wait()
+    receiver.close()
+    server.close()
+    collector.close()
+    print("collector stopped", flush=True)
+    return 0

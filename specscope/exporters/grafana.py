@@ -1,0 +1,49 @@
+"""A Grafana dashboard over the exporter's metrics (``specscope grafana``). Stdlib only."""
+
+from __future__ import annotations
+
+import json
+
+_BY = "algorithm, num_steps, topk, num_draft_tokens"
+
+PANELS = [
+    ("Mean acceptance length (bonus token included)",
+     f"1 + sum by ({_BY}) (rate(specscope_accepted_tokens_total[5m])) / sum by ({_BY}) (rate(specscope_drafts_total[5m]))"),
+    ("Acceptance rate (accepted / drafted)",
+     f"sum by ({_BY}) (rate(specscope_accepted_tokens_total[5m])) / sum by ({_BY}) (rate(specscope_draft_tokens_total[5m]))"),
+    ("Per-position acceptance",
+     "sum by (position) (rate(specscope_accepted_tokens_per_position_total[5m])) / sum by (position) (rate(specscope_drafted_tokens_per_position_total[5m]))"),
+    ("Sampling truth z-score (silent greedy above 6)",
+     "(sum by (mode_requested) (increase(specscope_sampling_top1_total[10m])) - sum by (mode_requested) (increase(specscope_sampling_top1_expected_total[10m]))) / sqrt(sum by (mode_requested) (increase(specscope_sampling_top1_variance_total[10m])))"),
+    ("Request-steps by requested / used sampling mode",
+     "sum by (mode_requested, mode_used) (rate(specscope_request_steps_total[5m]))"),
+    ("Fallbacks to argmax by reason", "sum by (reason) (rate(specscope_fallbacks_total[5m]))"),
+    ("Draft top-1 probability exactly 1.0 (share)",
+     "sum(rate(specscope_draft_top1_at_one_total[5m])) / sum(rate(specscope_draft_top1_probability_count[5m]))"),
+    ("Active anomalies", "sum by (kind) (specscope_anomaly_active)"),
+    ("Output tokens/s", f"sum by ({_BY}) (rate(specscope_output_tokens_total[1m]))"),
+    ("TTFT p50 / p99 (s)",
+     "histogram_quantile(0.5, sum by (le) (rate(specscope_ttft_seconds_bucket[5m])))"),
+    ("TPOT p50 (s)", "histogram_quantile(0.5, sum by (le) (rate(specscope_tpot_seconds_bucket[5m])))"),
+    ("ITL per token p50 (s)", "histogram_quantile(0.5, sum by (le) (rate(specscope_itl_seconds_bucket[5m])))"),
+    ("Phase time share", "sum by (phase) (rate(specscope_phase_duration_seconds_sum[5m]))"),
+    ("Collector and engine CPU (cores)", "sum by (role, pid) (rate(specscope_process_cpu_seconds_total[1m]))"),
+]
+
+
+def dashboard_json() -> str:
+    """Grafana dashboard JSON (schema 39), one time-series panel per figure."""
+    panels = []
+    for i, (title, expr) in enumerate(PANELS):
+        panels.append({
+            "id": i + 1, "type": "timeseries", "title": title,
+            "gridPos": {"h": 8, "w": 12, "x": (i % 2) * 12, "y": (i // 2) * 8},
+            "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            "targets": [{"refId": "A", "expr": expr, "legendFormat": "__auto"}],
+        })
+    return json.dumps({
+        "title": "specscope: speculative decoding", "uid": "specscope", "schemaVersion": 39,
+        "time": {"from": "now-1h", "to": "now"}, "refresh": "10s",
+        "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus"}]},
+        "panels": panels,
+    }, indent=1)

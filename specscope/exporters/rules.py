@@ -1,0 +1,136 @@
+"""Prometheus recording and alerting rules for the detectors' signals (``specscope rules``).
+
+Stdlib only: the YAML is written as text. Every metric named here is one the exporter emits
+(tests check it), and ``promtool check rules`` / ``promtool test rules`` pass on it in CI.
+"""
+
+from __future__ import annotations
+
+BY = "algorithm, num_steps, topk, num_draft_tokens, backend, model"
+
+RULES = f"""\
+groups:
+  - name: specscope-recording
+    rules:
+      - record: specscope_acceptance_rate_5m
+        expr: |
+          sum by ({BY}) (rate(specscope_accepted_tokens_total[5m]))
+            / sum by ({BY}) (rate(specscope_draft_tokens_total[5m]))
+      - record: specscope_acceptance_rate_1h
+        expr: |
+          sum by ({BY}) (rate(specscope_accepted_tokens_total[1h]))
+            / sum by ({BY}) (rate(specscope_draft_tokens_total[1h]))
+      - record: specscope_mean_acceptance_length_5m
+        # tokens committed per request-step, bonus token included
+        expr: |
+          1 + sum by ({BY}) (rate(specscope_accepted_tokens_total[5m]))
+            / sum by ({BY}) (rate(specscope_drafts_total[5m]))
+      - record: specscope_sampling_truth_z_10m
+        expr: |
+          (sum by ({BY}, mode_requested) (increase(specscope_sampling_top1_total[10m]))
+            - sum by ({BY}, mode_requested) (increase(specscope_sampling_top1_expected_total[10m])))
+          / sqrt(sum by ({BY}, mode_requested) (increase(specscope_sampling_top1_variance_total[10m])))
+  - name: specscope-alerts
+    rules:
+      - alert: SpecscopeSilentGreedy
+        expr: |
+          specscope_sampling_truth_z_10m{{mode_requested!="greedy"}} > 6
+          and on ({BY}, mode_requested)
+          sum by ({BY}, mode_requested) (increase(specscope_sampling_verified_positions_total[10m])) >= 200
+        for: 2m
+        labels:
+          severity: critical
+        annotations:
+          summary: "Verify commits the argmax for sampled requests ({{{{ $labels.mode_requested }}}})"
+          description: "Committed tokens equal the target argmax far more often than the requested sampling allows (z = {{{{ $value }}}})."
+      - alert: SpecscopeSamplingFallback
+        expr: sum by ({BY}, reason) (increase(specscope_fallbacks_total[5m])) > 0
+        labels:
+          severity: warning
+        annotations:
+          summary: "Verify fell back to argmax ({{{{ $labels.reason }}}})"
+          description: "{{{{ $value }}}} request-steps did not get the sampling they asked for in 5 minutes."
+      - alert: SpecscopeDraftProbCollapse
+        expr: |
+          sum by ({BY}) (increase(specscope_draft_top1_at_one_total[10m]))
+            / sum by ({BY}) (increase(specscope_draft_top1_probability_count[10m])) > 0.5
+          and on ({BY})
+          sum by ({BY}) (increase(specscope_draft_top1_probability_count[10m])) >= 100
+        for: 2m
+        labels:
+          severity: critical
+        annotations:
+          summary: "Draft top-1 probabilities are exactly 1.0"
+          description: "{{{{ $value | humanizePercentage }}}} of drafted positions: the draft distribution is not being computed."
+      - alert: SpecscopeAcceptanceDrop
+        expr: specscope_acceptance_rate_5m < 0.8 * specscope_acceptance_rate_1h
+        for: 10m
+        labels:
+          severity: warning
+        annotations:
+          summary: "Acceptance rate dropped by more than 20% against the last hour"
+          description: "Acceptance rate is {{{{ $value }}}} (5m)."
+"""
+
+TESTS = """\
+rule_files:
+  - {rules}
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'specscope_sampling_top1_total{{algorithm="eagle",num_steps="3",topk="1",num_draft_tokens="4",backend="hip",model="m",rank="0",mode_requested="speculative-sampling"}}'
+        values: '0+300x20'
+      - series: 'specscope_sampling_top1_expected_total{{algorithm="eagle",num_steps="3",topk="1",num_draft_tokens="4",backend="hip",model="m",rank="0",mode_requested="speculative-sampling"}}'
+        values: '0+105x20'
+      - series: 'specscope_sampling_top1_variance_total{{algorithm="eagle",num_steps="3",topk="1",num_draft_tokens="4",backend="hip",model="m",rank="0",mode_requested="speculative-sampling"}}'
+        values: '0+68x20'
+      - series: 'specscope_sampling_verified_positions_total{{algorithm="eagle",num_steps="3",topk="1",num_draft_tokens="4",backend="hip",model="m",rank="0",mode_requested="speculative-sampling"}}'
+        values: '0+300x20'
+      - series: 'specscope_fallbacks_total{{algorithm="eagle",num_steps="3",topk="1",num_draft_tokens="4",backend="hip",model="m",rank="0",reason="top_p_unsupported"}}'
+        values: '0 0 0 0 5 10 15 20 25 30'
+    alert_rule_test:
+      - eval_time: 15m
+        alertname: SpecscopeSilentGreedy
+        exp_alerts:
+          - exp_labels:
+              severity: critical
+              algorithm: eagle
+              num_steps: "3"
+              topk: "1"
+              num_draft_tokens: "4"
+              backend: hip
+              model: m
+              mode_requested: speculative-sampling
+            exp_annotations:
+              summary: "Verify commits the argmax for sampled requests (speculative-sampling)"
+              description: "Committed tokens equal the target argmax far more often than the requested sampling allows (z = 74.77908641261861)."
+      - eval_time: 3m
+        alertname: SpecscopeSamplingFallback
+        exp_alerts: []
+      - eval_time: 8m
+        alertname: SpecscopeSamplingFallback
+        exp_alerts:
+          - exp_labels:
+              severity: warning
+              algorithm: eagle
+              num_steps: "3"
+              topk: "1"
+              num_draft_tokens: "4"
+              backend: hip
+              model: m
+              reason: top_p_unsupported
+            exp_annotations:
+              summary: "Verify fell back to argmax (top_p_unsupported)"
+              description: "25 request-steps did not get the sampling they asked for in 5 minutes."
+"""
+
+
+def alert_rules() -> str:
+    """The rules file (YAML)."""
+    return RULES
+
+
+def rule_tests(rules_path: str) -> str:
+    """A ``promtool test rules`` file exercising two alerts on synthetic series."""
+    return TESTS.format(rules=rules_path)

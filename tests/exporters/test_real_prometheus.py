@@ -1,0 +1,112 @@
+"""A real Prometheus scrapes two specscope exporters; PromQL agrees with the traces exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from specscope.collector.stats import SpecStats
+from specscope.exporters.trace import read_trace
+from tests.conftest import ROOT
+
+PROMETHEUS = shutil.which("prometheus")
+pytestmark = pytest.mark.skipif(PROMETHEUS is None,
+                                reason="needs Debian's prometheus package (.ci/run installs it)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _query(port: int, expr: str) -> list[dict]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=5) as r:
+        data = json.loads(r.read())
+    assert data["status"] == "success", data
+    return data["data"]["result"]
+
+
+def _scalar(port: int, expr: str) -> float | None:
+    result = _query(port, expr)
+    return float(result[0]["value"][1]) if result else None
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream:
+            stream.close()
+
+
+def test_promql_acceptance_equals_trace_totals(tmp_path):
+    exporter_ports = [_free_port(), _free_port()]
+    prom_port = _free_port()
+    config = tmp_path / "prometheus.yml"
+    targets = ", ".join(f"'127.0.0.1:{p}'" for p in exporter_ports)
+    config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n"
+                      f"  - job_name: specscope\n    static_configs:\n      - targets: [{targets}]\n")
+    procs = []
+    try:
+        prom = subprocess.Popen([PROMETHEUS, f"--config.file={config}",
+                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                 f"--web.listen-address=127.0.0.1:{prom_port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        procs.append(prom)
+        for i, port in enumerate(exporter_ports):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "specscope", "record", "--model", "tiny", "--requests", "8",
+                 "--concurrency", "4", "--max-new-tokens", "32", "--temperature", str(0.5 * i),
+                 "--seed", str(i), "--quiet", "--metrics-port", str(port), "--linger", "120",
+                 "-o", str(tmp_path / f"node{i}.jsonl")], cwd=ROOT, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, text=True))
+        for proc in procs[1:]:
+            deadline = time.time() + 300
+            while time.time() < deadline:
+                line = proc.stdout.readline()
+                if not line or line.startswith("trace written"):
+                    break
+            assert line.startswith("trace written"), "the workload did not finish"
+        expected = SpecStats().observe_all(
+            read_trace([tmp_path / "node0.jsonl", tmp_path / "node1.jsonl"]).records)
+        accepted = None
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                accepted = _scalar(prom_port, "sum(specscope_accepted_tokens_total)")
+            except OSError:
+                accepted = None
+            if accepted == expected.accepted_tokens:
+                break
+            time.sleep(0.5)
+        assert accepted == expected.accepted_tokens
+        rate = _scalar(prom_port, "sum(specscope_accepted_tokens_total) / sum(specscope_draft_tokens_total)")
+        assert rate == pytest.approx(expected.acceptance_rate, rel=1e-12)
+        length = _scalar(prom_port, "1 + sum(specscope_accepted_tokens_total) / sum(specscope_drafts_total)")
+        assert length == pytest.approx(expected.mean_acceptance_length, rel=1e-12)
+        per_pos = _query(prom_port, "sum by (position) (specscope_accepted_tokens_per_position_total)"
+                                    " / sum by (position) (specscope_drafted_tokens_per_position_total)")
+        got = {int(r["metric"]["position"]): float(r["value"][1]) for r in per_pos}
+        assert [got[p] for p in sorted(got)] == pytest.approx(expected.per_position_acceptance, rel=1e-12)
+        instances = _query(prom_port, "count by (instance) (specscope_drafts_total)")
+        assert len(instances) == 2  # one exporter per node; Prometheus aggregates
+    finally:
+        for proc in procs:
+            _stop(proc)
