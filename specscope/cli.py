@@ -51,7 +51,8 @@ def _cmd_record(args: argparse.Namespace) -> int:
         time.sleep(args.linger)
         server.close()
     if args.report:
-        return _cmd_report(argparse.Namespace(trace=[str(path)], json=False, window=None))
+        return _cmd_report(argparse.Namespace(trace=[str(path)], json=False, window=None,
+                                              baseline=None))
     return 0
 
 
@@ -60,7 +61,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from .exporters.trace import read_trace
 
     trace = read_trace(args.trace)
-    report = build_report(trace.records, window_s=args.window, problems=trace.problems)
+    baseline = read_trace(args.baseline).records if args.baseline else None
+    report = build_report(trace.records, window_s=args.window, problems=trace.problems,
+                          baseline=baseline)
     if args.json:
         print(json.dumps(report, indent=1, default=str))
     else:
@@ -187,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--json", action="store_true", help="stable machine-readable output")
     rep.add_argument("--window", type=float, default=None,
                      help="window width in seconds for 'windows' (default: a tenth of the run)")
+    rep.add_argument("--baseline", nargs="+", default=None, metavar="TRACE",
+                     help="an earlier run: flag acceptance regressions and worse output quality")
     rep.set_defaults(func=_cmd_report)
 
     c = sub.add_parser("compact", help="compact JSONL traces into a Parquet trace directory")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from .. import schema
 from .stats import SpecStats
@@ -100,6 +101,110 @@ class DraftHealthDetector:
                 message=f"draft top-1 probabilities collapsed into one bin ({top_bin})",
                 evidence=evidence)]
         return []
+
+
+def _mean_var_n(hist: dict[int, int]) -> tuple[float, float, int]:
+    n = sum(hist.values())
+    if not n:
+        return 0.0, 0.0, 0
+    mean = sum(k * v for k, v in hist.items()) / n
+    var = sum(v * (k - mean) ** 2 for k, v in hist.items()) / max(1, n - 1)
+    return mean, var, n
+
+
+@dataclass
+class AcceptanceRegressionDetector:
+    """Acceptance length and per-position acceptance fell against a baseline.
+
+    Accept length: Welch z of the means of the accept-length histograms. Per position: a
+    two-proportion z per drafted position. Flags where z < -``z_threshold`` AND the drop is at
+    least ``min_relative_drop``: with |z| > 5 one test in about 3.5 million flags by chance on
+    independent samples; steps of one request are correlated, so the clean-run check (two clean
+    reference runs with different seeds, tests/collector/test_regression.py) is the figure
+    that counts: 0 flags. Use ``baseline`` = an earlier run, or ``check_windows`` to compare the
+    latest window with the ones before it.
+    """
+
+    baseline: SpecStats | None = None
+    z_threshold: float = 5.0
+    min_relative_drop: float = 0.05
+    min_drafts: int = 200
+
+    def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
+        base = self.baseline
+        if base is None or stats.num_drafts < self.min_drafts or base.num_drafts < self.min_drafts:
+            return []
+        findings: dict[str, Any] = {}
+        m1, v1, n1 = _mean_var_n(stats.accept_len_hist)
+        m0, v0, n0 = _mean_var_n(base.accept_len_hist)
+        se = math.sqrt(v1 / n1 + v0 / n0) if n1 and n0 else 0.0
+        z = (m1 - m0) / se if se else 0.0
+        if z < -self.z_threshold and m1 < m0 * (1 - self.min_relative_drop):
+            findings["mean_acceptance_length"] = {"baseline": m0, "now": m1, "z": z}
+        for pos, (a1, d1, a0, d0) in enumerate(zip(stats.accepted_per_pos, stats.drafted_per_pos,
+                                                   base.accepted_per_pos, base.drafted_per_pos)):
+            if not d1 or not d0:
+                continue
+            p1, p0 = a1 / d1, a0 / d0
+            pooled = (a1 + a0) / (d1 + d0)
+            se = math.sqrt(pooled * (1 - pooled) * (1 / d1 + 1 / d0))
+            zp = (p1 - p0) / se if se else 0.0
+            if zp < -self.z_threshold and p1 < p0 * (1 - self.min_relative_drop):
+                findings[f"position_{pos}"] = {"baseline": p0, "now": p1, "z": zp}
+        if not findings:
+            return []
+        what = ", ".join(f"{k} {v['baseline']:.3f} -> {v['now']:.3f} (z {v['z']:.1f})"
+                         for k, v in findings.items())
+        return [schema.AnomalyRecord(run_id=run_id, kind="acceptance_regression",
+                                     severity="warning", message=f"acceptance fell: {what}",
+                                     evidence=findings)]
+
+    def check_windows(self, windows: list[SpecStats], recent: int = 1,
+                      run_id: str = "") -> list[schema.AnomalyRecord]:
+        """The last ``recent`` windows against all the windows before them."""
+        if len(windows) <= recent:
+            return []
+        base, now = SpecStats(), SpecStats()
+        for w in windows[:-recent]:
+            base = base.merge(w)
+        for w in windows[-recent:]:
+            now = now.merge(w)
+        return AcceptanceRegressionDetector(base, self.z_threshold, self.min_relative_drop,
+                                            self.min_drafts).check(now, run_id)
+
+
+@dataclass
+class QualityDetector:
+    """Repetition-loop and invalid-output rates above a baseline run's.
+
+    One-sided two-proportion test at ``alpha`` and at least ``min_excess`` more (absolute):
+    false-alarm rate at most ``alpha`` per signal when the runs are alike.
+    """
+
+    baseline: SpecStats | None = None
+    alpha: float = 0.001
+    min_excess: float = 0.10
+
+    def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
+        from .evalgate import one_sided_excess
+
+        if self.baseline is None:
+            return []
+        out = []
+        for name in ("repetition_loop", "invalid"):
+            hits, n = stats.evals.get(name, [0, 0])
+            b_hits, b_n = self.baseline.evals.get(name, [0, 0])
+            if not n or not b_n:
+                continue
+            excess, p = one_sided_excess(hits, n, b_hits, b_n)
+            if p < self.alpha and excess >= self.min_excess:
+                out.append(schema.AnomalyRecord(
+                    run_id=run_id, kind=f"{name}_rate", severity="critical",
+                    message=(f"{name.replace('_', ' ')} rate {hits / n:.1%} against "
+                             f"{b_hits / b_n:.1%} in the baseline (p = {p:.2g})"),
+                    evidence={"rate": hits / n, "baseline_rate": b_hits / b_n, "p_value": p,
+                              "n": n, "baseline_n": b_n}))
+        return out
 
 
 DEFAULT_DETECTORS = (SamplingTruthDetector(), FallbackDetector(), DraftHealthDetector())

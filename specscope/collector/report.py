@@ -11,7 +11,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .. import schema
-from .detectors import run_detectors
+from .detectors import AcceptanceRegressionDetector, QualityDetector, run_detectors
 from .evalgate import eval_gate
 from .stats import SpecStats
 
@@ -90,10 +90,14 @@ def _draft_health(s: SpecStats) -> dict[str, Any]:
 
 
 def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
-                 reference: Sequence[Any] | None, window_s: float | None) -> dict[str, Any]:
+                 reference: Sequence[Any] | None, window_s: float | None,
+                 baseline: SpecStats | None = None) -> dict[str, Any]:
     s = SpecStats().observe_all(records)
     run_id = run.run_id if run else ""
     anomalies = run_detectors(s, run_id)
+    if baseline is not None:
+        anomalies += AcceptanceRegressionDetector(baseline).check(s, run_id)
+        anomalies += QualityDetector(baseline).check(s, run_id)
     ref_stats = SpecStats().observe_all(reference) if reference else None
     span_s = ((s.t_last_ns - s.t_first_ns) / 1e9) if s.t_first_ns is not None else None
     health = [r for r in records if isinstance(r, schema.HookHealthRecord)]
@@ -122,14 +126,25 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
     }
 
 
+def measured_stats(records: Iterable[Any]) -> SpecStats:
+    """Pooled stats of a trace's measured runs (reference runs left out): a baseline."""
+    records = list(records)
+    refs = {r.run_id for r in records
+            if isinstance(r, schema.RunRecord) and r.labels.get("role") == "reference"}
+    return SpecStats().observe_all(r for r in records if getattr(r, "run_id", "") not in refs)
+
+
 def build_report(records: Iterable[Any], *, window_s: float | None = None,
-                 problems: Sequence[Any] = ()) -> dict[str, Any]:
+                 problems: Sequence[Any] = (), baseline: Iterable[Any] | None = None) -> dict[str, Any]:
     """The report of a trace: pooled ``totals``/``windows`` and one section per run.
 
     Runs labelled ``role=reference`` (the same workload without speculation) are not pooled;
     they serve as the eval gate's baseline for the run named in their ``reference_for`` label.
+    ``baseline``: records of an earlier run; acceptance regressions and output-quality changes
+    against it become anomalies.
     """
     records = list(records)
+    base_stats = measured_stats(baseline) if baseline is not None else None
     runs = {r.run_id: r for r in records if isinstance(r, schema.RunRecord)}
     by_run: dict[str, list[Any]] = {}
     for r in records:
@@ -137,8 +152,8 @@ def build_report(records: Iterable[Any], *, window_s: float | None = None,
     refs = {run.labels.get("reference_for"): rid for rid, run in runs.items()
             if run.labels.get("role") == "reference"}
     measured = [rid for rid in by_run if rid not in refs.values()]
-    sections = [_run_section(by_run[rid], runs.get(rid), by_run.get(refs.get(rid, "\0")), window_s)
-                for rid in measured]
+    sections = [_run_section(by_run[rid], runs.get(rid), by_run.get(refs.get(rid, "\0")), window_s,
+                             base_stats) for rid in measured]
     pooled = [r for rid in measured for r in by_run[rid]]
     top = _run_section(pooled, None, None, window_s) if len(sections) != 1 else sections[0]
     return {

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Sequence
 
 from .. import schema
 from .columns import VerifyColumns, observe_columns
-from .detectors import DEFAULT_DETECTORS
+from .detectors import DEFAULT_DETECTORS, AcceptanceRegressionDetector
 from .stats import SpecStats
 
 LABELS = ("algorithm", "num_steps", "topk", "num_draft_tokens", "backend", "model", "rank")
@@ -59,6 +59,7 @@ class Collector:
         self._anomaly_counts: collections.Counter = collections.Counter()
         self.health: collections.Counter = collections.Counter()
         self._pids: dict[int, str] = {os.getpid(): "collector"}
+        self.trailing = AcceptanceRegressionDetector()
 
     # ------------------------------------------------------------------ ingest
     def write(self, records: Sequence[Any]) -> None:
@@ -168,6 +169,10 @@ class Collector:
                 for d in self.detectors:
                     for a in d.check(stats):
                         active.append((key, a))
+                # the latest window against the windows before it
+                series = [w for _, w in windows.get(key, [])]
+                for a in self.trailing.check_windows(series):
+                    active.append((key, a))
             now = {(k, a.kind) for k, a in active}
             for started in now - self._active:
                 self._anomaly_counts[started] += 1
