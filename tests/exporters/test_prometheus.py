@@ -79,6 +79,7 @@ def test_metrics_server_binds_loopback_with_basic_auth():
         with pytest.raises(urllib.error.HTTPError) as err:
             _get(server.url)
         assert err.value.code == 401
+        err.value.close()
         status, body = _get(server.url, auth="u:p")
         assert status == 200 and "specscope_drafts_total" in body
     finally:
