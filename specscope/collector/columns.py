@@ -115,15 +115,23 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
             stats.modes[(MODES[code // n_modes], MODES[code % n_modes])] += n
     sampled = c.num_verified > 0
     if sampled.any():
-        req = c.mode_requested[sampled].astype(np.int64)
-        sums = [np.bincount(req, weights=w[sampled], minlength=n_modes)
-                for w in (c.num_verified, c.num_top1, c.expected_top1, c.var_top1)]
-        for code in np.flatnonzero(sums[0]).tolist():
+        req = c.mode_requested
+        if req.min() == req.max():  # the usual batch: one requested mode, no grouping needed
+            all_rows = bool(sampled.all())
+            sums = [(w if all_rows else w[sampled]).sum()
+                    for w in (c.num_verified, c.num_top1, c.expected_top1, c.var_top1)]
+            groups = [(int(req[0]), sums)]
+        else:
+            r = req[sampled].astype(np.int64)
+            per = [np.bincount(r, weights=w[sampled], minlength=n_modes)
+                   for w in (c.num_verified, c.num_top1, c.expected_top1, c.var_top1)]
+            groups = [(code, [p[code] for p in per]) for code in np.flatnonzero(per[0]).tolist()]
+        for code, (nv, nt, ex, var) in groups:
             t = stats.truth.setdefault(MODES[code], TruthStats())
-            t.num_verified += int(sums[0][code])
-            t.num_top1 += int(sums[1][code])
-            t.expected_top1 += float(sums[2][code])
-            t.var_top1 += float(sums[3][code])
+            t.num_verified += int(nv)
+            t.num_top1 += int(nt)
+            t.expected_top1 += float(ex)
+            t.var_top1 += float(var)
     hist = c.draft_hist.sum(axis=0)
     if hist.any():
         stats.draft_hist = _add_lists(stats.draft_hist, hist.tolist())

@@ -105,21 +105,27 @@ class Collector:
 
     def _observe_columns(self, cols: VerifyColumns) -> None:
         key = self._key(cols.run_id, cols.rank)
-        stats = self._stats_for(key)
-        before = stats.num_clamped
-        observe_columns(stats, cols)
-        self.health["entries_clamped"] += stats.num_clamped - before
-        if len(cols):
-            buckets = cols.t_ns // self.window_ns
-            lo, hi = int(buckets.min()), int(buckets.max())
-            if lo == hi:
-                observe_columns(self._window(key, int(cols.t_ns[0])), cols)
-            else:
-                import numpy as np
+        batch = SpecStats(keep_samples=False)
+        observe_columns(batch, cols)
+        self.health["entries_clamped"] += batch.num_clamped
+        self._totals[key] = self._stats_for(key).merge(batch)
+        if not len(cols):
+            return
+        buckets = cols.t_ns // self.window_ns
+        if buckets.min() == buckets.max():
+            self._merge_window(key, int(cols.t_ns[0]), batch)
+            return
+        import numpy as np
 
-                for b in np.unique(buckets).tolist():
-                    observe_columns(self._window(key, b * self.window_ns),
-                                    _select(cols, buckets == b))
+        for b in np.unique(buckets).tolist():
+            part = SpecStats(keep_samples=False)
+            observe_columns(part, _select(cols, buckets == b))
+            self._merge_window(key, b * self.window_ns, part)
+
+    def _merge_window(self, key: tuple, t_ns: int, stats: SpecStats) -> None:
+        window = self._window(key, t_ns)
+        start = (t_ns // self.window_ns) * self.window_ns
+        self._windows[key][start] = window.merge(stats)
 
     def note_process(self, pid: int, role: str = "engine") -> None:
         """An engine process whose CPU and RSS the exporter should show."""
