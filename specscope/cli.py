@@ -106,6 +106,24 @@ def _write_or_print(path: str | None, text: str) -> None:
         print(text)
 
 
+def _cmd_import(args: argparse.Namespace) -> int:
+    from .importers import import_files
+
+    results = import_files(args.files, args.output, format=args.format, run=args.run)
+    for path, res in zip(args.files, results):
+        kinds = {}
+        for r in res.records:
+            kinds[type(r).__name__] = kinds.get(type(r).__name__, 0) + 1
+        summary = ", ".join(f"{n} {k.replace('Record', '').lower()}" for k, n in kinds.items())
+        print(f"{path}: {res.format}: {summary or 'no records'}; {len(res.problems)} skipped")
+        for p in res.problems[:20]:
+            print(f"  skipped {p}", file=sys.stderr)
+        if len(res.problems) > 20:
+            print(f"  ... and {len(res.problems) - 20} more", file=sys.stderr)
+    print(f"trace written to {args.output}")
+    return 0
+
+
 def _cmd_compact(args: argparse.Namespace) -> int:
     from .exporters._parquet import compact
 
@@ -194,6 +212,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="an earlier run: flag acceptance regressions and worse output quality")
     rep.set_defaults(func=_cmd_report)
 
+    im = sub.add_parser("import", help="other tools' outputs (logs, /metrics, benchmarks, "
+                        "profiler traces) into a specscope trace",
+                        description="Import files into one trace, each its own run (or all "
+                        "under --run). The format is detected from the content; --format "
+                        "forces one. Lines that do not parse are reported with file and line "
+                        "and skipped.")
+    im.add_argument("files", nargs="+")
+    im.add_argument("-o", "--output", required=True)
+    im.add_argument("--format", default=None, help="force a format (see specscope.importers)")
+    im.add_argument("--run", default=None, help="put every file's records under this run id")
+    im.set_defaults(func=_cmd_import)
+
     c = sub.add_parser("compact", help="compact JSONL traces into a Parquet trace directory")
     c.add_argument("trace", nargs="+")
     c.add_argument("-o", "--output", required=True)
@@ -216,6 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"specscope {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into head and the like
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 #: Written into every trace file; readers refuse any version not in READABLE_VERSIONS.
-SCHEMA_VERSION = 1
-READABLE_VERSIONS = (1,)
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 2 added spec_counts, sample and benchmark records
 
 # Sampling modes. "Requested" is what the request and the engine's configuration call for;
 # "used" is what the verify code path says it ran. The sampling-truth statistics check the
@@ -193,6 +193,53 @@ class HookHealthRecord:
     disabled: bool
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpecCountsRecord:
+    """Speculative-decoding counters over an interval, as engines log or export them.
+
+    Imported from logs, /metrics snapshots and benchmark results. Counts are None where the
+    source does not give them; ``reported_*`` keep the source's own rounded figures.
+    """
+
+    run_id: str
+    rank: int = 0
+    t_ns: int  #: end of the interval, ns since the epoch (0 when the source has no time)
+    interval_s: float | None = None
+    num_drafts: int | None = None  #: request-steps that drafted
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None  #: bonus token excluded
+    accepted_per_pos: tuple[int, ...] = ()  #: accepted count per draft position
+    reported_mean_acceptance_length: float | None = None  #: the source's figure (see its docs)
+    reported_acceptance_rate: float | None = None  #: the source's figure, as a fraction
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SampleRecord:
+    """Engine gauges sampled at one time (throughput, running/waiting requests, KV usage)."""
+
+    run_id: str
+    rank: int = 0
+    t_ns: int
+    values: Mapping[str, float] = field(default_factory=dict)  #: name (with unit) -> value
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchmarkRecord:
+    """A benchmark client's summary of a run: latency percentiles, throughput, eval scores.
+
+    Metric names are canonical and carry their unit (``ttft_ms_p50``, ``output_tok_s``, ...);
+    a figure the source does not give is absent, never invented.
+    """
+
+    run_id: str
+    t_ns: int = 0
+    source: str = ""  #: "vllm-bench", "sglang-bench", "aiperf", "inferencex", "guidellm", ...
+    metrics: Mapping[str, float | None] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
 RECORD_TYPES: dict[str, type] = {
     "run": RunRecord,
     "verify": VerifyStepRecord,
@@ -202,6 +249,9 @@ RECORD_TYPES: dict[str, type] = {
     "eval": EvalRecord,
     "anomaly": AnomalyRecord,
     "hook_health": HookHealthRecord,
+    "spec_counts": SpecCountsRecord,
+    "sample": SampleRecord,
+    "benchmark": BenchmarkRecord,
 }
 KIND_OF = {cls: kind for kind, cls in RECORD_TYPES.items()}
 

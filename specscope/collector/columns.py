@@ -100,6 +100,7 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
     stats.draft_tokens += int(d.sum())
     stats.draft_tokens_scored += int(np.maximum(d, c.num_draft_tokens)[has].sum())
     stats.accepted_tokens += int(a.sum())
+    stats.accepted_with_drafts += int(a[has].sum())
     for length, n in enumerate(np.bincount(a[has] + 1).tolist() if has.any() else []):
         if n:
             stats.accept_len_hist[length] += n

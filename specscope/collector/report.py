@@ -26,6 +26,8 @@ DEFINITIONS = {
     "tpot_s": "(finish - first token) / (output tokens - 1), per request",
     "itl_chunk_s": "gap between consecutive streamed chunks (one chunk per verify step)",
     "itl_token_s": "chunk gap divided over the tokens the chunk carries",
+    "reported_mean_acceptance_length": "mean of the acceptance lengths a source logged itself "
+                                       "(sources with no counts, e.g. SGLang logs); not pooled",
 }
 
 
@@ -47,11 +49,16 @@ def spec_figures(s: SpecStats) -> dict[str, Any]:
         "mean_acceptance_length": s.mean_acceptance_length,
         "acceptance_rate": s.acceptance_rate,
         "per_position_acceptance": s.per_position_acceptance,
+        "reported_mean_acceptance_length": (s.reported_al_sum / s.reported_al_n
+                                            if s.reported_al_n else None),
     }
 
 
+_WINDOWED = (schema.VerifyStepRecord, schema.SpecCountsRecord)
+
+
 def _windows(records: Sequence[Any], window_s: float | None) -> list[dict[str, Any]]:
-    times = [r.t_ns for r in records if isinstance(r, schema.VerifyStepRecord)]
+    times = [r.t_ns for r in records if isinstance(r, _WINDOWED) and r.t_ns]
     if not times:
         return []
     t0, t1 = min(times), max(times)
@@ -61,7 +68,7 @@ def _windows(records: Sequence[Any], window_s: float | None) -> list[dict[str, A
     width = int(window_s * 1e9)
     buckets: dict[int, SpecStats] = {}
     for r in records:
-        if isinstance(r, schema.VerifyStepRecord):
+        if isinstance(r, _WINDOWED) and r.t_ns:
             buckets.setdefault((r.t_ns - t0) // width, SpecStats()).observe(r)
     return [{"time": (t0 + k * width) / 1e9, "window_s": window_s, **spec_figures(buckets[k])}
             for k in sorted(buckets)]
@@ -107,7 +114,8 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
                    "accept_length_histogram": {str(k): v for k, v in sorted(s.accept_len_hist.items())},
                    "num_verify_steps": s.num_steps, "num_requests": s.num_requests,
                    "output_tokens": s.output_tokens,
-                   "output_tokens_per_s": (s.output_tokens / span_s) if span_s else None,
+                   "output_tokens_per_s": (s.output_tokens / span_s)
+                   if span_s and s.num_requests else None,
                    "num_clamped": s.num_clamped},
         "windows": _windows(records, window_s),
         "sampling_truth": _truth(s),
@@ -121,6 +129,9 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
                  "reference_rates": ({k: ref_stats.eval_rate(k) for k in sorted(ref_stats.evals)}
                                      if ref_stats else None),
                  "gate": eval_gate(s, ref_stats, anomalies)},
+        "engine_gauges": {k: v[0] / v[1] for k, v in sorted(s.gauges.items()) if v[1]},
+        "benchmarks": [{"source": b.source, "metrics": dict(b.metrics), "config": dict(b.config)}
+                       for b in s.benchmarks],
         "anomalies": [schema.to_dict(a) for a in anomalies],
         "hooks": [schema.to_dict(h) for h in health],
     }
@@ -206,6 +217,14 @@ def format_report(report: dict[str, Any]) -> str:
         for k, v in sec["phases"].items():
             lines.append(f"  phase {k:<12} total {v['total_s']:.3f} s  mean {v['mean'] * 1e3:.2f} ms"
                          f"  p99 {v['p99'] * 1e3:.2f} ms  (n {v['n']})")
+        if t.get("reported_mean_acceptance_length") is not None:
+            lines.append(f"  reported acceptance length (mean of source's values) "
+                         f"{_f(t['reported_mean_acceptance_length'])}")
+        for k, v in sec["engine_gauges"].items():
+            lines.append(f"  engine {k:<28} mean {_f(v, '.2f')}")
+        for b in sec["benchmarks"]:
+            figures = ", ".join(f"{k} {_f(v, '.4g')}" for k, v in list(b["metrics"].items())[:24])
+            lines.append(f"  benchmark [{b['source']}] {figures}")
         ev = sec["eval"]
         rates = ", ".join(f"{k} {_f(v)}" for k, v in ev["rates"].items()) or "none"
         lines.append(f"  eval               {rates}")

@@ -62,6 +62,9 @@ class SpecStats:
     draft_tokens: int = 0  #: drafted positions (chain length / tree depth), summed
     draft_tokens_scored: int = 0  #: draft tokens verified (tree nodes), summed
     accepted_tokens: int = 0  #: accepted draft tokens, bonus excluded
+    #: accepted tokens of the request-steps counted in num_drafts (imported counters may give
+    #: tokens without the number of drafts; acceptance length uses only complete counts)
+    accepted_with_drafts: int = 0
     drafted_per_pos: list[int] = field(default_factory=list)
     accepted_per_pos: list[int] = field(default_factory=list)
     accept_len_hist: Counter = field(default_factory=Counter)  #: accepted + 1 (bonus) -> count
@@ -89,6 +92,12 @@ class SpecStats:
     #: keep raw latency samples for exact percentiles (reports); a long-running collector
     #: keeps only the histograms
     keep_samples: bool = True
+    #: sources that report only a mean acceptance length: sum and number of reported values
+    reported_al_sum: float = 0.0
+    reported_al_n: int = 0
+    #: engine gauges (SampleRecord): name -> [sum, count]
+    gauges: dict[str, list[float]] = field(default_factory=dict)
+    benchmarks: list[Any] = field(default_factory=list)
 
     # ------------------------------------------------------------------ observe
     def observe(self, record: Any) -> None:
@@ -103,6 +112,17 @@ class SpecStats:
                 self.phase_ns.setdefault(record.phase, []).append(record.duration_ns)
         elif isinstance(record, schema.FallbackRecord):
             self.fallbacks[record.reason] += max(0, record.count)
+        elif isinstance(record, schema.SpecCountsRecord):
+            self._observe_counts(record)
+        elif isinstance(record, schema.SampleRecord):
+            self._touch(record.t_ns) if record.t_ns else None
+            for name, value in record.values.items():
+                if value is not None and math.isfinite(value):
+                    acc = self.gauges.setdefault(name, [0.0, 0])
+                    acc[0] += value
+                    acc[1] += 1
+        elif isinstance(record, schema.BenchmarkRecord):
+            self.benchmarks.append(record)
         elif isinstance(record, schema.EvalRecord):
             for name in ("exact_match", "repetition_loop", "invalid", "correct"):
                 value = getattr(record, name)
@@ -120,6 +140,31 @@ class SpecStats:
         self.t_first_ns = t_ns if self.t_first_ns is None else min(self.t_first_ns, t_ns)
         self.t_last_ns = t_ns if self.t_last_ns is None else max(self.t_last_ns, t_ns)
 
+    def _observe_counts(self, r: schema.SpecCountsRecord) -> None:
+        if r.t_ns:
+            self._touch(r.t_ns)
+        if r.reported_mean_acceptance_length is not None and math.isfinite(r.reported_mean_acceptance_length):
+            self.reported_al_sum += r.reported_mean_acceptance_length
+            self.reported_al_n += 1
+        if r.draft_tokens is not None and r.accepted_tokens is not None:
+            drafted, accepted = r.draft_tokens, r.accepted_tokens
+            if drafted < 0 or accepted < 0 or accepted > drafted:
+                self.num_clamped += 1
+                drafted = max(0, drafted)
+                accepted = min(max(0, accepted), drafted)
+            self.draft_tokens += drafted
+            self.accepted_tokens += accepted
+            if r.num_drafts is not None and r.num_drafts > 0:
+                self.num_drafts += r.num_drafts
+                self.accepted_with_drafts += accepted
+                k = len(r.accepted_per_pos)
+                if k:
+                    per_drafted = [r.num_drafts] * k
+                    self.drafted_per_pos = _add_lists(self.drafted_per_pos, per_drafted)
+                    accepted_pp = [max(0, min(a, r.num_drafts)) for a in r.accepted_per_pos]
+                    self.accepted_per_pos = _add_lists(self.accepted_per_pos, accepted_pp)
+                    self.accepted_per_pos += [0] * (len(self.drafted_per_pos) - len(self.accepted_per_pos))
+
     def _observe_verify(self, r: schema.VerifyStepRecord) -> None:
         self.num_steps += 1
         self._touch(r.t_ns)
@@ -135,6 +180,7 @@ class SpecStats:
                 self.draft_tokens += drafted
                 self.draft_tokens_scored += max(drafted, e.num_draft_tokens)
                 self.accepted_tokens += accepted
+                self.accepted_with_drafts += accepted
                 self.accept_len_hist[accepted + 1] += 1
                 if len(self.drafted_per_pos) < drafted:
                     pad = drafted - len(self.drafted_per_pos)
@@ -191,6 +237,11 @@ class SpecStats:
         evals = {k: list(v) for k, v in self.evals.items()}
         for k, v in other.evals.items():
             evals[k] = _add_lists(evals.get(k, [0, 0]), v)
+        gauges = {k: list(v) for k, v in self.gauges.items()}
+        for k, v in other.gauges.items():
+            g = gauges.setdefault(k, [0.0, 0])
+            g[0] += v[0]
+            g[1] += v[1]
         hists = dict(self.hists)
         for k, v in other.hists.items():
             hists[k] = hists[k].merge(v) if k in hists else v
@@ -202,6 +253,7 @@ class SpecStats:
             draft_tokens=self.draft_tokens + other.draft_tokens,
             draft_tokens_scored=self.draft_tokens_scored + other.draft_tokens_scored,
             accepted_tokens=self.accepted_tokens + other.accepted_tokens,
+            accepted_with_drafts=self.accepted_with_drafts + other.accepted_with_drafts,
             drafted_per_pos=_add_lists(self.drafted_per_pos, other.drafted_per_pos),
             accepted_per_pos=_add_lists(self.accepted_per_pos, other.accepted_per_pos),
             accept_len_hist=self.accept_len_hist + other.accept_len_hist,
@@ -216,7 +268,10 @@ class SpecStats:
             output_tokens=self.output_tokens + other.output_tokens,
             t_first_ns=min(firsts) if firsts else None, t_last_ns=max(lasts) if lasts else None,
             phase_ns=phases, evals=evals, hists=hists,
-            keep_samples=self.keep_samples and other.keep_samples)
+            keep_samples=self.keep_samples and other.keep_samples,
+            reported_al_sum=self.reported_al_sum + other.reported_al_sum,
+            reported_al_n=self.reported_al_n + other.reported_al_n, gauges=gauges,
+            benchmarks=self.benchmarks + other.benchmarks)
 
     # ------------------------------------------------------------------ figures
     @property
@@ -227,7 +282,9 @@ class SpecStats:
     @property
     def mean_acceptance_length(self) -> float | None:
         """Tokens committed per request-step, INCLUDING the bonus token: (accepted + drafts) / drafts."""
-        return (self.accepted_tokens + self.num_drafts) / self.num_drafts if self.num_drafts else None
+        if not self.num_drafts:
+            return None
+        return (self.accepted_with_drafts + self.num_drafts) / self.num_drafts
 
     @property
     def per_position_acceptance(self) -> list[float | None]:

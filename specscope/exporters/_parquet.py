@@ -17,7 +17,7 @@ from .trace import TraceError, read_trace
 
 _VERSION_KEY = b"specscope_schema_version"
 _STEP_FIELDS = ("run_id", "config_id", "rank", "step", "t_ns", "batch_size")
-_JSON_FIELDS = {"env_flags", "host", "labels", "evidence"}
+_JSON_FIELDS = {"env_flags", "host", "labels", "evidence", "values", "metrics", "config"}
 
 
 def _pa():

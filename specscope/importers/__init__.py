@@ -1,0 +1,157 @@
+"""Importers: other tools' outputs into specscope records. Never imports torch or dash.
+
+The format is detected from the content (not the file name); ``format=`` forces one. Each
+parser reports lines it could not read with file and line, and keeps everything else.
+
+| format | source | what it gives |
+| --- | --- | --- |
+| vllm-log | vLLM server log, V0 and V1 spec-decode lines, stage times, Engine lines | SpecCounts per interval, Phase, Sample |
+| sglang-log | SGLang server log, Decode/Prefill batch lines | reported accept length, Sample |
+| prometheus-text | /metrics snapshots from vLLM (counters) or SGLang (gauges) | SpecCounts per snapshot |
+| vllm-bench | `vllm bench serve` result JSON | Benchmark, SpecCounts from `spec_decode_*` |
+| sglang-bench | `sglang.bench_serving` result JSONL | Benchmark (accept_length reported) |
+| bench-console | the console block of either benchmark | Benchmark, SpecCounts |
+| aiperf | AIPerf / genai-perf profile export JSON | Benchmark |
+| aiperf-records | AIPerf per-request JSONL | Request |
+| inferencex-row | InferenceX aggregate result row | Benchmark with configuration |
+| inferencex-acceptance | measured acceptance counts per position | SpecCounts (exact) |
+| inferencex-golden-al | golden acceptance length per num_speculative_tokens | Benchmark per level |
+| inferencex-config | master config search space | Run records |
+| guidellm | GuideLLM benchmarks.json | Benchmark per strategy |
+| kineto | PyTorch profiler Chrome trace | Phase records |
+| specscope | a specscope trace | its records |
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+from ._common import ImportResult
+from . import bench, inferencex, kineto, promtext, sglang_log, vllm_log
+
+
+def _json_kind(head: str, path: Path) -> str | None:
+    text = head.lstrip()
+    if not text.startswith(("{", "[")):
+        return None
+    first = text.split("\n", 1)[0]
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (json.JSONDecodeError, OSError, ValueError):
+        obj = None
+    if obj is None:  # JSONL: look at the first line
+        try:
+            obj = json.loads(first)
+        except json.JSONDecodeError:
+            return None
+        if isinstance(obj, dict) and obj.get("kind") == "header":
+            return "specscope"
+        if isinstance(obj, dict) and "metadata" in obj and "metrics" in obj:
+            return "aiperf-records"
+        if isinstance(obj, dict) and ("accept_length" in obj or "mean_ttft_ms" in obj):
+            return "sglang-bench"
+        return None
+    if isinstance(obj, dict):
+        if obj.get("kind") == "header":
+            return "specscope"
+        if "traceEvents" in obj:
+            return "kineto"
+        if "metadata" in obj and "metrics" in obj:
+            return "aiperf-records"
+        if "aiperf_version" in obj:
+            return "aiperf"
+        if "tput_per_gpu" in obj:
+            return "inferencex-row"
+        if "accepted_per_position" in obj or "synthetic_acceptance_rates" in obj:
+            return "inferencex-acceptance"
+        if isinstance(obj.get("benchmarks"), list):
+            return "guidellm"
+        if "mean_ttft_ms" in obj or "median_ttft_ms" in obj:
+            return "sglang-bench" if obj.get("backend") == "sglang" or "accept_length" in obj else "vllm-bench"
+    if isinstance(obj, list) and obj and isinstance(obj[0], dict) and "ph" in obj[0]:
+        return "kineto"
+    return None
+
+
+def detect(path: str | os.PathLike) -> str:
+    """The format of a file, from its content; raises ValueError naming the known formats."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        head = f.read(256 * 1024).decode("utf-8", errors="replace")
+    kind = _json_kind(head, path)
+    if kind:
+        return kind
+    if "Serving Benchmark Result" in head:
+        return "bench-console"
+    if vllm_log.sniff(head):
+        return "vllm-log"
+    if sglang_log.sniff(head):
+        return "sglang-log"
+    if "search-space" in head:
+        return "inferencex-config"
+    if "thinking_on" in head or "thinking_off" in head:
+        return "inferencex-golden-al"
+    if promtext.sniff(head):
+        return "prometheus-text"
+    raise ValueError(f"{path}: unknown format; specscope imports: {', '.join(sorted(PARSERS))}")
+
+
+def _specscope(path: Path, run_id: str) -> ImportResult:
+    from ..exporters.trace import read_trace
+
+    trace = read_trace(path)
+    return ImportResult("specscope", records=trace.records, problems=trace.problems)
+
+
+PARSERS: dict[str, Callable[[Path, str], ImportResult]] = {
+    "vllm-log": vllm_log.parse,
+    "sglang-log": sglang_log.parse,
+    "prometheus-text": promtext.parse,
+    "vllm-bench": lambda p, r: bench.parse_serving_json(p, r, "vllm-bench"),
+    "sglang-bench": lambda p, r: bench.parse_serving_json(p, r, "sglang-bench"),
+    "bench-console": bench.parse_console,
+    "aiperf": bench.parse_aiperf,
+    "aiperf-records": bench.parse_aiperf_records,
+    "inferencex-row": inferencex.parse_row,
+    "inferencex-acceptance": inferencex.parse_acceptance,
+    "inferencex-golden-al": inferencex.parse_golden,
+    "inferencex-config": inferencex.parse_master_config,
+    "guidellm": inferencex.parse_guidellm,
+    "kineto": kineto.parse,
+    "specscope": _specscope,
+}
+
+
+def import_file(path: str | os.PathLike, *, format: str | None = None,
+                run_id: str | None = None) -> ImportResult:
+    """Read one file into records (its own run, named after the file unless ``run_id``)."""
+    path = Path(path)
+    fmt = format or detect(path)
+    if fmt not in PARSERS:
+        raise ValueError(f"unknown format {fmt!r}; specscope imports: {', '.join(sorted(PARSERS))}")
+    try:
+        return PARSERS[fmt](path, run_id or path.stem)
+    except OSError:
+        raise
+    except Exception as exc:  # malformed structure of a whole-file format: one clear error
+        raise ValueError(f"{path}: not valid {fmt}: {type(exc).__name__}: {exc}") from None
+
+
+def import_files(paths: list[str | os.PathLike], out: str | os.PathLike, *,
+                 format: str | None = None, run: str | None = None) -> list[ImportResult]:
+    """Import several files into one trace: one run each, or all under ``run``."""
+    from ..exporters.trace import TraceWriter
+
+    results = []
+    with TraceWriter(out) as writer:
+        for p in paths:
+            res = import_file(p, format=format, run_id=run)
+            writer.write(res.records)
+            results.append(res)
+    return results
+
+
+__all__ = ["ImportResult", "PARSERS", "detect", "import_file", "import_files"]
