@@ -1,0 +1,162 @@
+"""Every era and variant of the log and metrics formats; bad input; fuzzing."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specscope import schema
+from specscope.collector.stats import SpecStats
+from specscope.importers import PARSERS, detect, import_file
+
+VLLM_ERAS = """\
+INFO 03-01 10:00:00 metrics.py:400] Speculative metrics: Draft acceptance rate: 0.500, System efficiency: 0.400, Number of speculative tokens: 4, Number of accepted tokens: 200, Number of draft tokens: 400, Number of emitted tokens: 300.
+INFO 03-01 10:00:05 metrics.py:400] Speculative metrics: Draft acceptance rate: 0.550, System efficiency: 0.450, Number of speculative tokens: 4, Number of accepted tokens: 420, Number of draft tokens: 800, Number of emitted tokens: 640.
+INFO 03-01 10:00:06 spec_decode_worker.py:1100] SpecDecodeWorker stage times: average_time_per_proposal_tok_ms=3.41 scoring_time_ms=25.12 verification_time_ms=1.23
+(APIServer pid=7) INFO 04-01 10:00:10 [metrics.py:80] SpecDecoding metrics: Draft acceptance rate: nan%, Accepted: 0 tokens, Drafted: 0 tokens
+(APIServer pid=7) INFO 04-01 10:00:20 [metrics.py:80] SpecDecoding metrics: Draft acceptance rate: 40.0%, Accepted: 120 tokens, Drafted: 300 tokens
+(Worker_TP1 pid=9) INFO 05-01 10:00:30 [metrics.py:90] SpecDecoding metrics: Mean acceptance length: 2.20, Accepted: 120 tokens, Drafted: 300 tokens, Per-position acceptance rate: 0.700, 0.350, 0.150
+(APIServer pid=7) INFO 06-01 10:00:40 [metrics.py:101] SpecDecoding metrics: Mean acceptance length: 2.50, Accepted throughput: 15.00 tokens/s, Drafted throughput: 30.00 tokens/s, Accepted: 150 tokens, Drafted: 300 tokens, Per-position acceptance rate: 0.800, 0.450, 0.250, Avg Draft acceptance rate: 50.0%
+(APIServer pid=7) INFO 06-01 10:00:40 [loggers.py:271] Engine 001: Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 20.0 tokens/s, Running: 3 reqs, Waiting: 1 reqs, GPU KV cache usage: 5.0%, Prefix cache hit rate: 0.0%
+random noise: Traceback (most recent call last) ...
+(APIServer pid=7) INFO 06-01 10:00:50 [metrics.py:101] SpecDecoding metrics: Mean acceptance length: 2.50, Drafted: 300 tokens
+"""
+
+
+def _write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_vllm_every_era(tmp_path):
+    res = import_file(_write(tmp_path, "vllm.log", VLLM_ERAS))
+    assert res.format == "vllm-log"
+    counts = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
+    v0 = [c for c in counts if c.source == "vllm-v0"]
+    assert [(c.accepted_tokens, c.draft_tokens, c.num_drafts) for c in v0] == [(200, 400, 100), (220, 400, 100)]
+    v1 = [c for c in counts if c.source == "vllm-v1"]
+    assert [(c.accepted_tokens, c.draft_tokens) for c in v1] == [(0, 0), (120, 300), (120, 300), (150, 300)]
+    assert v1[1].num_drafts is None and v1[1].reported_acceptance_rate == pytest.approx(0.4)
+    assert v1[2].num_drafts == 100 and v1[2].accepted_per_pos == (70, 35, 15) and v1[2].rank == 1
+    assert v1[3].reported_acceptance_rate == pytest.approx(0.5) and v1[3].accepted_per_pos == (80, 45, 25)
+    phases = {r.phase: r.duration_ns for r in res.records if isinstance(r, schema.PhaseRecord)}
+    assert phases == {"draft_per_token": 3_410_000, "verify_forward": 25_120_000, "verify_sample": 1_230_000}
+    (gauge,) = [r for r in res.records if isinstance(r, schema.SampleRecord)]
+    assert gauge.rank == 1 and gauge.values["waiting"] == 1 and gauge.values["gpu_kv_cache_usage_pct"] == 5.0
+    (problem,) = res.problems
+    assert problem.line == 10 and "without 'Accepted" in problem.message
+    stats = SpecStats().observe_all(res.records)
+    # acceptance length pools only lines that give drafts; the rate pools every counted line
+    assert stats.num_drafts == 400 and stats.accepted_tokens == 810
+
+
+def test_vllm_v0_counter_reset(tmp_path):
+    text = VLLM_ERAS.splitlines()[0] + "\n" + VLLM_ERAS.splitlines()[0].replace("200", "40").replace("400", "80") + "\n"
+    counts = [r for r in import_file(_write(tmp_path, "v0.log", text)).records
+              if isinstance(r, schema.SpecCountsRecord)]
+    assert [c.accepted_tokens for c in counts] == [200, 40]  # went down: a restart
+
+
+SGLANG = """\
+[2025-06-15 10:23:40 TP0] Prefill batch. #new-seq: 1, #new-token: 1024, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0, 
+[2025-06-15 10:23:45 TP0] Decode batch. #running-req: 32, #token: 12345, token usage: 0.05, accept len: 2.35, gen throughput (token/s): 1234.56, #queue-req: 0
+[2025-06-15 10:23:55 TP1 EP1] Decode batch, #running-req: 30, #full token: 1000, full token usage: 0.10, #swa token: 200, swa token usage: 0.02, accept len: 2.55, accept rate: 0.52, cuda graph: True, gen throughput (token/s): 1300.00, #queue-req: 1, 
+Decode batch. #running-req: 1, #token: 10, token usage: 0.00, mamba usage: 0.01, accept len: 3.00, gen throughput (token/s): 50.0, #queue-req: 0, #prealloc-req: 0, #transfer-req: 0, #retracted-req: 0, 
+[2025-06-15 10:24:00 TP0] Decode batch. #running-req: 4, #token: 100, token usage: 0.01, gen throughput (token/s): 99.0, #queue-req: 0
+[2025-06-15 10:24:01 TP0] Decode batch.
+"""
+
+
+def test_sglang_variants(tmp_path):
+    res = import_file(_write(tmp_path, "sglang.log", SGLANG))
+    assert res.format == "sglang-log"
+    counts = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
+    assert [c.reported_mean_acceptance_length for c in counts] == [2.35, 2.55, 3.0]
+    assert counts[1].rank == 1 and counts[1].reported_acceptance_rate == 0.52
+    assert all(c.num_drafts is None and c.accepted_tokens is None for c in counts)  # never invented
+    samples = [r for r in res.records if isinstance(r, schema.SampleRecord)]
+    assert samples[0].values["prefill_new_token"] == 1024
+    assert samples[2].values["decode_swa_token"] == 200 and samples[3].values["decode_mamba_usage"] == 0.01
+    assert samples[3].values["decode_transfer_req"] == 0 and samples[3].t_ns == 0
+    assert [p.line for p in res.problems] == [6]
+
+
+def _prom(drafts, drafted, accepted, per_pos):
+    lines = ["# HELP vllm:spec_decode_num_drafts_total Number of drafts.",
+             "# TYPE vllm:spec_decode_num_drafts_total counter",
+             f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}.0',
+             "# TYPE vllm:spec_decode_num_draft_tokens_total counter",
+             f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {drafted}.0',
+             "# TYPE vllm:spec_decode_num_accepted_tokens_total counter",
+             f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {accepted}.0',
+             "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter"]
+    lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",'
+              f'position="{i}"}} {v}.0' for i, v in enumerate(per_pos)]
+    return "\n".join(lines) + "\n"
+
+
+PROM = _prom(100, 300, 150, (70, 50, 30))
+
+
+def test_prometheus_series_differenced_with_reset(tmp_path):
+    text = ("# TIME 1700000000\n" + PROM + "# TIME 1700000010\n" + _prom(300, 900, 420, (200, 140, 80))
+            + "# TIME 1700000020\n" + _prom(10, 30, 15, (7, 5, 3)) + "not a sample line\n")
+    res = import_file(_write(tmp_path, "metrics.txt", text))
+    assert res.format == "prometheus-text"
+    counts = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
+    assert [(c.num_drafts, c.draft_tokens, c.accepted_tokens) for c in counts] == [
+        (100, 300, 150), (200, 600, 270), (10, 30, 15)]
+    assert counts[1].accepted_per_pos == (130, 90, 50) and counts[2].accepted_per_pos == (7, 5, 3)
+    assert counts[1].t_ns == 1_700_000_010 * 10**9
+    assert [p.line for p in res.problems] == [text.count("\n")]
+
+
+def test_sglang_metrics_gauges(tmp_path):
+    text = ("# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name=\"m\"} 2.4\n"
+            "# TYPE sglang:spec_accept_rate gauge\nsglang:spec_accept_rate{model_name=\"m\"} 0.47\n")
+    (c,) = [r for r in import_file(_write(tmp_path, "s.txt", text)).records
+            if isinstance(r, schema.SpecCountsRecord)]
+    assert c.reported_mean_acceptance_length == 2.4 and c.reported_acceptance_rate == 0.47
+    assert c.accepted_tokens is None
+
+
+def test_unknown_format_names_the_known_ones(tmp_path):
+    p = _write(tmp_path, "x.txt", "hello world\n")
+    with pytest.raises(ValueError, match="unknown format; specscope imports: aiperf, "):
+        detect(p)
+
+
+def test_cli_reports_skipped_lines_and_keeps_the_rest(tmp_path):
+    from tests.conftest import run_cli
+
+    p = _write(tmp_path, "vllm.log", VLLM_ERAS)
+    out = run_cli("import", str(p), "-o", str(tmp_path / "t.jsonl"))
+    assert out.returncode == 0
+    assert "vllm-log" in out.stdout and "1 skipped" in out.stdout
+    assert "vllm.log:10:" in out.stderr
+    bad = run_cli("import", str(_write(tmp_path, "y.txt", "nothing\n")), "-o", str(tmp_path / "u.jsonl"))
+    assert bad.returncode == 2 and "unknown format" in bad.stderr
+
+
+FUZZ_COUNT = {"n": 0}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.one_of(st.binary(max_size=2000),
+                      st.text(max_size=2000).map(lambda t: t.encode("utf-8", "surrogatepass")),
+                      st.sampled_from([VLLM_ERAS, SGLANG, PROM]).flatmap(
+                          lambda base: st.integers(0, len(base)).map(lambda i: base[:i].encode()))),
+       fmt=st.sampled_from(sorted(PARSERS)))
+def test_fuzz_no_exception_escapes(tmp_path, data, fmt):
+    """Arbitrary bytes into every parser: a result or one clear ValueError, never a crash."""
+    FUZZ_COUNT["n"] += 1
+    p = tmp_path / "fuzz.bin"
+    p.write_bytes(data)
+    try:
+        res = import_file(p, format=fmt)
+    except ValueError as exc:
+        assert str(p) in str(exc) or "trace" in str(exc)
+        return
+    assert isinstance(res.records, list)

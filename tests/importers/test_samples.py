@@ -1,0 +1,126 @@
+"""Every real sample in ../shared/samples imports; the report gives what a person reads off it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specscope.collector.report import build_report
+from specscope.importers import detect, import_file
+from tests.conftest import run_cli
+
+
+def _report(samples, tmp_path, name, *extra):
+    out = tmp_path / f"{name}.jsonl"
+    res = run_cli("import", str(samples / name), "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    rep = run_cli("report", str(out), "--json", *extra)
+    assert rep.returncode == 0, rep.stderr
+    return json.loads(rep.stdout)
+
+
+def test_every_sample_is_detected_and_imports(samples):
+    expected = {
+        "aiperf_profile_export_1.json": "aiperf",
+        "aiperf_profile_export_record_1.jsonl": "aiperf-records",
+        "guidellm_1.json": "guidellm",
+        "inferencex_config_1.yaml": "inferencex-config",
+        "inferencex_config_2_1k1k.yaml": "inferencex-config",
+        "inferencex_golden_al_qwen3.5_mtp.yaml": "inferencex-golden-al",
+        "inferencex_result_1.json": "inferencex-row",
+        "inferencex_synthetic_acceptance_rates_1.json": "inferencex-acceptance",
+        "kineto_trace_1.json": "kineto",
+        "vllm_bench_1.json": "vllm-bench",
+        "vllm_bench_serve_specdecode_1.log": "bench-console",
+        "vllm_server_specdecode_log_1.txt": "vllm-log",
+    }
+    present = {p.name for p in samples.iterdir() if p.name != "SOURCES.md"}
+    assert present == set(expected), "a new sample needs an expectation here"
+    for name, fmt in expected.items():
+        assert detect(samples / name) == fmt, name
+        res = import_file(samples / name)
+        assert res.records and not res.problems, (name, res.problems)
+
+
+def test_vllm_server_log_windows_and_pooled_totals(samples, tmp_path):
+    rep = _report(samples, tmp_path, "vllm_server_specdecode_log_1.txt", "--window", "10")
+    # (mean acceptance length, accepted, drafted, per-position) as printed, one line each
+    lines = [(4.00, 6, 6, [1.0, 1.0, 1.0]), (2.33, 14630, 33033, [0.659, 0.413, 0.256]),
+             (2.34, 14165, 31644, [0.662, 0.420, 0.261]), (2.20, 449, 1125, [0.632, 0.349, 0.216]),
+             (2.37, 18137, 39738, [0.670, 0.430, 0.269])]
+    windows = rep["windows"]
+    assert len(windows) == 5
+    for w, (al, acc, drafted, per_pos) in zip(windows, lines):
+        assert w["accepted_tokens"] == acc and w["draft_tokens"] == drafted
+        assert w["mean_acceptance_length"] == pytest.approx(al, abs=0.005)
+        drafts = drafted // 3
+        assert w["per_position_acceptance"] == pytest.approx(per_pos, abs=0.0005 + 0.5 / drafts)
+    t = rep["totals"]
+    assert t["accepted_tokens"] == 47387 and t["draft_tokens"] == 105546
+    assert t["acceptance_rate"] == pytest.approx(47387 / 105546)  # pooled from counts
+    assert t["mean_acceptance_length"] == pytest.approx(1 + 47387 / (105546 / 3))
+    # the naive mean of the printed lengths is pulled up by a 2-draft window: not what we pool
+    assert t["reported_mean_acceptance_length"] == pytest.approx((4 + 2.33 + 2.34 + 2.2 + 2.37) / 5)
+    gauges = rep["runs"][0]["engine_gauges"]
+    assert gauges["running"] == pytest.approx((32 + 31 + 11 + 0 + 58) / 5)
+
+
+def test_vllm_bench_console_speculative_block(samples, tmp_path):
+    rep = _report(samples, tmp_path, "vllm_bench_serve_specdecode_1.log")
+    t = rep["totals"]
+    assert t["num_drafts"] == 21936 and t["draft_tokens"] == 65808 and t["accepted_tokens"] == 29250
+    assert t["acceptance_rate"] == pytest.approx(0.4445, abs=0.00005)
+    assert t["mean_acceptance_length"] == pytest.approx(2.33, abs=0.005)
+    assert t["per_position_acceptance"] == pytest.approx([0.6601, 0.4153, 0.2581], abs=0.00005)
+    (bench,) = rep["runs"][0]["benchmarks"]
+    m = bench["metrics"]
+    assert m["ttft_ms_mean"] == 1136.12 and m["ttft_ms_p50"] == 167.63 and m["itl_ms_p99"] == 96.21
+    assert m["output_throughput_tok_s"] == 1818.47 and m["completed"] == 200
+
+
+def test_vllm_bench_json_and_inferencex_row_agree(samples, tmp_path):
+    raw = json.loads((samples / "vllm_bench_1.json").read_text())
+    vb = _report(samples, tmp_path, "vllm_bench_1.json")["runs"][0]["benchmarks"][0]["metrics"]
+    assert vb["ttft_ms_p50"] == raw["median_ttft_ms"] and vb["tpot_ms_p99.9"] == raw["p99.9_tpot_ms"]
+    assert "acceptance_rate" not in vb  # the source has no spec-decode keys: nothing invented
+    row = _report(samples, tmp_path, "inferencex_result_1.json")["runs"][0]
+    m = row["benchmarks"][0]["metrics"]
+    assert m["ttft_ms_mean"] == pytest.approx(raw["mean_ttft_ms"])  # seconds in the row
+    assert m["throughput_per_gpu_tok_s"] == pytest.approx(157.12165563281164)
+    assert m["interactivity_tok_s_user_p50"] == pytest.approx(4.3418380529066685)
+    assert row["run"]["labels"]["spec_decoding"] == "mtp" and row["run"]["labels"]["conc"] == "32"
+
+
+def test_aiperf_exports(samples, tmp_path):
+    m = _report(samples, tmp_path, "aiperf_profile_export_1.json")["runs"][0]["benchmarks"][0]["metrics"]
+    assert m["ttft_ms_mean"] == pytest.approx(10259.107215784614)
+    assert m["ttft_ms_p50"] == pytest.approx(2148.041658)
+    assert m["completed"] == 195.0
+    rec = _report(samples, tmp_path, "aiperf_profile_export_record_1.jsonl")["runs"][0]
+    assert rec["latency"]["ttft_s"]["p50"] == pytest.approx(32.490835206, abs=1e-6)
+    assert rec["totals"]["output_tokens"] == 120
+
+
+def test_inferencex_acceptance_golden_and_config(samples, tmp_path):
+    acc = _report(samples, tmp_path, "inferencex_synthetic_acceptance_rates_1.json")["totals"]
+    assert acc["num_drafts"] == 43680
+    assert acc["per_position_acceptance"] == pytest.approx([0.664606, 0.419918, 0.259226], abs=1e-6)
+    golden = import_file(samples / "inferencex_golden_al_qwen3.5_mtp.yaml")
+    curves = {(r.config["mode"], r.config["num_speculative_tokens"]): r.metrics["acceptance_length"]
+              for r in golden.records if type(r).__name__ == "BenchmarkRecord"}
+    assert curves[("thinking_on", 3)] == 3.39 and curves[("thinking_off", 8)] == 4.71
+    cfg = import_file(samples / "inferencex_config_1.yaml").records
+    (run,) = cfg
+    assert run.labels["conc-start"] == "4" and run.labels["conc-end"] == "64"
+    assert run.algorithm == "mtp" and run.labels["isl"] == "8192"
+
+
+def test_guidellm_and_kineto(samples, tmp_path):
+    m = _report(samples, tmp_path, "guidellm_1.json")["runs"][0]["benchmarks"][0]["metrics"]
+    assert m["ttft_ms_mean"] == pytest.approx(16.792535781860348)
+    assert m["ttft_ms_p99"] == pytest.approx(21.281957626342773)
+    events = json.loads((samples / "kineto_trace_1.json").read_text())["traceEvents"]
+    kernel_us = sum(e["dur"] for e in events if e.get("ph") == "X" and e.get("cat") == "kernel")
+    rep = build_report(import_file(samples / "kineto_trace_1.json").records)
+    assert rep["runs"][0]["phases"]["gpu_kernel"]["total_s"] == pytest.approx(kernel_us / 1e6)
