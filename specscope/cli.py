@@ -124,6 +124,30 @@ def _cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    import time
+
+    from .collector.service import Collector
+    from .exporters.replay import replay
+
+    speed = None if args.speed == "max" else float(args.speed)
+    collector = Collector()
+    server = None
+    if args.metrics_port is not None:
+        from .exporters.http import MetricsServer
+
+        server = MetricsServer(collector, host=args.metrics_host, port=args.metrics_port).start()
+        print(f"metrics at {server.url}", flush=True)
+    stats = replay(args.trace, collector, speed=speed, progress=not args.quiet)
+    rate = stats.records / stats.seconds if stats.seconds else float("inf")
+    print(f"replayed {stats.records} records ({stats.entries} verify entries) in "
+          f"{stats.seconds:.2f} s, {rate:,.0f} records/s; {stats.problems} unreadable", flush=True)
+    if server is not None:
+        time.sleep(args.linger)
+        server.close()
+    return 0
+
+
 def _cmd_compact(args: argparse.Namespace) -> int:
     from .exporters._parquet import compact
 
@@ -223,6 +247,19 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--format", default=None, help="force a format (see specscope.importers)")
     im.add_argument("--run", default=None, help="put every file's records under this run id")
     im.set_defaults(func=_cmd_import)
+
+    rp = sub.add_parser("replay", help="feed a trace through the collector as if live",
+                        description="Replay traces (JSONL or Parquet) through a collector at the "
+                        "recorded pace times --speed, or as fast as possible (--speed max), "
+                        "serving /metrics as a live run would.")
+    rp.add_argument("trace", nargs="+")
+    rp.add_argument("--speed", default="max", help="pace multiplier, or 'max' (default)")
+    rp.add_argument("--metrics-port", type=int, default=None)
+    rp.add_argument("--metrics-host", default="127.0.0.1")
+    rp.add_argument("--linger", type=float, default=0.0,
+                    help="keep /metrics up this many seconds after the replay")
+    rp.add_argument("--quiet", action="store_true")
+    rp.set_defaults(func=_cmd_replay)
 
     c = sub.add_parser("compact", help="compact JSONL traces into a Parquet trace directory")
     c.add_argument("trace", nargs="+")

@@ -1,6 +1,10 @@
-"""Parquet compaction of traces: one file per record kind, verify steps flattened per request.
+"""Parquet trace datasets: one dataset per record kind, verify steps flattened per request,
+partitioned by configuration and run (hive layout: ``verify/config=C/run=R/part-0.parquet``), so
+a directory of many runs is one query for DuckDB, pandas or pyarrow.
 
 Imports pyarrow (the ``parquet`` extra). The schema version travels in each file's metadata.
+The partition columns ``config`` and ``run`` are path-safe copies of ``config_id``/``run_id``,
+which stay in the data unchanged.
 """
 
 from __future__ import annotations
@@ -54,16 +58,33 @@ def _rows(records: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
     return rows
 
 
+def _safe(value: Any) -> str:
+    text = str(value or "_")
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:120] or "_"
+
+
 def write_parquet(records: Iterable[Any], out_dir: str | os.PathLike) -> Path:
-    """Write records as ``out_dir/<kind>.parquet`` files."""
+    """Write records as a partitioned dataset per kind under ``out_dir``."""
     pa, pq = _pa()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for kind, rows in _rows(records).items():
-        table = pa.Table.from_pylist(rows)
+    configs: dict[str, str] = {}
+    rows_by_kind = _rows(records)
+    for row in rows_by_kind.get("run", []):
+        configs[row["run_id"]] = row.get("config_id", "")
+    for kind, rows in rows_by_kind.items():
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for row in rows:
+            run_id = row.get("run_id", "")
+            config = row.get("config_id", configs.get(run_id, ""))
+            groups.setdefault((_safe(config), _safe(run_id)), []).append(row)
         meta = {_VERSION_KEY: str(schema.SCHEMA_VERSION).encode(), b"specscope_kind": kind.encode()}
-        table = table.replace_schema_metadata(meta)
-        pq.write_table(table, out / f"{kind}.parquet", compression="zstd")
+        for (config, run), part in groups.items():
+            folder = out / kind / f"config={config}" / f"run={run}"
+            folder.mkdir(parents=True, exist_ok=True)
+            n = len(list(folder.glob("part-*.parquet")))
+            table = pa.Table.from_pylist(part).replace_schema_metadata(meta)
+            pq.write_table(table, folder / f"part-{n}.parquet", compression="zstd")
     return out
 
 
@@ -72,23 +93,31 @@ def compact(paths: str | os.PathLike | list, out_dir: str | os.PathLike) -> Path
     return write_parquet(read_trace(paths).records, out_dir)
 
 
-def read_parquet(path: str | os.PathLike) -> list[Any]:
-    """Read a Parquet trace directory (or one ``<kind>.parquet`` file) back into records."""
-    pa, pq = _pa()
-    path = Path(path)
-    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+def _files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    files = sorted(path.rglob("*.parquet"))
     if not files:
         raise TraceError(f"{path}: no .parquet files")
+    return files
+
+
+def _check(f: Path, meta: dict) -> str:
+    version = meta.get(_VERSION_KEY)
+    if version is None or int(version) not in schema.READABLE_VERSIONS:
+        readable = ", ".join(str(v) for v in schema.READABLE_VERSIONS)
+        raise TraceError(f"{f}: trace schema version {version!r} is not readable; this "
+                         f"specscope reads schema version(s) {readable}")
+    return meta.get(b"specscope_kind", f.stem.encode()).decode()
+
+
+def read_parquet(path: str | os.PathLike) -> list[Any]:
+    """Read a Parquet trace dataset (or one file) back into records."""
+    pa, pq = _pa()
     records: list[Any] = []
-    for f in files:
-        table = pq.read_table(f)
-        meta = table.schema.metadata or {}
-        version = meta.get(_VERSION_KEY)
-        if version is None or int(version) not in schema.READABLE_VERSIONS:
-            readable = ", ".join(str(v) for v in schema.READABLE_VERSIONS)
-            raise TraceError(f"{f}: trace schema version {version!r} is not readable; this "
-                             f"specscope reads schema version(s) {readable}")
-        kind = meta.get(b"specscope_kind", f.stem.encode()).decode()
+    for f in _files(Path(path)):
+        table = pq.read_table(f, partitioning=None)
+        kind = _check(f, table.schema.metadata or {})
         rows = table.to_pylist()
         if kind == "verify":
             records.extend(_unflatten_verify(rows))
@@ -98,6 +127,63 @@ def read_parquet(path: str | os.PathLike) -> list[Any]:
                 row[k] = json.loads(row[k]) if row[k] else {}
             records.append(schema.from_dict({"kind": kind, **row}))
     return records
+
+
+def iter_verify_columns(path: str | os.PathLike, batch_rows: int = 1 << 20):
+    """Verify entries of a Parquet trace as VerifyColumns batches (bounded memory)."""
+    import numpy as np
+
+    from ..collector.columns import MODE_CODE, VerifyColumns
+
+    pa, pq = _pa()
+    cols = ["run_id", "config_id", "rank", "step", "t_ns", "num_drafted", "num_draft_tokens",
+            "num_accepted", "mode_requested", "mode_used", "num_verified", "num_top1",
+            "expected_top1", "var_top1", "draft_top1_hist"]
+    for f in _files(Path(path)):
+        meta = pq.read_schema(f).metadata or {}
+        if _check(f, meta) != "verify":
+            continue
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=cols):
+            col = {c: batch.column(i) for i, c in enumerate(cols)}
+
+            def arr(name: str, dtype) -> np.ndarray:
+                return col[name].to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+            hist = _hist_matrix(col["draft_top1_hist"], len(batch), np)
+            req = np.array([MODE_CODE.get(m, 0) for m in col["mode_requested"].to_pylist()], np.int8)
+            used = np.array([MODE_CODE.get(m, 0) for m in col["mode_used"].to_pylist()], np.int8)
+            run_ids = np.array(col["run_id"].to_pylist(), dtype=object)
+            ranks = arr("rank", np.int64)
+            configs = col["config_id"].to_pylist()
+            keys = sorted(set(zip(run_ids.tolist(), ranks.tolist())))
+            for run_id, rank in keys:
+                mask = slice(None) if len(keys) == 1 else (run_ids == run_id) & (ranks == rank)
+                first = int(np.flatnonzero((run_ids == run_id) & (ranks == rank))[0])
+                yield VerifyColumns(
+                    run_id=run_id, config_id=configs[first], rank=rank,
+                    num_steps=int(np.unique(arr("step", np.int64)[mask]).size),
+                    t_ns=arr("t_ns", np.int64)[mask], num_drafted=arr("num_drafted", np.int64)[mask],
+                    num_draft_tokens=arr("num_draft_tokens", np.int64)[mask],
+                    num_accepted=arr("num_accepted", np.int64)[mask], mode_requested=req[mask],
+                    mode_used=used[mask], num_verified=arr("num_verified", np.int64)[mask],
+                    num_top1=arr("num_top1", np.int64)[mask],
+                    expected_top1=arr("expected_top1", np.float64)[mask],
+                    var_top1=arr("var_top1", np.float64)[mask], draft_hist=hist[mask])
+
+
+def _hist_matrix(column, n: int, np):
+    """The list column of draft histograms as an [n, bins] matrix (zeros where empty)."""
+    bins = schema.DRAFT_HIST_BINS
+    lengths = column.value_lengths().to_numpy(zero_copy_only=False)
+    flat = column.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    full = np.zeros((n, bins), dtype=np.int64)
+    if ((lengths == 0) | (lengths == bins)).all():
+        full[lengths == bins] = flat.reshape(-1, bins)
+        return full
+    for i, row in enumerate(column.to_pylist()):  # odd lengths: row by row
+        if row and len(row) == bins:
+            full[i] = row
+    return full
 
 
 def _unflatten_verify(rows: list[dict[str, Any]]) -> list[schema.VerifyStepRecord]:

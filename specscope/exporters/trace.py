@@ -116,42 +116,40 @@ def _check_version(data: dict, where: str) -> None:
 
 def iter_jsonl(path: str | os.PathLike, problems: list[Problem] | None = None,
                trace: Trace | None = None) -> Iterator[Any]:
-    """Stream records from a JSONL trace, skipping (and reporting) lines that do not parse."""
+    """Stream records from a JSONL trace line by line (bounded memory), skipping and reporting
+    lines that do not parse; an unfinished last line (a killed writer) is counted apart."""
     name = str(path)
     problems = problems if problems is not None else []
-    with open(path, "rb") as f:
-        data = f.read()
-    lines = data.split(b"\n")
-    unfinished = not data.endswith(b"\n")
     header_seen = False
-    for lineno, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        is_tail = unfinished and lineno == len(lines)
-        try:
-            obj = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            if is_tail:
-                problems.append(Problem(name, lineno, "truncated last line (writer stopped "
-                                                      "mid-write); record dropped"))
-                if trace is not None:
-                    trace.truncated_tail += 1
-            else:
-                problems.append(Problem(name, lineno, f"not JSON: {exc}"))
-            continue
-        if not header_seen:
-            if not isinstance(obj, dict) or obj.get("kind") != HEADER_KIND:
-                raise TraceError(f"{name}:{lineno}: not a specscope trace (no header line)")
-            _check_version(obj, f"{name}:{lineno}")
-            header_seen = True
-            continue
-        if isinstance(obj, dict) and obj.get("kind") == HEADER_KIND:
-            _check_version(obj, f"{name}:{lineno}")  # concatenated traces
-            continue
-        try:
-            yield schema.from_dict(obj)
-        except schema.SchemaError as exc:
-            problems.append(Problem(name, lineno, str(exc)))
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            is_tail = not raw.endswith(b"\n")
+            try:
+                obj = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                if is_tail:
+                    problems.append(Problem(name, lineno, "truncated last line (writer stopped "
+                                                          "mid-write); record dropped"))
+                    if trace is not None:
+                        trace.truncated_tail += 1
+                else:
+                    problems.append(Problem(name, lineno, f"not JSON: {exc}"))
+                continue
+            if not header_seen:
+                if not isinstance(obj, dict) or obj.get("kind") != HEADER_KIND:
+                    raise TraceError(f"{name}:{lineno}: not a specscope trace (no header line)")
+                _check_version(obj, f"{name}:{lineno}")
+                header_seen = True
+                continue
+            if isinstance(obj, dict) and obj.get("kind") == HEADER_KIND:
+                _check_version(obj, f"{name}:{lineno}")  # concatenated traces
+                continue
+            try:
+                yield schema.from_dict(obj)
+            except schema.SchemaError as exc:
+                problems.append(Problem(name, lineno, str(exc)))
     if not header_seen:
         raise TraceError(f"{name}: empty file, not a specscope trace")
 

@@ -100,9 +100,10 @@ def test_parquet_version_checked(tmp_path):
     write_trace(src, [_phase(i) for i in range(3)])
     out = compact(src, tmp_path / "pq")
     assert [r.step for r in read_trace(out).records] == [0, 1, 2]
-    table = pq.read_table(out / "phase.parquet")
-    pq.write_table(table.replace_schema_metadata({b"specscope_schema_version": b"7"}),
-                   out / "phase.parquet")
+    (part,) = (out / "phase").rglob("*.parquet")
+    assert part.relative_to(out).parts[:3] == ("phase", "config=_", "run=r")  # partitioned
+    table = pq.read_table(part)
+    pq.write_table(table.replace_schema_metadata({b"specscope_schema_version": b"7"}), part)
     with pytest.raises(TraceError, match="version b'7' is not readable"):
         read_trace(out)
     assert pa is not None
