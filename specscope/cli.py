@@ -111,9 +111,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     results = import_files(args.files, args.output, format=args.format, run=args.run)
     for path, res in zip(args.files, results):
-        kinds = {}
-        for r in res.records:
-            kinds[type(r).__name__] = kinds.get(type(r).__name__, 0) + 1
+        kinds = res.counts
         summary = ", ".join(f"{n} {k.replace('Record', '').lower()}" for k, n in kinds.items())
         print(f"{path}: {res.format}: {summary or 'no records'}; {len(res.problems)} skipped")
         for p in res.problems[:20]:

@@ -21,6 +21,7 @@ from .trace import TraceError, read_trace
 
 _VERSION_KEY = b"specscope_schema_version"
 _STEP_FIELDS = ("run_id", "config_id", "rank", "step", "t_ns", "batch_size")
+ROW_GROUP = 1 << 15  #: rows per row group: what a reader holds in memory at once
 _JSON_FIELDS = {"env_flags", "host", "labels", "evidence", "values", "metrics", "config"}
 
 
@@ -84,7 +85,8 @@ def write_parquet(records: Iterable[Any], out_dir: str | os.PathLike) -> Path:
             folder.mkdir(parents=True, exist_ok=True)
             n = len(list(folder.glob("part-*.parquet")))
             table = pa.Table.from_pylist(part).replace_schema_metadata(meta)
-            pq.write_table(table, folder / f"part-{n}.parquet", compression="zstd")
+            pq.write_table(table, folder / f"part-{n}.parquet", compression="zstd",
+                           row_group_size=ROW_GROUP)
     return out
 
 
@@ -129,11 +131,11 @@ def read_parquet(path: str | os.PathLike) -> list[Any]:
     return records
 
 
-def iter_verify_columns(path: str | os.PathLike, batch_rows: int = 1 << 20):
-    """Verify entries of a Parquet trace as VerifyColumns batches (bounded memory)."""
+def iter_verify_columns(path: str | os.PathLike):
+    """Verify entries of a Parquet trace as VerifyColumns, one row group at a time."""
     import numpy as np
 
-    from ..collector.columns import MODE_CODE, VerifyColumns
+    from ..collector.columns import VerifyColumns
 
     pa, pq = _pa()
     cols = ["run_id", "config_id", "rank", "step", "t_ns", "num_drafted", "num_draft_tokens",
@@ -143,25 +145,34 @@ def iter_verify_columns(path: str | os.PathLike, batch_rows: int = 1 << 20):
         meta = pq.read_schema(f).metadata or {}
         if _check(f, meta) != "verify":
             continue
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=cols):
-            col = {c: batch.column(i) for i, c in enumerate(cols)}
+        pf = pq.ParquetFile(f)
+        for group in range(pf.metadata.num_row_groups):  # one row group in memory at a time
+            batch = pf.read_row_group(group, columns=cols)
+            if not batch.num_rows:
+                continue
+            col = {c: batch.column(i).combine_chunks() for i, c in enumerate(cols)}
 
             def arr(name: str, dtype) -> np.ndarray:
                 return col[name].to_numpy(zero_copy_only=False).astype(dtype, copy=False)
 
             hist = _hist_matrix(col["draft_top1_hist"], len(batch), np)
-            req = np.array([MODE_CODE.get(m, 0) for m in col["mode_requested"].to_pylist()], np.int8)
-            used = np.array([MODE_CODE.get(m, 0) for m in col["mode_used"].to_pylist()], np.int8)
-            run_ids = np.array(col["run_id"].to_pylist(), dtype=object)
+            req = _codes(col["mode_requested"], np)
+            used = _codes(col["mode_used"], np)
+            runs = col["run_id"].dictionary_encode()
+            run_idx = runs.indices.to_numpy(zero_copy_only=False)
             ranks = arr("rank", np.int64)
-            configs = col["config_id"].to_pylist()
-            keys = sorted(set(zip(run_ids.tolist(), ranks.tolist())))
-            for run_id, rank in keys:
-                mask = slice(None) if len(keys) == 1 else (run_ids == run_id) & (ranks == rank)
-                first = int(np.flatnonzero((run_ids == run_id) & (ranks == rank))[0])
+            if len(runs.dictionary) == 1 and ranks.min() == ranks.max():
+                keys = [(0, int(ranks[0]))]
+            else:
+                width = int(ranks.max()) + 1
+                combined = np.unique(run_idx.astype(np.int64) * width + ranks)
+                keys = [(int(c // width), int(c % width)) for c in combined]
+            for ri, rank in keys:
+                mask = slice(None) if len(keys) == 1 else (run_idx == ri) & (ranks == rank)
+                first = 0 if len(keys) == 1 else int(np.flatnonzero(mask)[0])
                 yield VerifyColumns(
-                    run_id=run_id, config_id=configs[first], rank=rank,
-                    num_steps=int(np.unique(arr("step", np.int64)[mask]).size),
+                    run_id=runs.dictionary[ri].as_py(), config_id=col["config_id"][first].as_py(),
+                    rank=int(rank), num_steps=int(np.unique(arr("step", np.int64)[mask]).size),
                     t_ns=arr("t_ns", np.int64)[mask], num_drafted=arr("num_drafted", np.int64)[mask],
                     num_draft_tokens=arr("num_draft_tokens", np.int64)[mask],
                     num_accepted=arr("num_accepted", np.int64)[mask], mode_requested=req[mask],
@@ -169,6 +180,14 @@ def iter_verify_columns(path: str | os.PathLike, batch_rows: int = 1 << 20):
                     num_top1=arr("num_top1", np.int64)[mask],
                     expected_top1=arr("expected_top1", np.float64)[mask],
                     var_top1=arr("var_top1", np.float64)[mask], draft_hist=hist[mask])
+
+
+def _codes(column, np):
+    """Sampling-mode strings as codes into schema.SAMPLING_MODES (unknown -> 0), vectorised."""
+    enc = column.dictionary_encode()
+    lookup = np.array([schema.SAMPLING_MODES.index(m) if m in schema.SAMPLING_MODES else 0
+                       for m in enc.dictionary.to_pylist()] or [0], dtype=np.int8)
+    return lookup[enc.indices.to_numpy(zero_copy_only=False)]
 
 
 def _hist_matrix(column, n: int, np):

@@ -41,7 +41,7 @@ def _batches(paths: Sequence[str | os.PathLike], batch: int,
             runs = [r for r in others if type(r).__name__ == "RunRecord"]
             if runs:
                 yield "records", runs
-            for cols in iter_verify_columns(p, batch_rows=max(batch, 1 << 16)):
+            for cols in iter_verify_columns(p):
                 yield "columns", cols
             rest = [r for r in others if type(r).__name__ != "RunRecord"]
             for i in range(0, len(rest), batch):

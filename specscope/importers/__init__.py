@@ -103,7 +103,9 @@ def _specscope(path: Path, run_id: str) -> ImportResult:
     from ..exporters.trace import read_trace
 
     trace = read_trace(path)
-    return ImportResult("specscope", records=trace.records, problems=trace.problems)
+    res = ImportResult("specscope", problems=trace.problems)
+    res.extend(trace.records)
+    return res
 
 
 PARSERS: dict[str, Callable[[Path, str], ImportResult]] = {
@@ -125,15 +127,29 @@ PARSERS: dict[str, Callable[[Path, str], ImportResult]] = {
 }
 
 
+STREAMING = {"vllm-log", "sglang-log"}
+
+
 def import_file(path: str | os.PathLike, *, format: str | None = None,
-                run_id: str | None = None) -> ImportResult:
-    """Read one file into records (its own run, named after the file unless ``run_id``)."""
+                run_id: str | None = None, emit=None) -> ImportResult:
+    """Read one file into records (its own run, named after the file unless ``run_id``).
+
+    ``emit``: a callable taking record batches; line-based formats then stream through it in
+    bounded memory (others hand their records over in one batch at the end).
+    """
     path = Path(path)
     fmt = format or detect(path)
     if fmt not in PARSERS:
         raise ValueError(f"unknown format {fmt!r}; specscope imports: {', '.join(sorted(PARSERS))}")
     try:
-        return PARSERS[fmt](path, run_id or path.stem)
+        if fmt in STREAMING:
+            res = PARSERS[fmt](path, run_id or path.stem, emit=emit)
+        else:
+            res = PARSERS[fmt](path, run_id or path.stem)
+        if emit is not None:
+            res.emit = emit
+            res.flush()
+        return res
     except OSError:
         raise
     except Exception as exc:  # malformed structure of a whole-file format: one clear error
@@ -148,9 +164,7 @@ def import_files(paths: list[str | os.PathLike], out: str | os.PathLike, *,
     results = []
     with TraceWriter(out) as writer:
         for p in paths:
-            res = import_file(p, format=format, run_id=run)
-            writer.write(res.records)
-            results.append(res)
+            results.append(import_file(p, format=format, run_id=run, emit=writer.write))
     return results
 
 

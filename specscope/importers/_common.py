@@ -15,12 +15,35 @@ from ..exporters.trace import Problem
 
 @dataclass
 class ImportResult:
-    """What one file gave: its records, the lines that were skipped and why."""
+    """What one file gave: its records, the lines that were skipped and why.
+
+    With ``emit`` set, records stream out in batches instead of piling up in ``records`` (large
+    logs import in bounded memory); ``counts`` says how many of each kind went either way.
+    """
 
     format: str
     records: list[Any] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     lines_read: int = 0
+    emit: Any = None  #: Callable[[list], None] | None
+    counts: dict[str, int] = field(default_factory=dict)
+    batch: int = 8192
+
+    def add(self, record: Any) -> None:
+        kind = type(record).__name__
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        self.records.append(record)
+        if self.emit is not None and len(self.records) >= self.batch:
+            self.flush()
+
+    def extend(self, records: Any) -> None:
+        for r in records:
+            self.add(r)
+
+    def flush(self) -> None:
+        if self.emit is not None and self.records:
+            self.emit(self.records)
+            self.records = []
 
 
 def run_record(run_id: str, engine: str, fmt: str, path: str | os.PathLike, *,

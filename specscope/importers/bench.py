@@ -108,11 +108,11 @@ def parse_serving_json(path: str | os.PathLike, run_id: str, source: str) -> Imp
         config = {k: d[k] for k in ("backend", "model_id", "model", "max_concurrency", "num_prompts",
                                     "request_rate", "date") if k in d and not isinstance(d[k], (dict, list))}
         if len(objs) > 1:
-            res.records.append(run_record(rid, d.get("backend", source), source, path, model=str(model)))
-        res.records.append(schema.BenchmarkRecord(run_id=rid, source=source, metrics=metrics, config=config))
-        res.records.extend(_counts(rid, metrics, source))
+            res.add(run_record(rid, d.get("backend", source), source, path, model=str(model)))
+        res.add(schema.BenchmarkRecord(run_id=rid, source=source, metrics=metrics, config=config))
+        res.extend(_counts(rid, metrics, source))
     if len(objs) == 1:
-        res.records.insert(0, run_record(run_id, source.split("-")[0], source, path, model=str(model)))
+        res.add(run_record(run_id, source.split("-")[0], source, path, model=str(model)))
     return res
 
 
@@ -160,9 +160,9 @@ def parse_console(path: str | os.PathLike, run_id: str) -> ImportResult:
         if metrics.get("acceptance_rate") is not None:
             metrics["acceptance_rate"] = metrics["acceptance_rate"] / 100
         rid = run_id if len(blocks) == 1 else f"{run_id}#{i}"
-        res.records.append(run_record(rid, source.split("-")[0], "bench-console", path))
-        res.records.append(schema.BenchmarkRecord(run_id=rid, source=source, metrics=metrics))
-        res.records.extend(_counts(rid, metrics, source))
+        res.add(run_record(rid, source.split("-")[0], "bench-console", path))
+        res.add(schema.BenchmarkRecord(run_id=rid, source=source, metrics=metrics))
+        res.extend(_counts(rid, metrics, source))
     return res
 
 
@@ -204,9 +204,9 @@ def parse_aiperf(path: str | os.PathLike, run_id: str) -> ImportResult:
     if isinstance(cfg.get("endpoint"), dict):
         names = cfg["endpoint"].get("model_names") or []
         model = names[0] if names else ""
-    res.records.append(run_record(run_id, "aiperf", "aiperf", path, model=model,
+    res.add(run_record(run_id, "aiperf", "aiperf", path, model=model,
                                   engine_version=str(d.get("aiperf_version", ""))))
-    res.records.append(schema.BenchmarkRecord(
+    res.add(schema.BenchmarkRecord(
         run_id=run_id, source="aiperf", metrics=metrics,
         config={"aiperf_version": d.get("aiperf_version"), "schema_version": d.get("schema_version")}))
     return res
@@ -215,7 +215,7 @@ def parse_aiperf(path: str | os.PathLike, run_id: str) -> ImportResult:
 def parse_aiperf_records(path: str | os.PathLike, run_id: str) -> ImportResult:
     """AIPerf per-request ``profile_export.jsonl``: each line a RequestRecord."""
     res = ImportResult("aiperf-records")
-    res.records.append(run_record(run_id, "aiperf", "aiperf-records", path))
+    res.add(run_record(run_id, "aiperf", "aiperf-records", path))
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             res.lines_read += 1
@@ -227,7 +227,7 @@ def parse_aiperf_records(path: str | os.PathLike, run_id: str) -> ImportResult:
                 start = int(meta["request_start_ns"])
                 end = int(meta["request_end_ns"])
                 ttft_ms = m.get("time_to_first_token", {}).get("value")
-                res.records.append(schema.RequestRecord(
+                res.add(schema.RequestRecord(
                     run_id=run_id, rank=0, request_id=str(meta.get("x_request_id", lineno)),
                     t_arrival_ns=start,
                     t_first_token_ns=start + int(float(ttft_ms) * 1e6) if ttft_ms is not None else end,

@@ -47,11 +47,11 @@ def parse_row(path: str | os.PathLike, run_id: str) -> ImportResult:
             metrics["input_throughput_per_gpu_tok_s"] = float(value)
     config = {k: d[k] for k in CONFIG_KEYS if k in d}
     spec = str(d.get("spec_decoding", "none"))
-    res.records.append(run_record(run_id, str(d.get("framework", "")), "inferencex-row", path,
+    res.add(run_record(run_id, str(d.get("framework", "")), "inferencex-row", path,
                                   algorithm=spec, model=str(d.get("model", "")),
                                   backend="hip" if str(d.get("hw", "")).lower().startswith("mi") else "cuda",
                                   labels={k: str(v) for k, v in config.items()}))
-    res.records.append(schema.BenchmarkRecord(run_id=run_id, source="inferencex", metrics=metrics,
+    res.add(schema.BenchmarkRecord(run_id=run_id, source="inferencex", metrics=metrics,
                                               config=config))
     return res
 
@@ -67,10 +67,10 @@ def parse_acceptance(path: str | os.PathLike, run_id: str) -> ImportResult:
     drafts = d.get("num_drafts")
     cfg = d.get("speculative_config", {}) if isinstance(d.get("speculative_config"), dict) else {}
     k = int(cfg.get("num_speculative_tokens", len(counts)) or len(counts))
-    res.records.append(run_record(run_id, "vllm", "inferencex-acceptance", path, num_steps=k,
+    res.add(run_record(run_id, "vllm", "inferencex-acceptance", path, num_steps=k,
                                   algorithm=str(cfg.get("method", "unknown")),
                                   labels={"draft_model": str(cfg.get("model", ""))}))
-    res.records.append(schema.SpecCountsRecord(
+    res.add(schema.SpecCountsRecord(
         run_id=run_id, t_ns=0, num_drafts=int(drafts) if drafts is not None else None,
         draft_tokens=int(drafts) * k if drafts is not None else None,
         accepted_tokens=sum(counts) if counts else None, accepted_per_pos=counts,
@@ -97,10 +97,10 @@ def parse_golden(path: str | os.PathLike, run_id: str) -> ImportResult:
         for mode, curve in modes.items():
             for steps, al in (curve or {}).items():
                 rid = f"{run_id}/{model}/{mode}/s{steps}"
-                res.records.append(run_record(rid, "vllm", "inferencex-golden-al", path,
+                res.add(run_record(rid, "vllm", "inferencex-golden-al", path,
                                               num_steps=int(steps), algorithm="mtp", model=str(model),
                                               labels={"mode": str(mode), "role": "golden"}))
-                res.records.append(schema.BenchmarkRecord(
+                res.add(schema.BenchmarkRecord(
                     run_id=rid, source="inferencex-golden-al",
                     metrics={"acceptance_length": float(al)},
                     config={"model": model, "mode": mode, "num_speculative_tokens": int(steps)}))
@@ -123,7 +123,7 @@ def parse_master_config(path: str | os.PathLike, run_id: str) -> ImportResult:
                               "isl": str(block.get("isl")), "osl": str(block.get("osl")),
                               "image": str(entry.get("image", "")), "runner": str(entry.get("runner", "")),
                               **{k: str(v) for k, v in sp.items()}}
-                    res.records.append(run_record(
+                    res.add(run_record(
                         rid, str(entry.get("framework", "")), "inferencex-config", path,
                         algorithm=str(sp.get("spec-decoding", "none")), model=str(entry.get("model", "")),
                         backend="hip" if "mi3" in str(entry.get("runner", "")) else "cuda",
@@ -162,7 +162,7 @@ def parse_guidellm(path: str | os.PathLike, run_id: str) -> ImportResult:
         if isinstance(totals.get("successful"), (int, float)):
             metrics["completed"] = totals["successful"]
         strategy = ((b.get("args") or {}).get("strategy") or {}).get("type_", "")
-        res.records.append(run_record(rid, "guidellm", "guidellm", path, labels={"strategy": str(strategy)}))
-        res.records.append(schema.BenchmarkRecord(run_id=rid, source="guidellm", metrics=metrics,
+        res.add(run_record(rid, "guidellm", "guidellm", path, labels={"strategy": str(strategy)}))
+        res.add(schema.BenchmarkRecord(run_id=rid, source="guidellm", metrics=metrics,
                                                   config={"strategy": strategy}))
     return res

@@ -47,9 +47,9 @@ def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
         args = ev.get("args") or {}
         device = f"cuda:{args['device']}" if "device" in args else (
             "cpu" if cat == "user_annotation" else f"gpu:{ev.get('pid', '')}")
-        res.records.append(schema.PhaseRecord(
+        res.add(schema.PhaseRecord(
             run_id=run_id, rank=0, step=int(args.get("step", -1)) if str(args.get("step", "-1")).lstrip("-").isdigit() else -1,
             phase=phase, device=device, t_start_ns=int((ts + base_us) * 1000),
             duration_ns=int(dur * 1000), clock="kineto"))
-    res.records.insert(0, run_record(run_id, "pytorch-profiler", "kineto", path))
+    res.add(run_record(run_id, "pytorch-profiler", "kineto", path))
     return res

@@ -109,13 +109,13 @@ def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
             k_seen = max(k_seen, len(per_pos))
             prev[key] = cur
             rank = int(dict(key).get("engine", "0") or 0) if dict(key).get("engine", "0").isdigit() else 0
-            res.records.append(schema.SpecCountsRecord(
+            res.add(schema.SpecCountsRecord(
                 run_id=run_id, rank=rank, t_ns=snap["t"], num_drafts=drafts, draft_tokens=drafted,
                 accepted_tokens=accepted, accepted_per_pos=tuple(per_pos), source="vllm-metrics"))
         for key, g in gauges.items():
-            res.records.append(schema.SpecCountsRecord(
+            res.add(schema.SpecCountsRecord(
                 run_id=run_id, t_ns=snap["t"],
                 reported_mean_acceptance_length=g.get("sglang:spec_accept_length"),
                 reported_acceptance_rate=g.get("sglang:spec_accept_rate"), source="sglang-metrics"))
-    res.records.insert(0, run_record(run_id, engine, "prometheus-text", path, num_steps=k_seen))
+    res.add(run_record(run_id, engine, "prometheus-text", path, num_steps=k_seen))
     return res

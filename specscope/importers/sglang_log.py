@@ -45,8 +45,8 @@ def _fields(rest: str) -> dict[str, float]:
     return out
 
 
-def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
-    res = ImportResult("sglang-log")
+def parse(path: str | os.PathLike, run_id: str, emit=None) -> ImportResult:
+    res = ImportResult("sglang-log", emit=emit)
     name = str(path)
     with open(path, encoding="utf-8", errors="replace") as f:
         for lineno, raw in enumerate(f, start=1):
@@ -69,13 +69,13 @@ def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
                 res.problems.append(Problem(name, lineno, f"{k.group(1)} batch line without fields"))
                 continue
             if k.group(1) == "Decode" and "accept_len" in values:
-                res.records.append(schema.SpecCountsRecord(
+                res.add(schema.SpecCountsRecord(
                     run_id=run_id, rank=rank, t_ns=t_ns,
                     reported_mean_acceptance_length=values.pop("accept_len"),
                     reported_acceptance_rate=values.pop("accept_rate", None), source="sglang"))
             prefix = "decode_" if k.group(1) == "Decode" else "prefill_"
-            res.records.append(schema.SampleRecord(
+            res.add(schema.SampleRecord(
                 run_id=run_id, rank=rank, t_ns=t_ns,
                 values={prefix + key: v for key, v in values.items()}, source="sglang"))
-    res.records.insert(0, run_record(run_id, "sglang", "sglang-log", path))
+    res.add(run_record(run_id, "sglang", "sglang-log", path))
     return res

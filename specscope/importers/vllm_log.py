@@ -17,8 +17,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
-from typing import Iterable
-
 from .. import schema
 from ..exporters.trace import Problem
 from ._common import ImportResult, file_year, num, run_record, to_ns
@@ -47,16 +45,18 @@ def sniff(head: str) -> bool:
     return any(m in head for m in MARKERS)
 
 
-def parse(path: str | os.PathLike, run_id: str, lines: Iterable[str] | None = None) -> ImportResult:
-    res = ImportResult("vllm-log")
+def parse(path: str | os.PathLike, run_id: str, emit=None) -> ImportResult:
+    res = ImportResult("vllm-log", emit=emit)
     year = file_year(path)
     name = str(path)
     v0_prev: tuple[int, int] | None = None
     k_seen = 0
     last_t = None
-    with open(path, encoding="utf-8", errors="replace") if lines is None else _nullctx(lines) as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         for lineno, raw in enumerate(f, start=1):
             res.lines_read += 1
+            if "metrics" not in raw and "Engine " not in raw and "SpecDecodeWorker" not in raw:
+                continue  # fast path: most server lines are something else
             line = raw.rstrip("\n")
             m = PREFIX.match(line)
             rank = int(m.group("tp")) if m and m.group("tp") else 0
@@ -75,7 +75,7 @@ def parse(path: str | os.PathLike, run_id: str, lines: Iterable[str] | None = No
                 if "SpecDecoding metrics" in body:
                     rec, k = _v1(body, run_id, rank, t_ns, last_t)
                     k_seen = max(k_seen, k)
-                    res.records.append(rec)
+                    res.add(rec)
                     last_t = t_ns or last_t
                 elif "Speculative metrics" in body:
                     mv = V0.search(body)
@@ -89,12 +89,12 @@ def parse(path: str | os.PathLike, run_id: str, lines: Iterable[str] | None = No
                     da, dd = accepted - prev[0], drafted - prev[1]
                     v0_prev = (accepted, drafted)
                     k_seen = max(k_seen, k)
-                    res.records.append(schema.SpecCountsRecord(
+                    res.add(schema.SpecCountsRecord(
                         run_id=run_id, rank=rank, t_ns=t_ns, num_drafts=dd // k if k else None,
                         draft_tokens=dd, accepted_tokens=da,
                         reported_acceptance_rate=num(mv.group(1)), source="vllm-v0"))
                 elif "SpecDecodeWorker stage times" in body:
-                    res.records.extend(_stages(body, run_id, rank, t_ns))
+                    res.extend(_stages(body, run_id, rank, t_ns))
                 else:
                     me = ENGINE.search(body)
                     if me:
@@ -102,12 +102,12 @@ def parse(path: str | os.PathLike, run_id: str, lines: Iterable[str] | None = No
                         for gname, gval, unit in GAUGE.findall(me.group(2)):
                             key = gname.strip().lower().replace(" ", "_")
                             values[key + {"tokens/s": "_tok_s", "%": "_pct", "reqs": ""}.get(unit, "")] = float(gval)
-                        res.records.append(schema.SampleRecord(
+                        res.add(schema.SampleRecord(
                             run_id=run_id, rank=int(me.group(1)), t_ns=t_ns, values=values,
                             source="vllm-engine"))
             except (ValueError, ZeroDivisionError) as exc:
                 res.problems.append(Problem(name, lineno, str(exc)))
-    res.records.insert(0, run_record(run_id, "vllm", "vllm-log", path, num_steps=k_seen))
+    res.add(run_record(run_id, "vllm", "vllm-log", path, num_steps=k_seen))
     return res
 
 
@@ -149,14 +149,3 @@ def _stages(body: str, run_id: str, rank: int, t_ns: int) -> list[schema.PhaseRe
     if not out:
         raise ValueError("stage-times line without name=value pairs")
     return out
-
-
-class _nullctx:
-    def __init__(self, lines: Iterable[str]) -> None:
-        self.lines = lines
-
-    def __enter__(self):
-        return self.lines
-
-    def __exit__(self, *exc) -> None:
-        return None
