@@ -67,7 +67,6 @@ def _run_record() -> schema.RunRecord:
 # ------------------------------------------------------------------------ hooks (issue 2)
 def bench_hooks(reps: int) -> list[Row]:
     """A verify step's cost with and without the recorder: batch 64, 4 draft tokens, V 49152."""
-    from specscope.engine.decoder import SpecConfig
     from specscope.engine.models import load_smollm2
     from specscope.engine.sampling import process_probs, verify_chain
 
@@ -228,7 +227,6 @@ def bench_collector(reps: int) -> list[Row]:
     from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
     from specscope.collector.service import Collector
-    from specscope.collector.stats import SpecStats
     from specscope.exporters.prometheus import render
 
     rows = []
@@ -278,7 +276,6 @@ def bench_collector(reps: int) -> list[Row]:
                     f"{ours_rate / naive_rate:.0f}x", "≥ 2 M/s and ≥ 50x",
                     "met" if ours_rate >= 2e6 and ours_rate / naive_rate >= 50 else "not met",
                     f"{_spread(t['ours'])} / {_spread(t['naive'])}"))
-    from specscope.collector.columns import VerifyColumns
 
     records = [schema.VerifyStepRecord(
         run_id="bench", config_id="bench", rank=0, step=i, t_ns=i, batch_size=64,

@@ -198,7 +198,7 @@ class SpeculativeDecoder:
             temp, top_p, top_k, trunc = row_params(active)
             probs = sampling.process_probs(logits, temp, top_p, top_k, trunc)
             first = sampling.sample_from(probs, self.gen).tolist()
-        for k, i in enumerate(active):
+        for i in active:
             cached_t[i] = len(committed[i])
         done = [commit(k, [first[k]]) for k in range(len(active))]
         while True:

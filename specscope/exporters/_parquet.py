@@ -151,9 +151,7 @@ def iter_verify_columns(path: str | os.PathLike):
             if not batch.num_rows:
                 continue
             col = {c: batch.column(i).combine_chunks() for i, c in enumerate(cols)}
-
-            def arr(name: str, dtype) -> np.ndarray:
-                return col[name].to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+            arr = _numpy_getter(col, np)
 
             hist = _hist_matrix(col["draft_top1_hist"], len(batch), np)
             req = _codes(col["mode_requested"], np)
@@ -180,6 +178,12 @@ def iter_verify_columns(path: str | os.PathLike):
                     num_top1=arr("num_top1", np.int64)[mask],
                     expected_top1=arr("expected_top1", np.float64)[mask],
                     var_top1=arr("var_top1", np.float64)[mask], draft_hist=hist[mask])
+
+
+def _numpy_getter(col: dict, np):
+    def arr(name: str, dtype):
+        return col[name].to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    return arr
 
 
 def _codes(column, np):

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import schema
 from ..exporters.trace import Problem
-from ._common import ImportResult, num, run_record
+from ._common import ImportResult, run_record
 
 LAT = ("ttft", "tpot", "itl", "e2el")
 STATS = {"mean": "mean", "median": "p50", "std": "std", "p90": "p90", "p95": "p95", "p99": "p99",

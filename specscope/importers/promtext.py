@@ -71,6 +71,14 @@ def _snapshots(path: str | os.PathLike, res: ImportResult):
         yield snap
 
 
+def _delta(cur: dict, before: dict, field: str) -> int | None:
+    """Counter increase since the previous snapshot; a value that went down is a restart."""
+    if field not in cur:
+        return None
+    old = before.get(field, 0.0)
+    return int(cur[field] - old if cur[field] >= old else cur[field])
+
+
 def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
     res = ImportResult("prometheus-text")
     prev: dict[tuple, dict] = {}
@@ -93,14 +101,7 @@ def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
                 gauges[key][name] = value
         for key, cur in now.items():
             before = prev.get(key, {"per_pos": {}})
-
-            def delta(field: str) -> int | None:
-                if field not in cur:
-                    return None
-                old = before.get(field, 0.0)
-                return int(cur[field] - old if cur[field] >= old else cur[field])
-
-            drafts, drafted, accepted = delta("drafts"), delta("draft_tokens"), delta("accepted")
+            drafts, drafted, accepted = (_delta(cur, before, f) for f in ("drafts", "draft_tokens", "accepted"))
             per_pos = []
             for p in sorted(cur["per_pos"]):
                 old = before["per_pos"].get(p, 0.0)
@@ -112,7 +113,7 @@ def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
             res.add(schema.SpecCountsRecord(
                 run_id=run_id, rank=rank, t_ns=snap["t"], num_drafts=drafts, draft_tokens=drafted,
                 accepted_tokens=accepted, accepted_per_pos=tuple(per_pos), source="vllm-metrics"))
-        for key, g in gauges.items():
+        for g in gauges.values():
             res.add(schema.SpecCountsRecord(
                 run_id=run_id, t_ns=snap["t"],
                 reported_mean_acceptance_length=g.get("sglang:spec_accept_length"),

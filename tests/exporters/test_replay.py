@@ -103,6 +103,6 @@ def test_duckdb_query_across_runs(tmp_path, tiny):
         f"GROUP BY config ORDER BY config").fetchall()
     assert [r[0] for r in rows] == ["draft-model-s2-k1-d3", "draft-model-s3-k1-d4",
                                     "draft-model-s4-k1-d5"]
-    for (config, accepted, drafted), path in zip(rows, traces):
+    for (_config, accepted, drafted), path in zip(rows, traces):
         s = SpecStats().observe_all(read_trace(path).records)
         assert (accepted, drafted) == (s.accepted_tokens, s.draft_tokens)

@@ -160,3 +160,53 @@ def test_fuzz_no_exception_escapes(tmp_path, data, fmt):
         assert str(p) in str(exc) or "trace" in str(exc)
         return
     assert isinstance(res.records, list)
+
+
+SGLANG_BENCH = (
+    '{"backend": "sglang", "dataset_name": "random", "request_rate": "inf", "max_concurrency": 16, '
+    '"completed": 100, "request_throughput": 3.2, "output_throughput": 812.5, "mean_e2e_latency_ms": '
+    '4900.1, "median_e2e_latency_ms": 4800.0, "mean_ttft_ms": 120.5, "median_ttft_ms": 110.0, '
+    '"p99_ttft_ms": 300.2, "mean_tpot_ms": 18.1, "median_tpot_ms": 17.9, "p99_tpot_ms": 25.0, '
+    '"mean_itl_ms": 40.2, "median_itl_ms": 35.1, "p95_itl_ms": 80.0, "p99_itl_ms": 95.5, '
+    '"concurrency": 15.2, "accept_length": 2.41}\n')
+
+SGLANG_CONSOLE = """\
+============ Serving Benchmark Result ============
+Backend:                                 sglang
+Traffic request rate:                    inf
+Max request concurrency:                 16
+Successful requests:                     100
+Benchmark duration (s):                  31.25
+Total input tokens:                      102400
+Total generated tokens:                  25600
+Request throughput (req/s):              3.20
+Output token throughput (tok/s):         812.50
+Total token throughput (tok/s):          4089.60
+Concurrency:                             15.20
+Accept length:                           2.41
+----------------End-to-End Latency----------------
+Mean E2E Latency (ms):                   4900.10
+Median E2E Latency (ms):                 4800.00
+---------------Time to First Token----------------
+Mean TTFT (ms):                          120.50
+Median TTFT (ms):                        110.00
+P99 TTFT (ms):                           300.20
+==================================================
+"""
+
+
+def test_sglang_bench_jsonl_and_console(tmp_path):
+    lines = SGLANG_BENCH + SGLANG_BENCH.replace("2.41", "2.60") + "{broken\n"
+    res = import_file(_write(tmp_path, "sg.jsonl", lines))
+    assert res.format == "sglang-bench"
+    benches = [r for r in res.records if isinstance(r, schema.BenchmarkRecord)]
+    assert [b.metrics["acceptance_length"] for b in benches] == [2.41, 2.60]
+    m = benches[0].metrics
+    assert m["ttft_ms_p50"] == 110.0 and m["e2el_ms_mean"] == 4900.1 and m["itl_ms_p95"] == 80.0
+    assert [p.line for p in res.problems] == [3]
+    con = import_file(_write(tmp_path, "sg.txt", SGLANG_CONSOLE))
+    (b,) = [r for r in con.records if isinstance(r, schema.BenchmarkRecord)]
+    assert b.source == "sglang-bench" and b.metrics["acceptance_length"] == 2.41
+    assert b.metrics["e2el_ms_p50"] == 4800.0 and b.metrics["ttft_ms_p99"] == 300.2
+    (c,) = [r for r in con.records if isinstance(r, schema.SpecCountsRecord)]
+    assert c.reported_mean_acceptance_length == 2.41 and c.accepted_tokens is None
