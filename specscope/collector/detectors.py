@@ -73,8 +73,9 @@ class DraftHealthDetector:
     """The draft's top-1 probability sits at exactly 1.0 (never computed) or in one bin.
 
     A computed float32 softmax reaches exactly 1.0 only on very peaked positions; on clean
-    reference runs the share was below 10% (tiny model) and about 20% (SmolLM2, self-draft),
-    so more than half at exactly 1.0 means the probabilities are not being computed.
+    reference runs no drafted position was at exactly 1.0 (0 of 3,801 on the tiny model at
+    temperature 0.7; 0 of 426 on SmolLM2 with the int:4 draft, greedy), so more than half at
+    exactly 1.0 means the probabilities are not being computed.
     """
 
     min_positions: int = 100
