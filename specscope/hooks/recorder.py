@@ -112,6 +112,7 @@ class Recorder:
         target_logits: torch.Tensor | None = None,
         draft_top1_probs: torch.Tensor | None = None,
         step: int | None = None,
+        logits_processed: bool = False,
     ) -> None:
         """Record one verify step of a batch. Never syncs, never blocks, never raises.
 
@@ -121,19 +122,22 @@ class Recorder:
         default the mode requested. ``committed_tokens`` ``[B, P]`` with ``target_logits``
         ``[B, P, V]`` (P = drafted + 1 positions along the verified path) enable the
         sampling-truth statistics; ``draft_top1_probs`` ``[B, D]`` the draft-health histogram.
+        ``logits_processed``: the logits already are the sampling distribution's (temperature and
+        top-k/top-p applied, as Hugging Face's logits processors leave them), so the statistics
+        take them as they are.
         """
         if not self.enabled:
             return
         try:
             self._record_verify(request_ids, num_accepted, num_drafted, temperature, top_p, top_k,
                                 mode_used, num_draft_tokens, committed_tokens, target_logits,
-                                draft_top1_probs, step)
+                                draft_top1_probs, step, logits_processed)
         except Exception:
             self._hook_error()
 
     def _record_verify(self, request_ids, num_accepted, num_drafted, temperature, top_p, top_k,
                        mode_used, num_draft_tokens, committed_tokens, target_logits,
-                       draft_top1_probs, step) -> None:
+                       draft_top1_probs, step, logits_processed=False) -> None:
         batch = len(request_ids)
         if step is None:
             step = self._step
@@ -147,8 +151,12 @@ class Recorder:
             self.num_dropped_ring_full += 1
             return
         try:
-            packed = self._pack(batch, num_accepted, num_drafted, num_draft_tokens, temperature,
-                                top_p, top_k, committed_tokens, target_logits, draft_top1_probs,
+            if logits_processed:  # greedy rows stay greedy; sampled rows use the logits as given
+                stat_t, stat_p, stat_k = [1.0 if t > 0 else 0.0 for t in temperature], None, None
+            else:
+                stat_t, stat_p, stat_k = temperature, top_p, top_k
+            packed = self._pack(batch, num_accepted, num_drafted, num_draft_tokens, stat_t,
+                                stat_p, stat_k, committed_tokens, target_logits, draft_top1_probs,
                                 step)
             self._host[idx, :batch].copy_(packed, non_blocking=True)
             event = None

@@ -72,6 +72,10 @@ class PhaseTimer:
         rec._emit(self._record(ph.name, ph.step, ph.t0_wall, time.perf_counter_ns() - ph.t0,
                                "perf_counter"))
 
+    def record_host(self, name: str, step: int, t_start_ns: int, duration_ns: int) -> None:
+        """A phase timed on the host clock by the caller (adapters that cannot wrap it)."""
+        self.recorder._emit(self._record(name, step, t_start_ns, duration_ns, "perf_counter"))
+
     def resolve(self, wait: bool) -> None:
         """Turn completed CUDA event pairs into records (drain side only)."""
         while self._pending:
