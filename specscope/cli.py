@@ -56,6 +56,29 @@ def _cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from .collector.phases import format_breakdown
+    from .engine.decoder import SpecConfig
+    from .engine.models import load_pair
+    from .engine.profile import profile_workload
+    from .engine.workload import WorkloadSpec
+
+    cfg = SpecConfig(algorithm=args.spec_algorithm, num_steps=args.spec_steps, topk=args.spec_topk,
+                     num_draft_tokens=args.spec_draft_tokens or 0, fault=args.fault or "")
+    spec = WorkloadSpec(requests=args.requests, concurrency=args.concurrency,
+                        max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                        seed=args.seed, reference=False)
+    pair = load_pair(args.model, args.draft, seed=args.seed)
+    breakdown, records = profile_workload(pair, cfg, spec, args.output)
+    if args.record:
+        from .exporters.trace import write_trace
+
+        write_trace(args.record, records)
+    print(format_breakdown(breakdown))
+    print(f"chrome/perfetto trace written to {args.output}")
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from .collector.report import build_report, format_report
     from .exporters.trace import read_trace
@@ -221,6 +244,25 @@ def build_parser() -> argparse.ArgumentParser:
     gr = sub.add_parser("grafana", help="write a Grafana dashboard JSON over the exporter's metrics")
     gr.add_argument("-o", "--output", default=None)
     gr.set_defaults(func=_cmd_grafana)
+
+    pf = sub.add_parser("profile", help="the reference workload under torch.profiler: phase "
+                        "breakdown and a Chrome/Perfetto trace")
+    pf.add_argument("--model", default="tiny")
+    pf.add_argument("--draft", default="int:4")
+    pf.add_argument("--spec-algorithm", default="draft-model")
+    pf.add_argument("--spec-steps", type=int, default=3)
+    pf.add_argument("--spec-topk", type=int, default=1)
+    pf.add_argument("--spec-draft-tokens", type=int, default=None)
+    pf.add_argument("--temperature", type=float, default=0.0)
+    pf.add_argument("--requests", type=int, default=4)
+    pf.add_argument("--concurrency", type=int, default=4)
+    pf.add_argument("--max-new-tokens", type=int, default=32)
+    pf.add_argument("--fault", choices=["silent_greedy", "topk_fallback", "draft_prob_shortcut"])
+    pf.add_argument("--seed", type=int, default=0)
+    pf.add_argument("--record", default=None, help="also write the specscope records (JSONL)")
+    pf.add_argument("-o", "--output", default="specscope-profile.json",
+                    help="Chrome/Perfetto trace (JSON)")
+    pf.set_defaults(func=_cmd_profile)
 
     rep = sub.add_parser("report", help="figures of a trace, as text or --json",
                          description="Acceptance length and rate, per-position acceptance, "

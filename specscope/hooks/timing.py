@@ -19,14 +19,21 @@ if TYPE_CHECKING:
 
 
 class _Phase:
-    __slots__ = ("timer", "name", "step", "t0_wall", "t0", "ev0")
+    __slots__ = ("timer", "name", "step", "t0_wall", "t0", "ev0", "range")
 
     def __init__(self, timer: "PhaseTimer", name: str, step: int) -> None:
         self.timer = timer
         self.name = name
         self.step = step
+        self.range = None
 
     def __enter__(self) -> "_Phase":
+        if self.timer.annotate:  # a named range for torch.profiler (Kineto user_annotation)
+            try:
+                self.range = torch.autograd.profiler.record_function(self.name)
+                self.range.__enter__()
+            except Exception:
+                self.range = None
         self.t0_wall = time.time_ns()
         if self.timer.cuda:
             try:
@@ -44,6 +51,11 @@ class _Phase:
             self.timer.finish(self)
         except Exception:
             self.timer.recorder._hook_error()
+        if self.range is not None:
+            try:
+                self.range.__exit__(None, None, None)
+            except Exception:
+                self.timer.recorder._hook_error()
 
 
 class PhaseTimer:
@@ -53,6 +65,7 @@ class PhaseTimer:
         self.recorder = recorder
         self.cuda = recorder.device.type == "cuda"
         self.device = str(recorder.device)
+        self.annotate = False  #: also open torch.profiler ranges named after the phases
         self._pending: collections.deque[tuple] = collections.deque()
 
     def phase(self, name: str, step: int) -> _Phase:
