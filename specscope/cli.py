@@ -79,6 +79,12 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_wrap(args: argparse.Namespace) -> int:
+    from .hooks.engines.wrap import wrap
+
+    return wrap(args.command_line, trace_dir=args.trace_dir, collector=args.collector)
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from .collector.report import build_report, format_report
     from .exporters.trace import read_trace
@@ -263,6 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("-o", "--output", default="specscope-profile.json",
                     help="Chrome/Perfetto trace (JSON)")
     pf.set_defaults(func=_cmd_profile)
+
+    wr = sub.add_parser("wrap", help="run an engine command with specscope's hooks in every "
+                        "Python process it starts (SGLang, vLLM)",
+                        description="specscope wrap [--trace-dir DIR | --collector URL] -- "
+                        "python -m sglang.launch_server ...")
+    wr.add_argument("--trace-dir", default=".", help="one JSONL trace per engine process")
+    wr.add_argument("--collector", default=None, help="send records to `specscope serve` instead")
+    wr.add_argument("command_line", nargs=argparse.REMAINDER, help="-- the engine command")
+    wr.set_defaults(func=_cmd_wrap)
 
     rep = sub.add_parser("report", help="figures of a trace, as text or --json",
                          description="Acceptance length and rate, per-position acceptance, "

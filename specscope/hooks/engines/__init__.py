@@ -1,0 +1,116 @@
+"""Engine adapters: specscope's hooks inside vLLM and SGLang verify paths, without a fork.
+
+Stdlib and torch only at import; an engine module is imported only when its adapter installs.
+Patch points move between releases, so they live in one table (``PATCH_POINTS``) with the
+versions that contract tests check against the released package source. An installed version
+outside ``COVERED`` gets a clear warning and no patching: the engine runs untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PatchPoint:
+    module: str
+    qualname: str  #: "function" or "Class.method"
+    params: tuple[str, ...]  #: the leading parameter names the adapter relies on
+    role: str
+
+
+#: (engine) -> patch points, for the releases in COVERED.
+PATCH_POINTS: dict[str, tuple[PatchPoint, ...]] = {
+    "vllm": (
+        PatchPoint("vllm.v1.sample.rejection_sampler", "RejectionSampler.forward",
+                   ("self", "metadata", "draft_probs", "logits", "sampling_metadata"),
+                   "V1 verify: output token ids per request, placeholder -1 after the last"),
+    ),
+    "sglang": (
+        PatchPoint("sglang.srt.speculative.eagle_utils", "eagle_sample",
+                   ("verify_input", "batch", "logits_output"),
+                   "EAGLE verify: (predict, num_correct_drafts, accept_index)"),
+        PatchPoint("sglang.srt.speculative.eagle_utils", "_verify_uses_greedy",
+                   ("is_all_greedy", "is_cpu", "is_hip", "is_xpu", "use_rejection_sampling"),
+                   "whether verify commits argmax (greedy path) for the batch"),
+    ),
+}
+
+#: engine -> release series covered (major.minor); contract tests pin the newest of each.
+COVERED: dict[str, tuple[str, ...]] = {"vllm": ("0.33",), "sglang": ("0.5",)}
+CONTRACT_RELEASES: dict[str, str] = {"vllm": "0.33.0", "sglang": "0.5.23"}
+
+
+def covered(engine: str, version: str | None = None) -> bool:
+    """Whether an installed engine version is one the adapter was checked against."""
+    if version is None:
+        try:
+            version = metadata.version(engine)
+        except metadata.PackageNotFoundError:
+            return False
+    series = ".".join(version.split(".")[:2])
+    return series in COVERED.get(engine, ())
+
+
+def default_recorder(engine: str, **run_fields: Any):
+    """A started Recorder for an engine process: to a collector (SPECSCOPE_COLLECTOR) or to
+    ``$SPECSCOPE_TRACE_DIR/<engine>-<pid>.jsonl``."""
+    from ... import schema
+    from ..recorder import Recorder
+
+    try:
+        version = metadata.version(engine)
+    except metadata.PackageNotFoundError:
+        version = ""
+    run = schema.RunRecord(
+        run_id=f"{engine}-{os.getpid()}", config_id=run_fields.pop("config_id", engine),
+        algorithm=run_fields.pop("algorithm", "unknown"), num_steps=run_fields.pop("num_steps", 0),
+        topk=run_fields.pop("topk", 0), num_draft_tokens=run_fields.pop("num_draft_tokens", 0),
+        backend=run_fields.pop("backend", ""), model=run_fields.pop("model", ""), engine=engine,
+        engine_version=version, **run_fields)
+    sinks: list[Any] = []
+    endpoint = os.environ.get("SPECSCOPE_COLLECTOR")
+    if endpoint:
+        from ...collector.transport import ZmqSink
+
+        sinks.append(ZmqSink(endpoint))
+    else:
+        from ...exporters.trace import TraceWriter
+
+        folder = os.environ.get("SPECSCOPE_TRACE_DIR", ".")
+        sinks.append(TraceWriter(os.path.join(folder, f"{engine}-{os.getpid()}.jsonl")))
+    return Recorder(run, device="cuda" if _cuda() else "cpu", sinks=sinks).start()
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def install() -> list[str]:
+    """Install every adapter whose engine is importable here; returns what was patched."""
+    import importlib.util
+
+    done = []
+    for engine in ("sglang", "vllm"):
+        if importlib.util.find_spec(engine) is None:
+            continue
+        if not covered(engine):
+            warnings.warn(f"specscope: {engine} {metadata.version(engine)} is not a covered "
+                          f"release ({', '.join(COVERED[engine])}); not patching, the engine runs "
+                          "untouched", RuntimeWarning, stacklevel=2)
+            continue
+        if engine == "sglang":
+            from . import sglang
+
+            done += sglang.install()
+        else:
+            from . import vllm
+
+            done += vllm.install()
+    return done

@@ -1,0 +1,75 @@
+"""SGLang: wrap EAGLE verify (``eagle_utils.eagle_sample``) and record, per request, the
+accepted count and whether the greedy verify path ran for requests that asked for sampling
+(the HIP-without-rejection-sampling case). No host sync: counts stay device tensors; request
+parameters come from the requests' own host-side sampling params.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import schema
+
+
+def verify_mode_used(module: Any, batch: Any) -> str:
+    """The verify path eagle_sample takes for this batch, by SGLang's own predicate."""
+    try:
+        from sglang.srt.server_args import get_spec  # type: ignore
+
+        rejection = bool(get_spec().speculative_use_rejection_sampling)
+    except Exception:
+        rejection = False
+    greedy = module._verify_uses_greedy(
+        is_all_greedy=bool(batch.sampling_info.is_all_greedy), is_cpu=bool(module._is_cpu),
+        is_hip=bool(module._is_hip), is_xpu=bool(module._is_xpu), use_rejection_sampling=rejection)
+    if greedy:
+        return schema.GREEDY
+    return schema.SPECULATIVE_SAMPLING if rejection else schema.TARGET_TEMPERATURE
+
+
+def record_eagle_sample(recorder: Any, verify_input: Any, batch: Any, result: tuple,
+                        mode_used: str) -> None:
+    """Turn one eagle_sample call into a verify-step record."""
+    _predict, num_correct_drafts, _accept_index = result
+    reqs = list(batch.reqs)
+    if not reqs:
+        return
+    params = [r.sampling_params for r in reqs]
+    temps = [float(getattr(p, "temperature", 0.0) or 0.0) for p in params]
+    used = [schema.GREEDY if t <= 0 else mode_used for t in temps]
+    recorder.record_verify(
+        request_ids=[str(r.rid) for r in reqs], num_accepted=num_correct_drafts,
+        num_drafted=int(verify_input.spec_steps), num_draft_tokens=int(verify_input.draft_token_num) - 1,
+        temperature=temps, top_p=[float(getattr(p, "top_p", 1.0) or 1.0) for p in params],
+        top_k=[max(0, int(getattr(p, "top_k", 0) or 0)) for p in params], mode_used=used)
+
+
+def install(recorder: Any = None) -> list[str]:
+    import sglang.srt.speculative.eagle_utils as module  # type: ignore
+
+    from . import default_recorder
+
+    if getattr(module.eagle_sample, "_specscope", False):
+        return []
+    original = module.eagle_sample
+    state = {"recorder": recorder}
+
+    def eagle_sample(verify_input, batch, logits_output, *args, **kwargs):
+        result = original(verify_input, batch, logits_output, *args, **kwargs)
+        try:
+            rec = state["recorder"]
+            if rec is None:
+                rec = state["recorder"] = default_recorder(
+                    "sglang", algorithm="eagle", num_steps=int(verify_input.spec_steps),
+                    topk=int(verify_input.topk), num_draft_tokens=int(verify_input.draft_token_num),
+                    backend="hip" if module._is_hip else ("cuda" if module._is_cuda else "cpu"),
+                    verify_mode=schema.TARGET_TEMPERATURE)
+            record_eagle_sample(rec, verify_input, batch, result, verify_mode_used(module, batch))
+        except Exception:
+            if state["recorder"] is not None:
+                state["recorder"]._hook_error()
+        return result
+
+    eagle_sample._specscope = True
+    module.eagle_sample = eagle_sample
+    return ["sglang.srt.speculative.eagle_utils.eagle_sample"]

@@ -1,0 +1,177 @@
+"""Engine adapters: contract tests against the released vLLM/SGLang source, and functional
+tests of the extraction code on tensors shaped as the real functions receive them."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import types
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from specscope import schema
+from specscope.hooks import Recorder, forbid_sync
+from specscope.hooks.engines import CONTRACT_RELEASES, PATCH_POINTS, covered
+from tests.conftest import ROOT
+
+WHEELS = Path(os.environ.get("SPECSCOPE_CACHE", Path.home() / ".cache" / "specscope")) / "wheels"
+
+
+def _wheel(engine: str) -> Path:
+    version = CONTRACT_RELEASES[engine]
+    found = sorted(WHEELS.glob(f"{engine}-{version}-*.whl"))
+    if not found:
+        WHEELS.mkdir(parents=True, exist_ok=True)
+        got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                              f"{engine}=={version}", "-d", str(WHEELS)], capture_output=True,
+                             text=True, timeout=900)
+        found = sorted(WHEELS.glob(f"{engine}-{version}-*.whl"))
+        if got.returncode != 0 or not found:
+            pytest.skip(f"cannot download the {engine} {version} wheel (no package registry?)")
+    return found[0]
+
+
+def _source(wheel: Path, module: str) -> ast.Module:
+    with zipfile.ZipFile(wheel) as z:
+        return ast.parse(z.read(module.replace(".", "/") + ".py"))
+
+
+def _find(tree: ast.Module, qualname: str):
+    node: ast.AST = tree
+    for part in qualname.split("."):
+        node = next(n for n in ast.iter_child_nodes(node)
+                    if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == part)
+    return node
+
+
+@pytest.mark.parametrize("engine,point", [(e, p) for e, ps in PATCH_POINTS.items() for p in ps],
+                         ids=lambda v: v if isinstance(v, str) else v.qualname)
+def test_patch_point_exists_with_the_expected_signature(engine, point):
+    tree = _source(_wheel(engine), point.module)
+    fn = _find(tree, point.qualname)
+    params = [a.arg for a in fn.args.args] + [a.arg for a in fn.args.kwonlyargs]
+    assert params[:len(point.params)] == list(point.params), params
+    assert covered(engine, CONTRACT_RELEASES[engine])
+
+
+def test_the_fields_the_adapters_read_exist_in_the_releases():
+    sg = _wheel("sglang")
+    eagle_utils = _source(sg, "sglang.srt.speculative.eagle_utils")
+    names = {t.id for n in eagle_utils.body if isinstance(n, ast.Assign) for t in n.targets
+             if isinstance(t, ast.Name)}
+    assert {"_is_hip", "_is_cpu", "_is_xpu", "_is_cuda"} <= names
+    info = _find(_source(sg, "sglang.srt.speculative.eagle_info"), "EagleVerifyInput")
+    fields = {n.target.id for n in info.body if isinstance(n, ast.AnnAssign)}
+    assert {"spec_steps", "topk", "draft_token_num"} <= fields
+    vl = _wheel("vllm")
+    meta = _find(_source(vl, "vllm.v1.spec_decode.metadata"), "SpecDecodeMetadata")
+    assert {"num_draft_tokens"} <= {n.target.id for n in meta.body
+                                                    if isinstance(n, ast.AnnAssign)}
+    sm = _find(_source(vl, "vllm.v1.sample.metadata"), "SamplingMetadata")
+    assert {"all_greedy", "all_random"} <= {n.target.id for n in sm.body if isinstance(n, ast.AnnAssign)}
+    rs = _source(vl, "vllm.v1.sample.rejection_sampler")
+    (placeholder,) = [n for n in rs.body if isinstance(n, ast.AnnAssign)
+                      and getattr(n.target, "id", "") == "PLACEHOLDER_TOKEN_ID"]
+    assert ast.literal_eval(placeholder.value) == -1
+
+
+# ------------------------------------------------------------------ functional, on fake modules
+@pytest.fixture
+def fake_sglang(monkeypatch):
+    mod = types.ModuleType("sglang.srt.speculative.eagle_utils")
+    mod._is_hip, mod._is_cpu, mod._is_xpu, mod._is_cuda = True, False, False, False
+
+    def _verify_uses_greedy(*, is_all_greedy, is_cpu, is_hip, is_xpu, use_rejection_sampling):
+        return is_all_greedy or is_cpu or is_xpu or (is_hip and not use_rejection_sampling)
+
+    def eagle_sample(verify_input, batch, logits_output):
+        bs = len(batch.reqs)
+        predict = torch.zeros(bs * verify_input.draft_token_num, dtype=torch.int32)
+        num_correct = torch.tensor([2, 0, 3], dtype=torch.int32)[:bs]
+        accept_index = torch.full((bs, verify_input.spec_steps + 1), -1, dtype=torch.int32)
+        return predict, num_correct, accept_index
+
+    mod._verify_uses_greedy = _verify_uses_greedy
+    mod.eagle_sample = eagle_sample
+    for name in ("sglang", "sglang.srt", "sglang.srt.speculative"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "sglang.srt.speculative.eagle_utils", mod)
+    sys.modules["sglang.srt.speculative"].eagle_utils = mod
+    return mod
+
+
+def test_sglang_hip_greedy_path_for_temperature_requests_is_recorded(fake_sglang, run_record):
+    from specscope.hooks.engines import sglang
+
+    rec = Recorder(run_record)
+    assert sglang.install(rec) == ["sglang.srt.speculative.eagle_utils.eagle_sample"]
+    reqs = [SimpleNamespace(rid=f"r{i}", sampling_params=SimpleNamespace(temperature=t, top_p=1.0, top_k=-1))
+            for i, t in enumerate((0.7, 0.0, 1.0))]
+    batch = SimpleNamespace(reqs=reqs, sampling_info=SimpleNamespace(is_all_greedy=False))
+    verify_input = SimpleNamespace(spec_steps=3, topk=1, draft_token_num=4)
+    logits = SimpleNamespace(next_token_logits=torch.randn(12, 50))
+    with forbid_sync():
+        fake_sglang.eagle_sample(verify_input, batch, logits)
+    (step,) = [r for r in rec.drain() if isinstance(r, schema.VerifyStepRecord)]
+    e = step.entries
+    assert [x.request_id for x in e] == ["r0", "r1", "r2"]
+    assert [x.num_accepted for x in e] == [2, 0, 3] and e[0].num_drafted == 3
+    # on HIP without rejection sampling, temperature requests took the greedy path: visible
+    sampled = run_record.verify_mode  # what the configuration calls for at temperature > 0
+    assert [(x.mode_requested, x.mode_used) for x in e] == [
+        (sampled, "greedy"), ("greedy", "greedy"), (sampled, "greedy")]
+
+
+def test_vllm_rejection_sampler_extraction(monkeypatch, run_record):
+    mod = types.ModuleType("vllm.v1.sample.rejection_sampler")
+
+    class RejectionSampler:
+        def forward(self, metadata, draft_probs, logits, sampling_metadata):
+            return SimpleNamespace(sampled_token_ids=torch.tensor(
+                [[11, 12, -1, -1], [21, 22, 23, 24], [31, -1, -1, -1]], dtype=torch.int32))
+
+    mod.RejectionSampler = RejectionSampler
+    for name in ("vllm", "vllm.v1", "vllm.v1.sample"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "vllm.v1.sample.rejection_sampler", mod)
+    sys.modules["vllm.v1.sample"].rejection_sampler = mod
+    from specscope.hooks.engines import vllm
+
+    rec = Recorder(run_record)
+    vllm.install(rec)
+    metadata = SimpleNamespace(num_draft_tokens=[3, 3, 3], max_spec_len=3)
+    for all_greedy, all_random, mode in ((True, False, "greedy"), (False, True, "speculative-sampling")):
+        with forbid_sync():
+            RejectionSampler().forward(metadata, None, torch.randn(12, 50),
+                                       SimpleNamespace(all_greedy=all_greedy, all_random=all_random))
+        (step,) = [r for r in rec.drain() if isinstance(r, schema.VerifyStepRecord)]
+        assert [x.num_accepted for x in step.entries] == [1, 3, 0]
+        assert {x.mode_used for x in step.entries} == {mode}
+
+
+def test_unknown_versions_are_not_patched(monkeypatch):
+    from specscope.hooks import engines
+
+    assert not covered("sglang", "0.4.9") and covered("sglang", "0.5.30")
+    monkeypatch.setattr(engines, "covered", lambda engine, version=None: False)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object() if name == "sglang" else None)
+    monkeypatch.setattr(engines.metadata, "version", lambda name: "0.4.9")
+    with pytest.warns(RuntimeWarning, match=r"sglang 0.4.9 is not a covered release \(0.5\); not patching"):
+        assert engines.install() == []
+
+
+def test_wrap_installs_the_adapters_in_every_python_process(tmp_path):
+    code = ("import sys, subprocess; print('specscope.hooks.engines' in sys.modules); "
+            "print(subprocess.run([sys.executable, '-c', \"import sys; print('specscope.hooks.engines' "
+            "in sys.modules)\"], capture_output=True, text=True).stdout.strip())")
+    out = subprocess.run([sys.executable, "-m", "specscope", "wrap", "--trace-dir", str(tmp_path),
+                          "--", sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]  # the command and the process it started
