@@ -145,7 +145,8 @@ def iter_verify_columns(path: str | os.PathLike):
         meta = pq.read_schema(f).metadata or {}
         if _check(f, meta) != "verify":
             continue
-        pf = pq.ParquetFile(f)
+        # strings arrive dictionary-encoded: no per-row string objects on the fast path
+        pf = pq.ParquetFile(f, read_dictionary=["run_id", "config_id", "mode_requested", "mode_used"])
         for group in range(pf.metadata.num_row_groups):  # one row group in memory at a time
             batch = pf.read_row_group(group, columns=cols)
             if not batch.num_rows:
@@ -156,7 +157,7 @@ def iter_verify_columns(path: str | os.PathLike):
             hist = _hist_matrix(col["draft_top1_hist"], len(batch), np)
             req = _codes(col["mode_requested"], np)
             used = _codes(col["mode_used"], np)
-            runs = col["run_id"].dictionary_encode()
+            runs = col["run_id"] if hasattr(col["run_id"], "indices") else col["run_id"].dictionary_encode()
             run_idx = runs.indices.to_numpy(zero_copy_only=False)
             ranks = arr("rank", np.int64)
             if len(runs.dictionary) == 1 and ranks.min() == ranks.max():
@@ -188,7 +189,7 @@ def _numpy_getter(col: dict, np):
 
 def _codes(column, np):
     """Sampling-mode strings as codes into schema.SAMPLING_MODES (unknown -> 0), vectorised."""
-    enc = column.dictionary_encode()
+    enc = column if hasattr(column, "indices") else column.dictionary_encode()
     lookup = np.array([schema.SAMPLING_MODES.index(m) if m in schema.SAMPLING_MODES else 0
                        for m in enc.dictionary.to_pylist()] or [0], dtype=np.int8)
     return lookup[enc.indices.to_numpy(zero_copy_only=False)]
