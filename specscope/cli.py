@@ -183,6 +183,20 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    """The model and speculation flags, named as the engines name theirs."""
+    p.add_argument("--model", default="tiny", help="tiny | smollm2 | PATH to a local HF Llama "
+                   "model directory (default: tiny)")
+    p.add_argument("--draft", default="int:4", help="draft for smollm2/PATH: int:N (N-bit "
+                   "rounded copy), layers:K (first K layers, shared head), bf16 or none "
+                   "(default: int:4)")
+    p.add_argument("--spec-algorithm", default="draft-model", help="label: eagle, mtp, draft-model")
+    p.add_argument("--spec-steps", type=int, default=3, help="draft depth (default 3)")
+    p.add_argument("--spec-topk", type=int, default=1, help="draft branching; >1 drafts a tree")
+    p.add_argument("--spec-draft-tokens", type=int, default=None, help="tokens per verify pass, "
+                   "root included (steps+1 for a chain; tree budget); 0 = no speculation")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specscope", description="Observability and profiling for "
                                 "speculative decoding (EAGLE / MTP draft-then-verify).")
@@ -192,16 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Decode the shipped prompt set with the reference speculative "
                        "decoder, hooks on, and write a trace (plus a reference run without "
                        "speculation, the eval gate's baseline).")
-    r.add_argument("--model", default="tiny", help="tiny | smollm2 | PATH to a local HF Llama "
-                   "model directory (default: tiny)")
-    r.add_argument("--draft", default="int:4", help="draft for smollm2/PATH: int:N (N-bit "
-                   "rounded copy), layers:K (first K layers, shared head), bf16 or none "
-                   "(default: int:4)")
-    r.add_argument("--spec-algorithm", default="draft-model", help="label: eagle, mtp, draft-model")
-    r.add_argument("--spec-steps", type=int, default=3, help="draft depth (default 3)")
-    r.add_argument("--spec-topk", type=int, default=1, help="draft branching; >1 drafts a tree")
-    r.add_argument("--spec-draft-tokens", type=int, default=None, help="tokens per verify pass, "
-                   "root included (steps+1 for a chain; tree budget); 0 = no speculation")
+    _add_model_flags(r)
     r.add_argument("--verify-mode", default="", choices=["", "speculative-sampling",
                    "target-temperature"], help="verify for temperature > 0 requests")
     r.add_argument("--temperature", type=float, default=0.0)
@@ -253,12 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pf = sub.add_parser("profile", help="the reference workload under torch.profiler: phase "
                         "breakdown and a Chrome/Perfetto trace")
-    pf.add_argument("--model", default="tiny")
-    pf.add_argument("--draft", default="int:4")
-    pf.add_argument("--spec-algorithm", default="draft-model")
-    pf.add_argument("--spec-steps", type=int, default=3)
-    pf.add_argument("--spec-topk", type=int, default=1)
-    pf.add_argument("--spec-draft-tokens", type=int, default=None)
+    _add_model_flags(pf)
     pf.add_argument("--temperature", type=float, default=0.0)
     pf.add_argument("--requests", type=int, default=4)
     pf.add_argument("--concurrency", type=int, default=4)
