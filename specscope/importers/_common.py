@@ -57,6 +57,16 @@ def run_record(run_id: str, engine: str, fmt: str, path: str | os.PathLike, *,
         labels={"source_format": fmt, "source_file": Path(path).name, **(labels or {})})
 
 
+def load_json(path: str | os.PathLike, res: ImportResult) -> Any:
+    """A whole-file JSON source (one object), counted as one line read."""
+    import json
+
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    res.lines_read = 1
+    return data
+
+
 def file_year(path: str | os.PathLike) -> int:
     """Logs that print month-day times without a year get the file's modification year."""
     try:

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import schema
 from ..exporters.trace import Problem
-from ._common import ImportResult, run_record
+from ._common import ImportResult, load_json, run_record
 
 LAT = ("ttft", "tpot", "itl", "e2el")
 STATS = {"mean": "mean", "median": "p50", "std": "std", "p90": "p90", "p95": "p95", "p99": "p99",
@@ -174,9 +174,7 @@ AIPERF = {"time_to_first_token": "ttft", "time_per_output_token": "tpot",
 
 def parse_aiperf(path: str | os.PathLike, run_id: str) -> ImportResult:
     res = ImportResult("aiperf")
-    with open(path, encoding="utf-8") as f:
-        d = json.load(f)
-    res.lines_read = 1
+    d = load_json(path, res)
     metrics: dict[str, float | None] = {}
     for key, value in d.items():
         if not isinstance(value, dict) or "unit" not in value:

@@ -10,13 +10,12 @@ concurrency) lands in the run record's labels and the benchmark's config.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
 from .. import schema
 from ..exporters.trace import Problem
-from ._common import ImportResult, run_record
+from ._common import ImportResult, load_json, run_record
 from .bench import STATS
 
 CONFIG_KEYS = ("hw", "conc", "image", "model", "framework", "precision", "spec_decoding", "disagg",
@@ -25,9 +24,7 @@ CONFIG_KEYS = ("hw", "conc", "image", "model", "framework", "precision", "spec_d
 
 def parse_row(path: str | os.PathLike, run_id: str) -> ImportResult:
     res = ImportResult("inferencex-row")
-    with open(path, encoding="utf-8") as f:
-        d = json.load(f)
-    res.lines_read = 1
+    d = load_json(path, res)
     metrics: dict[str, float | None] = {}
     for key, value in d.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -59,9 +56,7 @@ def parse_row(path: str | os.PathLike, run_id: str) -> ImportResult:
 def parse_acceptance(path: str | os.PathLike, run_id: str) -> ImportResult:
     """``synthetic_acceptance_rates.json``: measured drafts and accepted counts per position."""
     res = ImportResult("inferencex-acceptance")
-    with open(path, encoding="utf-8") as f:
-        d = json.load(f)
-    res.lines_read = 1
+    d = load_json(path, res)
     per_pos = d.get("accepted_per_position", {})
     counts = tuple(int(per_pos[k]) for k in sorted(per_pos, key=int))
     drafts = d.get("num_drafts")
@@ -133,9 +128,7 @@ def parse_master_config(path: str | os.PathLike, run_id: str) -> ImportResult:
 
 def parse_guidellm(path: str | os.PathLike, run_id: str) -> ImportResult:
     res = ImportResult("guidellm")
-    with open(path, encoding="utf-8") as f:
-        d = json.load(f)
-    res.lines_read = 1
+    d = load_json(path, res)
     names = {"time_to_first_token_ms": "ttft", "time_per_output_token_ms": "tpot",
              "inter_token_latency_ms": "itl", "request_latency": "e2el"}
     for i, b in enumerate(d.get("benchmarks", [])):

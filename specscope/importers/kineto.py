@@ -8,12 +8,11 @@ device. Times: microseconds in the trace, nanoseconds in the records.
 
 from __future__ import annotations
 
-import json
 import os
 
 from .. import schema
 from ..exporters.trace import Problem
-from ._common import ImportResult, run_record
+from ._common import ImportResult, load_json, run_record
 
 DEVICE_CATS = {"kernel": "gpu_kernel", "gpu_memcpy": "gpu_memcpy", "gpu_memset": "gpu_memset"}
 ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation")
@@ -21,9 +20,7 @@ ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation")
 
 def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
     res = ImportResult("kineto")
-    with open(path, encoding="utf-8") as f:
-        d = json.load(f)
-    res.lines_read = 1
+    d = load_json(path, res)
     events = d.get("traceEvents") if isinstance(d, dict) else d
     if not isinstance(events, list):
         res.problems.append(Problem(str(path), 1, "no traceEvents list"))
