@@ -56,6 +56,61 @@ def _cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
+def _measured_runs(path: str) -> list:
+    from .collector.compare import run_sample
+    from .exporters.trace import read_trace
+    from . import schema
+
+    records = read_trace(path).records
+    runs = [r for r in records if isinstance(r, schema.RunRecord) and r.labels.get("role") != "reference"]
+    if not runs:
+        raise ValueError(f"{path}: no measured run in this trace")
+    return [run_sample(records, r.run_id) for r in runs]
+
+
+def _fmt(v, spec: str = ".3f") -> str:
+    return "n/a" if v is None else (v if isinstance(v, str) else format(v, spec))
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from .collector.compare import compare
+
+    a, b = _measured_runs(args.a)[0], _measured_runs(args.b)[0]
+    rows = compare(a, b, n_boot=args.bootstrap)
+    if args.json:
+        print(json.dumps({"a": a.run_id, "b": b.run_id, "rows": rows}, indent=1))
+        return 0
+    print(f"A = {a.run_id}\nB = {b.run_id}   (delta = B vs A, {int(rows[0]['level'] * 100)}% "
+          "bootstrap interval over requests)")
+    print(f"{'metric':<34} {'A':>10} {'B':>10} {'delta %':>9} {'interval %':>19}  verdict")
+    for r in rows:
+        ci = "" if not r["ci_pct"] else f"[{r['ci_pct'][0]:+.1f}, {r['ci_pct'][1]:+.1f}]"
+        delta = "" if r["delta_pct"] is None else f"{r['delta_pct']:+.1f}"
+        print(f"{r['label']:<34} {_fmt(r['a']):>10} {_fmt(r['b']):>10} {delta:>9} {ci:>19}  {r['verdict']}")
+    return 0
+
+
+def _cmd_regress(args: argparse.Namespace) -> int:
+    from .collector.compare import regression_series
+
+    samples = [s for path in args.trace for s in _measured_runs(path)]
+    if args.sort == "time":
+        samples.sort(key=lambda s: s.run.started_ns if s.run else 0)
+    series = regression_series(samples, n_boot=args.bootstrap)
+    if args.json:
+        print(json.dumps(series, indent=1))
+        return 0
+    print(f"{'run':<40} {'AL':>6} {'rate':>6} {'tok/s':>8} {'gate':>5}  verdict")
+    for e in series:
+        f = e["figures"]
+        mark = "  <- first bad" if e["first_bad"] else ""
+        why = ", ".join(e["anomalies"] + [f"{w} worse" for w in e["worse"]])
+        print(f"{e['label'][:40]:<40} {_fmt(f['mean_acceptance_length'], '.2f'):>6} "
+              f"{_fmt(f['acceptance_rate'], '.2f'):>6} {_fmt(f['output_tok_s'], '.1f'):>8} "
+              f"{_fmt(e['gate']):>5}  {e['verdict']}{' (' + why + ')' if why else ''}{mark}")
+    return 0
+
+
 def _cmd_profile(args: argparse.Namespace) -> int:
     from .collector.phases import format_breakdown
     from .engine.decoder import SpecConfig
@@ -315,6 +370,22 @@ def build_parser() -> argparse.ArgumentParser:
                     help="keep /metrics up this many seconds after the replay")
     rp.add_argument("--quiet", action="store_true")
     rp.set_defaults(func=_cmd_replay)
+
+    cm = sub.add_parser("compare", help="two runs side by side: delta and bootstrap interval per "
+                        "metric, 'no significant difference' where the interval spans 0")
+    cm.add_argument("a", help="trace of run A (the baseline)")
+    cm.add_argument("b", help="trace of run B")
+    cm.add_argument("--bootstrap", type=int, default=2000, help="resamples (default 2000)")
+    cm.add_argument("--json", action="store_true")
+    cm.set_defaults(func=_cmd_compare)
+
+    rg = sub.add_parser("regress", help="a series of runs (by commit or time) against the last "
+                        "good run; the first bad run is marked")
+    rg.add_argument("trace", nargs="+", help="traces in order (oldest first), or --sort time")
+    rg.add_argument("--sort", choices=["given", "time"], default="given")
+    rg.add_argument("--bootstrap", type=int, default=1000)
+    rg.add_argument("--json", action="store_true")
+    rg.set_defaults(func=_cmd_regress)
 
     c = sub.add_parser("compact", help="compact JSONL traces into a Parquet trace directory")
     c.add_argument("trace", nargs="+")

@@ -1,0 +1,65 @@
+"""Runs side by side with bootstrap intervals, and the cross-run regression table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specscope.collector.compare import compare, regression_series, run_sample
+from specscope.exporters.trace import read_trace
+from tests.conftest import run_cli
+
+COMMON = ["record", "--model", "tiny", "--requests", "16", "--concurrency", "8",
+          "--max-new-tokens", "48", "--temperature", "0.7", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cmp")
+    out = {}
+    for name, extra in (("good0", ["--seed", "0"]), ("good1", ["--seed", "1"]),
+                        ("bad", ["--fault", "draft_prob_shortcut"])):
+        path = tmp / f"{name}.jsonl"
+        assert run_cli(*COMMON, *extra, "-o", str(path)).returncode == 0
+        out[name] = path
+    return out
+
+
+def _sample(path):
+    records = read_trace(path).records
+    (run,) = [r for r in records if type(r).__name__ == "RunRecord" and r.labels.get("role") == "measured"]
+    return run_sample(records, run.run_id)
+
+
+def test_a_run_against_itself_shows_no_difference(traces):
+    s = _sample(traces["good0"])
+    rows = {r["metric"]: r for r in compare(s, s, n_boot=500)}
+    for m in ("mean_acceptance_length", "acceptance_rate", "tpot_ms", "tok_s_per_user"):
+        assert rows[m]["delta_pct"] == 0 and rows[m]["ci_pct"][0] <= 0 <= rows[m]["ci_pct"][1]
+        assert rows[m]["verdict"] == "no significant difference"
+    assert rows["output_tok_s"]["ci_pct"] is None  # one wall-clock rate per run: no fake interval
+
+
+def test_the_broken_draft_is_significantly_worse_and_fails_its_gate(traces):
+    rows = {r["metric"]: r for r in compare(_sample(traces["good0"]), _sample(traces["bad"]), n_boot=500)}
+    al = rows["mean_acceptance_length"]
+    assert al["delta_pct"] < -20 and al["ci_pct"][1] < 0 and al["verdict"] == "worse"
+    assert rows["eval_gate_b"]["verdict"] == "fail" and rows["eval_gate_a"]["verdict"] == "pass"
+
+
+def test_regression_series_marks_the_first_bad_run(traces):
+    series = regression_series([_sample(traces[n]) for n in ("good0", "good1", "bad", "good1")],
+                               n_boot=300)
+    assert [e["verdict"] for e in series] == ["good", "good", "bad", "good"]
+    assert [e["first_bad"] for e in series] == [False, False, True, False]
+    assert series[3]["baseline"] == series[1]["run_id"]  # compared with the last good run
+    assert "draft_prob_collapse" in series[2]["anomalies"]
+
+
+def test_cli_compare_and_regress(traces):
+    out = run_cli("compare", str(traces["good0"]), str(traces["bad"]), "--json", "--bootstrap", "300")
+    rows = {r["metric"]: r for r in json.loads(out.stdout)["rows"]}
+    assert rows["acceptance_rate"]["verdict"] == "worse"
+    text = run_cli("regress", str(traces["good0"]), str(traces["bad"]), "--bootstrap", "200").stdout
+    assert "<- first bad" in text.splitlines()[2]
