@@ -8,6 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# A loaded 2-core CI machine must not turn slow examples into failures: no per-example deadline.
+settings.register_profile("specscope", deadline=None)
+settings.load_profile("specscope")
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT.parent / "shared" / "samples"
