@@ -21,6 +21,7 @@ from .trace import TraceError, read_trace
 
 _VERSION_KEY = b"specscope_schema_version"
 _STEP_FIELDS = ("run_id", "config_id", "rank", "step", "t_ns", "batch_size")
+_SEQ = "record_seq"
 ROW_GROUP = 1 << 15  #: rows per row group: what a reader holds in memory at once
 _JSON_FIELDS = {"env_flags", "host", "labels", "evidence", "values", "metrics", "config"}
 
@@ -36,10 +37,13 @@ def _pa():
 
 def _rows(records: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    seq = 0
     for r in records:
         kind = schema.KIND_OF[type(r)]
         if kind == "verify":
             base = {f: getattr(r, f) for f in _STEP_FIELDS}
+            base[_SEQ] = seq  # keeps record boundaries even where two steps share a key
+            seq += 1
             for e in r.entries:
                 row = dict(base)
                 for f in dataclasses.fields(e):
@@ -213,11 +217,12 @@ def _hist_matrix(column, n: int, np):
 def _unflatten_verify(rows: list[dict[str, Any]]) -> list[schema.VerifyStepRecord]:
     steps: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        key = tuple(row[f] for f in _STEP_FIELDS)
+        key = (row.get(_SEQ),) + tuple(row[f] for f in _STEP_FIELDS)
         steps.setdefault(key, []).append(row)
     out = []
     for key, group in steps.items():
-        base = dict(zip(_STEP_FIELDS, key))
-        entries = [{k: v for k, v in row.items() if k not in _STEP_FIELDS} for row in group]
+        base = dict(zip(_STEP_FIELDS, key[1:]))
+        entries = [{k: v for k, v in row.items() if k not in _STEP_FIELDS and k != _SEQ}
+                   for row in group]
         out.append(schema.from_dict({"kind": "verify", **base, "entries": entries}))
     return out
