@@ -155,9 +155,10 @@ class Recorder:
                 stat_t, stat_p, stat_k = [1.0 if t > 0 else 0.0 for t in temperature], None, None
             else:
                 stat_t, stat_p, stat_k = temperature, top_p, top_k
+            sampled = bool(self.stats_policy(step))
             packed = self._pack(batch, num_accepted, num_drafted, num_draft_tokens, stat_t,
                                 stat_p, stat_k, committed_tokens, target_logits, draft_top1_probs,
-                                step)
+                                sampled)
             self._host[idx, :batch].copy_(packed, non_blocking=True)
             event = None
             if packed.is_cuda:
@@ -170,19 +171,19 @@ class Recorder:
                 tuple(top_p) if top_p is not None else None,
                 tuple(top_k) if top_k is not None else None,
                 mode_used if isinstance(mode_used, (str, type(None))) else tuple(mode_used),
-                committed_tokens is not None and target_logits is not None,
-                draft_top1_probs is not None)
+                sampled and committed_tokens is not None and target_logits is not None,
+                sampled and draft_top1_probs is not None)
         self._pending.append((idx, batch, event, meta))
 
     def _pack(self, batch, num_accepted, num_drafted, num_draft_tokens, temperature, top_p,
-              top_k, committed, logits, draft_top1, step) -> torch.Tensor:
+              top_k, committed, logits, draft_top1, sampled: bool) -> torch.Tensor:
         dev = num_accepted.device
         cols = torch.zeros(batch, _stats.ROW_WIDTH, dtype=torch.float32, device=dev)
         cols[:, _stats.COL_NUM_ACCEPTED] = num_accepted
         cols[:, _stats.COL_NUM_DRAFTED] = num_drafted
         cols[:, _stats.COL_NUM_DRAFT_TOKENS] = (num_drafted if num_draft_tokens is None
                                                 else num_draft_tokens)
-        if self.stats_policy(step):
+        if sampled:
             if committed is not None and logits is not None:
                 temps = self._to_device(temperature, torch.float32, dev)
                 tp = self._to_device(top_p, torch.float32, dev) if _active(top_p, 1.0) else None
@@ -268,7 +269,6 @@ class Recorder:
             used = modes if isinstance(modes, str) else (modes[i] if modes else requested)
             drafted = int(row[_stats.COL_NUM_DRAFTED])
             accepted = int(row[_stats.COL_NUM_ACCEPTED])
-            sampled = self.stats_policy(step)
             entries.append(schema.VerifyEntry(
                 request_id=str(ids[i]), num_drafted=drafted,
                 num_draft_tokens=int(row[_stats.COL_NUM_DRAFT_TOKENS]), num_accepted=accepted,
@@ -276,12 +276,11 @@ class Recorder:
                 temperature=t, top_p=float(top_ps[i]) if top_ps else 1.0,
                 top_k=int(top_ks[i]) if top_ks else 0, mode_requested=requested,
                 mode_used=used or requested,
-                num_verified=int(row[_stats.COL_NUM_VERIFIED]) if has_truth and sampled else 0,
-                num_top1=int(row[_stats.COL_NUM_TOP1]) if has_truth and sampled else 0,
-                expected_top1=row[_stats.COL_EXPECTED_TOP1] if has_truth and sampled else 0.0,
-                var_top1=row[_stats.COL_VAR_TOP1] if has_truth and sampled else 0.0,
-                draft_top1_hist=(tuple(int(v) for v in row[_stats.COL_HIST:])
-                                 if has_hist and sampled else ()),
+                num_verified=int(row[_stats.COL_NUM_VERIFIED]) if has_truth else 0,
+                num_top1=int(row[_stats.COL_NUM_TOP1]) if has_truth else 0,
+                expected_top1=row[_stats.COL_EXPECTED_TOP1] if has_truth else 0.0,
+                var_top1=row[_stats.COL_VAR_TOP1] if has_truth else 0.0,
+                draft_top1_hist=tuple(int(v) for v in row[_stats.COL_HIST:]) if has_hist else (),
             ))
         return schema.VerifyStepRecord(
             run_id=self.run.run_id, config_id=self.run.config_id, rank=self.rank, step=step,

@@ -86,6 +86,23 @@ def default_recorder(engine: str, **run_fields: Any):
     return Recorder(run, device="cuda" if _cuda() else "cpu", sinks=sinks).start()
 
 
+class LazyRecorder:
+    """An engine process's recorder, made on the first verify call (when the configuration is
+    known); every failure is counted on it and never reaches the engine."""
+
+    def __init__(self, recorder: Any = None) -> None:
+        self.recorder = recorder
+
+    def record(self, make: Any, write: Any) -> None:
+        try:
+            if self.recorder is None:
+                self.recorder = make()
+            write(self.recorder)
+        except Exception:
+            if self.recorder is not None:
+                self.recorder._hook_error()
+
+
 def _cuda() -> bool:
     import torch
 

@@ -47,27 +47,23 @@ def record_eagle_sample(recorder: Any, verify_input: Any, batch: Any, result: tu
 def install(recorder: Any = None) -> list[str]:
     import sglang.srt.speculative.eagle_utils as module  # type: ignore
 
-    from . import default_recorder
+    from . import LazyRecorder, default_recorder
 
     if getattr(module.eagle_sample, "_specscope", False):
         return []
     original = module.eagle_sample
-    state = {"recorder": recorder}
+    lazy = LazyRecorder(recorder)
 
     def eagle_sample(verify_input, batch, logits_output, *args, **kwargs):
         result = original(verify_input, batch, logits_output, *args, **kwargs)
-        try:
-            rec = state["recorder"]
-            if rec is None:
-                rec = state["recorder"] = default_recorder(
-                    "sglang", algorithm="eagle", num_steps=int(verify_input.spec_steps),
-                    topk=int(verify_input.topk), num_draft_tokens=int(verify_input.draft_token_num),
-                    backend="hip" if module._is_hip else ("cuda" if module._is_cuda else "cpu"),
-                    verify_mode=schema.TARGET_TEMPERATURE)
-            record_eagle_sample(rec, verify_input, batch, result, verify_mode_used(module, batch))
-        except Exception:
-            if state["recorder"] is not None:
-                state["recorder"]._hook_error()
+        lazy.record(
+            lambda: default_recorder(
+                "sglang", algorithm="eagle", num_steps=int(verify_input.spec_steps),
+                topk=int(verify_input.topk), num_draft_tokens=int(verify_input.draft_token_num),
+                backend="hip" if module._is_hip else ("cuda" if module._is_cuda else "cpu"),
+                verify_mode=schema.TARGET_TEMPERATURE),
+            lambda rec: record_eagle_sample(rec, verify_input, batch, result,
+                                            verify_mode_used(module, batch)))
         return result
 
     eagle_sample._specscope = True

@@ -41,26 +41,21 @@ def record_rejection(recorder: Any, metadata: Any, sampling_metadata: Any, outpu
 def install(recorder: Any = None) -> list[str]:
     from vllm.v1.sample import rejection_sampler as module  # type: ignore
 
-    from . import default_recorder
+    from . import LazyRecorder, default_recorder
 
     cls = module.RejectionSampler
     if getattr(cls.forward, "_specscope", False):
         return []
     original = cls.forward
-    state = {"recorder": recorder}
+    lazy = LazyRecorder(recorder)
 
     def forward(self, metadata, draft_probs, logits, sampling_metadata, *args, **kwargs):
         out = original(self, metadata, draft_probs, logits, sampling_metadata, *args, **kwargs)
-        try:
-            rec = state["recorder"]
-            if rec is None:
-                rec = state["recorder"] = default_recorder(
-                    "vllm", algorithm="unknown", num_steps=max(metadata.num_draft_tokens, default=0),
-                    verify_mode=schema.SPECULATIVE_SAMPLING)
-            record_rejection(rec, metadata, sampling_metadata, out.sampled_token_ids)
-        except Exception:
-            if state["recorder"] is not None:
-                state["recorder"]._hook_error()
+        lazy.record(
+            lambda: default_recorder(
+                "vllm", algorithm="unknown", num_steps=max(metadata.num_draft_tokens, default=0),
+                verify_mode=schema.SPECULATIVE_SAMPLING),
+            lambda rec: record_rejection(rec, metadata, sampling_metadata, out.sampled_token_ids))
         return out
 
     forward._specscope = True
