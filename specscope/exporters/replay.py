@@ -65,8 +65,7 @@ def replay(paths: Sequence[str | os.PathLike], collector: Any, *, speed: float |
 
     stats = ReplayStats()
     problems: list[Problem] = []
-    total = sum(os.path.getsize(p) for p in paths if Path(p).is_file())
-    bar = tqdm(total=total or None, unit="B", unit_scale=True, desc="replay", disable=not progress)
+    bar = tqdm(unit="rec", unit_scale=True, desc="replay", disable=not progress)
     t_start = time.perf_counter()
     t0: int | None = None
     for kind, item in _batches(paths, batch, problems):
@@ -74,6 +73,7 @@ def replay(paths: Sequence[str | os.PathLike], collector: Any, *, speed: float |
             collector.observe_columns(item)
             stats.records += len(item)
             stats.entries += len(item)
+            bar.update(len(item))
             continue
         if speed is not None:
             for r in item:  # pace record by record at the recorded rate
@@ -88,7 +88,7 @@ def replay(paths: Sequence[str | os.PathLike], collector: Any, *, speed: float |
             collector.observe(item)
         stats.records += len(item)
         stats.entries += sum(len(getattr(r, "entries", ())) for r in item)
-        bar.update(sum(200 for _ in item))
+        bar.update(len(item))
     bar.close()
     stats.seconds = time.perf_counter() - t_start
     stats.problems = len(problems)
