@@ -78,6 +78,7 @@ class Request:
     top_p: float = 1.0
     top_k: int = 0
     prompt_id: str = ""
+    arrival_ns: int = 0  #: when the request arrived (0: when it joins the batch)
 
 
 @dataclass
@@ -104,14 +105,14 @@ class SpeculativeDecoder:
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
         self.run_id = run_id or (recorder.run.run_id if recorder else "")
         self.rank = recorder.rank if recorder else 0
-        self.step = 0
+        self.step_index = 0
         self._warned = False
 
     # ------------------------------------------------------------------ helpers
     def _phase(self, name: str):
         if self.recorder is None:
             return _NullPhase()
-        return self.recorder.phase(name, self.step)
+        return self.recorder.phase(name, self.step_index)
 
     def _row_modes(self, reqs: list[Request]) -> tuple[list[int], list[str]]:
         """Per row: the verify branch actually taken (0 argmax, 1 target-only, 2 speculative)
@@ -143,129 +144,155 @@ class SpeculativeDecoder:
                 self.recorder.record_fallback(reason=reason, request_id=r.request_id,
                                               temperature=r.temperature, top_p=r.top_p,
                                               top_k=r.top_k, mode_requested=self.cfg.verify_mode,
-                                              step=self.step)
+                                              step=self.step_index)
 
     # ------------------------------------------------------------------ decode
+    def new_batch(self) -> "Batch":
+        """An empty running batch; requests join it with ``admit`` and leave when finished."""
+        dev = self.device
+        return Batch(BatchKV(self.target, 0, dev),
+                     BatchKV(self.draft, 0, dev) if self.cfg.num_steps else None)
+
     @torch.inference_mode()
+    def admit(self, batch: "Batch", requests: list[Request],
+              on_chunk: Callable[[str, list[int]], None] | None = None) -> list[Output]:
+        """Prefill ``requests`` and join them to ``batch`` between verify steps.
+
+        The target's first token is sampled as in plain decoding. Returns the requests that
+        finished with it.
+        """
+        if not requests:
+            return []
+        dev, now = self.device, time.time_ns()
+        rows = [_Row(r, list(r.prompt_ids), Output(r.request_id, [], ""), r.arrival_ns or now)
+                for r in requests]
+        kv_t = BatchKV(self.target, len(rows), dev)
+        with self._phase("prefill"):
+            logits = feed_pending(kv_t, [row.committed for row in rows], [0] * len(rows))
+            temp, top_p, top_k, trunc = self._params(rows)
+            probs = sampling.process_probs(logits, temp, top_p, top_k, trunc)
+            first = sampling.sample_from(probs, self.gen).tolist()
+        for row in rows:
+            row.cached_t = len(row.committed)
+        batch.kv_t.merge(kv_t)
+        if batch.kv_d is not None:
+            batch.kv_d.merge(BatchKV(self.draft, len(rows), dev))
+        base = len(batch.rows)
+        batch.rows.extend(rows)
+        done = [self._commit(row, [tok], on_chunk) for row, tok in zip(rows, first)]
+        return self._retire(batch, [False] * base + done)
+
+    @torch.inference_mode()
+    def step(self, batch: "Batch",
+             on_chunk: Callable[[str, list[int]], None] | None = None) -> list[Output]:
+        """One decode (or draft-and-verify) step for every request in ``batch``; returns the
+        requests that finished."""
+        if not batch.rows:
+            return []
+        if self.cfg.num_steps == 0:
+            done = self._decode_step(batch, on_chunk)
+        else:
+            done = self._spec_step(batch, on_chunk)
+        self.step_index += 1
+        finished = self._retire(batch, done)
+        batch.kv_t.compact()
+        if batch.kv_d is not None:
+            batch.kv_d.compact()
+        return finished
+
     def generate(self, requests: list[Request],
                  on_chunk: Callable[[str, list[int]], None] | None = None) -> list[Output]:
         """Decode one batch to completion; returns outputs in request order."""
-        dev = self.device
-        reqs = list(requests)
-        t_arrival = time.time_ns()
-        committed = [list(r.prompt_ids) for r in reqs]
-        n_prompt = [len(r.prompt_ids) for r in reqs]
-        outputs = {r.request_id: Output(r.request_id, [], "") for r in reqs}
-        first_ns: dict[str, int] = {}
-        kv_t = BatchKV(self.target, len(reqs), dev)
-        kv_d = BatchKV(self.draft, len(reqs), dev) if self.cfg.num_steps else None
-        cached_t = [0] * len(reqs)
-        cached_d = [0] * len(reqs)
-        active = list(range(len(reqs)))  # indices into reqs, aligned with batch rows
+        batch = self.new_batch()
+        done = {o.request_id: o for o in self.admit(batch, list(requests), on_chunk)}
+        while batch.rows:
+            done.update((o.request_id, o) for o in self.step(batch, on_chunk))
+        return [done[r.request_id] for r in requests]
 
-        def row_params(rows: list[int]):
-            rs = [reqs[i] for i in rows]
-            return (torch.tensor([r.temperature for r in rs], device=dev),
-                    torch.tensor([r.top_p for r in rs], device=dev),
-                    torch.tensor([r.top_k for r in rs], device=dev),
-                    sampling.needs_truncation([r.top_p for r in rs], [r.top_k for r in rs]))
+    def _params(self, rows: list["_Row"]):
+        dev, rs = self.device, [row.req for row in rows]
+        return (torch.tensor([r.temperature for r in rs], device=dev),
+                torch.tensor([r.top_p for r in rs], device=dev),
+                torch.tensor([r.top_k for r in rs], device=dev),
+                sampling.needs_truncation([r.top_p for r in rs], [r.top_k for r in rs]))
 
-        def commit(row_pos: int, new: list[int]) -> bool:
-            """Append tokens to a request; True when it finished."""
-            i = active[row_pos]
-            r, out = reqs[i], outputs[reqs[i].request_id]
-            room = r.max_new_tokens - len(out.token_ids)
-            take = new[:room]
-            for j, tok in enumerate(take):
-                if tok in self.eos:
-                    take = take[:j + 1]
-                    out.finish_reason = "stop"
-                    break
-            now = time.time_ns()
-            out.token_ids.extend(take)
-            committed[i].extend(take)
-            out.chunks.append((now, len(take)))
-            first_ns.setdefault(r.request_id, now)
-            if on_chunk is not None:
-                on_chunk(r.request_id, take)
-            if not out.finish_reason and len(out.token_ids) >= r.max_new_tokens:
-                out.finish_reason = "length"
-            return bool(out.finish_reason)
-
-        # prefill: the target's first token is sampled as in plain decoding
-        with self._phase("prefill"):
-            logits = feed_pending(kv_t, [committed[i] for i in active], [0] * len(active))
-            temp, top_p, top_k, trunc = row_params(active)
-            probs = sampling.process_probs(logits, temp, top_p, top_k, trunc)
-            first = sampling.sample_from(probs, self.gen).tolist()
-        for i in active:
-            cached_t[i] = len(committed[i])
-        done = [commit(k, [first[k]]) for k in range(len(active))]
-        while True:
-            keep = [k for k, d in enumerate(done) if not d]
-            if len(keep) < len(active):
-                rows = torch.tensor(keep, dtype=torch.long, device=dev)
-                kv_t.select(rows)
-                if kv_d is not None:
-                    kv_d.select(rows)
-                active = [active[k] for k in keep]
-            if not active:
+    def _commit(self, row: "_Row", new: list[int], on_chunk) -> bool:
+        """Append tokens to a request; True when it finished."""
+        r, out = row.req, row.out
+        take = new[:r.max_new_tokens - len(out.token_ids)]
+        for j, tok in enumerate(take):
+            if tok in self.eos:
+                take = take[:j + 1]
+                out.finish_reason = "stop"
                 break
-            if self.cfg.num_steps == 0:
-                done = self._decode_step(kv_t, active, reqs, committed, cached_t, row_params, commit)
-            else:
-                done = self._spec_step(kv_t, kv_d, active, reqs, committed, cached_t, cached_d,
-                                       row_params, commit)
-            self.step += 1
-        t_done = time.time_ns()
-        results = []
-        for i, r in enumerate(reqs):
-            out = outputs[r.request_id]
+        now = time.time_ns()
+        out.token_ids.extend(take)
+        row.committed.extend(take)
+        out.chunks.append((now, len(take)))
+        row.first_ns = row.first_ns or now
+        if on_chunk is not None:
+            on_chunk(r.request_id, take)
+        if not out.finish_reason and len(out.token_ids) >= r.max_new_tokens:
+            out.finish_reason = "length"
+        return bool(out.finish_reason)
+
+    def _retire(self, batch: "Batch", done: list[bool]) -> list[Output]:
+        """Remove finished rows from the batch (and its caches); write their request records."""
+        if not any(done):
+            return []
+        keep = [k for k, d in enumerate(done) if not d]
+        finished = [batch.rows[k] for k, d in enumerate(done) if d]
+        rows = torch.tensor(keep, dtype=torch.long, device=self.device)
+        batch.kv_t.select(rows)
+        if batch.kv_d is not None:
+            batch.kv_d.select(rows)
+        batch.rows = [batch.rows[k] for k in keep]
+        for row in finished:
+            r, out = row.req, row.out
             out.record = schema.RequestRecord(
                 run_id=self.run_id, rank=self.rank, request_id=r.request_id,
-                prompt_id=r.prompt_id, t_arrival_ns=t_arrival,
-                t_first_token_ns=first_ns.get(r.request_id, t_done),
-                t_finish_ns=out.chunks[-1][0] if out.chunks else t_done,
-                num_prompt_tokens=n_prompt[i], num_output_tokens=len(out.token_ids),
+                prompt_id=r.prompt_id, t_arrival_ns=row.t_arrival,
+                t_first_token_ns=row.first_ns, t_finish_ns=out.chunks[-1][0],
+                num_prompt_tokens=len(r.prompt_ids), num_output_tokens=len(out.token_ids),
                 chunk_times_ns=tuple(t for t, _ in out.chunks),
                 chunk_num_tokens=tuple(n for _, n in out.chunks), temperature=r.temperature,
                 top_p=r.top_p, top_k=r.top_k, finish_reason=out.finish_reason,
                 output_token_ids=tuple(out.token_ids))
             if self.recorder is not None:
                 self.recorder.record_request(out.record)
-            results.append(out)
-        return results
+        return [row.out for row in finished]
 
-    def _decode_step(self, kv_t, active, reqs, committed, cached_t, row_params, commit):
+    def _decode_step(self, batch: "Batch", on_chunk) -> list[bool]:
         """Plain autoregressive decoding (no speculation): one token per request."""
+        rows = batch.rows
         with self._phase("decode"):
-            pending = [committed[i][cached_t[i]:] for i in active]
-            logits = feed_pending(kv_t, pending, [cached_t[i] for i in active])
-            temp, top_p, top_k, trunc = row_params(active)
+            pending = [row.committed[row.cached_t:] for row in rows]
+            logits = feed_pending(batch.kv_t, pending, [row.cached_t for row in rows])
+            temp, top_p, top_k, trunc = self._params(rows)
             toks = sampling.sample_from(sampling.process_probs(logits, temp, top_p, top_k, trunc),
                                         self.gen).tolist()
-        for i in active:
-            cached_t[i] = len(committed[i])
-        return [commit(k, [toks[k]]) for k in range(len(active))]
+        for row in rows:
+            row.cached_t = len(row.committed)
+        return [self._commit(row, [tok], on_chunk) for row, tok in zip(rows, toks)]
 
-    def _spec_step(self, kv_t, kv_d, active, reqs, committed, cached_t, cached_d, row_params,
-                   commit):
+    def _spec_step(self, batch: "Batch", on_chunk) -> list[bool]:
         cfg, dev = self.cfg, self.device
-        b, d = len(active), cfg.num_steps
-        rs = [reqs[i] for i in active]
+        kv_t, kv_d, rows = batch.kv_t, batch.kv_d, batch.rows
+        b, d = len(rows), cfg.num_steps
+        rs = [row.req for row in rows]
         codes, used = self._row_modes(rs)
         self._fallbacks(rs, used)
-        temp, top_p, top_k, trunc = row_params(active)
+        temp, top_p, top_k, trunc = self._params(rows)
         trunc = trunc and cfg.renorm_kernels
         mode = torch.tensor(codes, device=dev)
-        base = torch.tensor([len(committed[i]) for i in active], device=dev)  # first draft pos
-        last_tok = torch.tensor([committed[i][-1] for i in active], device=dev)
+        base = torch.tensor([len(row.committed) for row in rows], device=dev)  # first draft pos
+        last_tok = torch.tensor([row.committed[-1] for row in rows], device=dev)
         # draft extend: the draft catches up on tokens committed since its last step
         with self._phase("draft_extend"):
-            lg = feed_pending(kv_d, [committed[i][cached_d[i]:] for i in active],
-                              [cached_d[i] for i in active])
-        for i in active:
-            cached_d[i] = len(committed[i])
+            lg = feed_pending(kv_d, [row.committed[row.cached_d:] for row in rows],
+                              [row.cached_d for row in rows])
+        for row in rows:
+            row.cached_d = len(row.committed)
         with self._phase("draft"):
             if cfg.topk == 1:
                 draft, q, top1 = self._draft_chain(kv_d, lg, base, mode, temp, top_p, top_k, trunc)
@@ -292,7 +319,7 @@ class SpeculativeDecoder:
                     num_draft_tokens=cfg.budget, temperature=[r.temperature for r in rs],
                     top_p=[r.top_p for r in rs], top_k=[r.top_k for r in rs], mode_used=used,
                     committed_tokens=fixed, target_logits=path_logits, draft_top1_probs=top1,
-                    step=self.step)
+                    step=self.step_index)
             acc = num_acc.tolist()  # the engine's own readback: it must know what to commit
             toks = fixed.tolist()
         n = tokens.shape[1]
@@ -302,9 +329,9 @@ class SpeculativeDecoder:
             keep = torch.zeros(b, n, dtype=torch.bool, device=dev)
             keep.scatter_(1, keep_idx, True)
         kv_t.invalidate_tail(keep)
-        for k, i in enumerate(active):
-            cached_t[i] = len(committed[i]) + acc[k]
-        return [commit(k, toks[k][:acc[k] + 1]) for k in range(b)]
+        for k, row in enumerate(rows):
+            row.cached_t = len(row.committed) + acc[k]
+        return [self._commit(row, toks[k][:acc[k] + 1], on_chunk) for k, row in enumerate(rows)]
 
     def _draft_chain(self, kv_d, lg, base, mode, temp, top_p, top_k, trunc):
         """Draft ``num_steps`` tokens one after another; returns tokens, q, top-1 probability."""
@@ -346,6 +373,31 @@ class SpeculativeDecoder:
         committed.scatter_(1, acc[:, None], fix.gather(1, acc[:, None]))
         path_logits = logits.gather(1, idx[:, :, None].expand(b, d + 1, logits.shape[-1]))
         return acc, committed, path_logits, idx, tree.draft_top1
+
+
+@dataclass
+class _Row:
+    """One request in flight, aligned with a batch row of both caches."""
+
+    req: Request
+    committed: list[int]  #: prompt and output tokens so far
+    out: Output
+    t_arrival: int
+    cached_t: int = 0  #: committed tokens the target's cache holds
+    cached_d: int = 0  #: committed tokens the draft's cache holds
+    first_ns: int = 0
+
+
+@dataclass
+class Batch:
+    """The running batch: rows in cache order; requests join and leave between steps."""
+
+    kv_t: BatchKV
+    kv_d: BatchKV | None
+    rows: list[_Row] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rows)
 
 
 class _NullPhase:

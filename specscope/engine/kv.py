@@ -61,6 +61,81 @@ class BatchKV:
         self.cache.batch_select_indices(rows)
         self.valid = self.valid[rows]
 
+    @property
+    def batch(self) -> int:
+        return self.valid.shape[0]
+
+    def _tensors(self):
+        return [layer for layer in self.cache.layers if getattr(layer, "is_initialized", False)
+                and layer.keys.numel()]
+
+    def merge(self, other: "BatchKV") -> None:
+        """Append ``other``'s rows to this batch (requests join between steps).
+
+        The shorter cache is padded at its end with entries marked invalid, so positions and
+        masks stay exact; an empty side takes zeros shaped like the other's layers.
+        """
+        if other.batch == 0:
+            return
+        if self.batch == 0:
+            self.cache, self.valid = other.cache, other.valid
+            return
+        length = max(self.length, other.length)
+        mine, theirs = self.cache.layers, other.cache.layers
+        for a, b in zip(mine, theirs):
+            ka, va = _padded(a, self.batch, length, b)
+            kb, vb = _padded(b, other.batch, length, a)
+            if ka is None:
+                continue
+            keys, values = torch.cat([ka, kb]), torch.cat([va, vb])
+            if not a.is_initialized:
+                a.lazy_initialization(keys, values)
+            a.keys, a.values = keys, values
+        pad = torch.zeros
+        self.valid = torch.cat([
+            torch.cat([self.valid, pad(self.batch, length - self.length, dtype=torch.bool,
+                                       device=self.device)], dim=1),
+            torch.cat([other.valid, pad(other.batch, length - other.length, dtype=torch.bool,
+                                        device=self.device)], dim=1)])
+
+    def compact(self, slack: float = 2.0, floor: int = 64) -> bool:
+        """Drop invalid entries once they outnumber valid ones (``slack`` x the longest row).
+
+        Each row keeps its valid entries in order, left-aligned; shorter rows are padded with
+        invalid entries. A long-lived batch otherwise grows by every token ever scored.
+        """
+        counts = self.valid.sum(dim=1)
+        keep = int(counts.max()) if self.batch else 0
+        if self.length <= max(floor, slack * keep):
+            return False
+        order = torch.argsort((~self.valid).to(torch.int8), dim=1, stable=True)[:, :keep]
+        for layer in self._tensors():
+            b, h, _, d = layer.keys.shape
+            idx = order[:, None, :, None].expand(b, h, keep, d)
+            layer.keys = layer.keys.gather(2, idx)
+            layer.values = layer.values.gather(2, order[:, None, :, None].expand(
+                b, h, keep, layer.values.shape[-1]))
+        self.valid = torch.arange(keep, device=self.device)[None, :] < counts[:, None]
+        return True
+
+
+def _padded(layer, batch: int, length: int, like):
+    """A layer's keys and values padded to ``length`` (zeros shaped like ``like`` if empty)."""
+    has = getattr(layer, "is_initialized", False) and layer.keys.numel() > 0
+    ref = layer if has else like
+    if not (getattr(ref, "is_initialized", False) and ref.keys.numel() > 0):
+        return None, None
+    _, h, _, d = ref.keys.shape
+    dv = ref.values.shape[-1]
+    if not has:
+        k = ref.keys.new_zeros(batch, h, length, d)
+        return k, ref.values.new_zeros(batch, h, length, dv)
+    n = layer.keys.shape[2]
+    if n == length:
+        return layer.keys, layer.values
+    return (torch.cat([layer.keys, layer.keys.new_zeros(batch, h, length - n, d)], dim=2),
+            torch.cat([layer.values, layer.values.new_zeros(batch, h, length - n, dv)], dim=2))
+
 
 def causal(q: int, device: torch.device) -> torch.Tensor:
     return torch.ones(q, q, dtype=torch.bool, device=device).tril()[None]

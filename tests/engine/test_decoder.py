@@ -51,7 +51,7 @@ def test_hooks_inside_record_every_step_without_sync(tiny, run_record):
     outs = dec.generate(reqs)
     records = rec.drain()
     steps = [r for r in records if isinstance(r, schema.VerifyStepRecord)]
-    assert rec.num_hook_errors == 0 and len(steps) == len(calls) == dec.step
+    assert rec.num_hook_errors == 0 and len(steps) == len(calls) == dec.step_index
     # every committed token is accounted for: prefill token + (accepted + 1) per verify entry
     committed = sum(1 + sum(e.num_accepted + 1 for s in steps for e in s.entries
                             if e.request_id == o.request_id) for o in outs)
