@@ -66,3 +66,13 @@ def golden(request):
         assert text == path.read_text(), f"differs from {path} (rerun with --update-golden)"
 
     return check
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

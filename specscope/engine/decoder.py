@@ -79,6 +79,7 @@ class Request:
     top_k: int = 0
     prompt_id: str = ""
     arrival_ns: int = 0  #: when the request arrived (0: when it joins the batch)
+    ignore_eos: bool = False  #: decode to max_new_tokens even past an end-of-sequence token
 
 
 @dataclass
@@ -209,6 +210,14 @@ class SpeculativeDecoder:
             done.update((o.request_id, o) for o in self.step(batch, on_chunk))
         return [done[r.request_id] for r in requests]
 
+    def cancel(self, batch: "Batch", request_ids: set[str]) -> list[Output]:
+        """Remove requests from the batch before they finish (finish reason ``abort``)."""
+        done = [row.req.request_id in request_ids for row in batch.rows]
+        for row, d in zip(batch.rows, done):
+            if d:
+                row.out.finish_reason = "abort"
+        return self._retire(batch, done)
+
     def _params(self, rows: list["_Row"]):
         dev, rs = self.device, [row.req for row in rows]
         return (torch.tensor([r.temperature for r in rs], device=dev),
@@ -221,7 +230,7 @@ class SpeculativeDecoder:
         r, out = row.req, row.out
         take = new[:r.max_new_tokens - len(out.token_ids)]
         for j, tok in enumerate(take):
-            if tok in self.eos:
+            if tok in self.eos and not r.ignore_eos:
                 take = take[:j + 1]
                 out.finish_reason = "stop"
                 break

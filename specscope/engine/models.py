@@ -185,10 +185,37 @@ def early_exit_draft(target: LlamaForCausalLM, num_layers: int) -> LlamaForCausa
     return draft.eval()
 
 
-def load_pair(name: str, draft: str = "int:4", seed: int = 0) -> ModelPair:
-    """``tiny``, ``smollm2`` or a local Hugging Face model directory (self-draft by layers)."""
+def smollm2_tokenizer_dir() -> Path:
+    """A local tokenizer directory built from the SmolLM2 GGUF (for clients that count tokens)."""
+    dest = cache_dir() / "smollm2-135m-instruct"
+    if (dest / "tokenizer.json").exists():
+        return dest
+    dest = cache_dir() / "smollm2-tokenizer"
+    if not (dest / "tokenizer.json").exists():
+        gguf = smollm2_gguf()
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
+        tok.save_pretrained(tmp)
+        tmp.rename(dest)
+    return dest
+
+
+def load_pair(name: str, draft: str = "int:4", seed: int = 0,
+              tokenizer: str | None = None) -> ModelPair:
+    """``tiny``, ``smollm2`` or a local Hugging Face model directory (self-draft by layers).
+
+    ``tokenizer`` (a directory, or ``smollm2``) gives the tiny models a real tokenizer, their
+    vocabulary sized to it, so that clients which count tokens can drive them.
+    """
     if name == "tiny":
-        return tiny_pair(seed=seed)
+        if not tokenizer:
+            return tiny_pair(seed=seed)
+        path = smollm2_tokenizer_dir() if tokenizer == "smollm2" else Path(tokenizer)
+        tok = AutoTokenizer.from_pretrained(str(path))
+        pair = tiny_pair(vocab_size=len(tok), seed=seed)
+        pair.tokenizer = tok
+        pair.eos_ids = tuple(e for e in [tok.eos_token_id] if e is not None)
+        return pair
     if name == "smollm2":
         return load_smollm2(draft)
     path = Path(name)

@@ -15,7 +15,7 @@ from ..collector.phases import phase_breakdown
 from ..hooks import Recorder
 from .decoder import SpecConfig, SpeculativeDecoder
 from .models import ModelPair
-from .workload import WorkloadSpec, _run_record, build_requests
+from .workload import WorkloadSpec, run_record, build_requests
 
 
 def profile_workload(pair: ModelPair, cfg: SpecConfig, spec: WorkloadSpec,
@@ -23,7 +23,7 @@ def profile_workload(pair: ModelPair, cfg: SpecConfig, spec: WorkloadSpec,
     """Decode ``spec.requests`` requests under the profiler; (breakdown, records)."""
     from torch.profiler import ProfilerActivity, profile
 
-    run = _run_record(f"profile-{cfg.config_id}", pair, cfg, "profile", {})
+    run = run_record(f"profile-{cfg.config_id}", pair, cfg, "profile", {})
     device = "cuda" if torch.cuda.is_available() and next(pair.target.parameters()).is_cuda else "cpu"
     rec = Recorder(run, device=device)
     rec.phases.annotate = True

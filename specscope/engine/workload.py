@@ -87,7 +87,7 @@ def build_requests(pair: ModelPair, spec: WorkloadSpec) -> tuple[list[Request], 
     return reqs, by_id
 
 
-def _run_record(run_id: str, pair: ModelPair, cfg: SpecConfig, role: str,
+def run_record(run_id: str, pair: ModelPair, cfg: SpecConfig, role: str,
                 labels: dict[str, str]) -> schema.RunRecord:
     env = {k: v for k, v in os.environ.items() if k.startswith(("SPECSCOPE_", "OMP_", "MKL_"))}
     return schema.RunRecord(
@@ -154,7 +154,7 @@ def run_workload(pair: ModelPair, cfg: SpecConfig, spec: WorkloadSpec, out_path:
     total = len(reqs) * (2 if spec.reference and cfg.num_steps else 1)
     bar = tqdm(total=total, desc=f"decoding {cfg.config_id}", unit="req", disable=not progress)
     try:
-        main = Recorder(_run_record(run_id, pair, cfg, "measured", {}), sinks=out_sinks,
+        main = Recorder(run_record(run_id, pair, cfg, "measured", {}), sinks=out_sinks,
                         stats_policy=every_n(spec.stats_every)).start()
         outs = _decode_all(pair, cfg, spec, reqs, main, bar)
         main.close(close_sinks=False)
@@ -162,7 +162,7 @@ def run_workload(pair: ModelPair, cfg: SpecConfig, spec: WorkloadSpec, out_path:
         if spec.reference and cfg.num_steps:
             ref_id = f"{run_id}/reference"
             ref_cfg = SpecConfig(num_steps=0, verify_mode=cfg.verify_mode)
-            ref = Recorder(_run_record(ref_id, pair, ref_cfg, "reference",
+            ref = Recorder(run_record(ref_id, pair, ref_cfg, "reference",
                                        {"reference_for": run_id}), sinks=out_sinks).start()
             ref_outs = _decode_all(pair, ref_cfg, spec, reqs, ref, bar)
             ref.close(close_sinks=False)

@@ -225,11 +225,15 @@ def parse_aiperf_records(path: str | os.PathLike, run_id: str) -> ImportResult:
                 start = int(meta["request_start_ns"])
                 end = int(meta["request_end_ns"])
                 ttft_ms = m.get("time_to_first_token", {}).get("value")
+                first = start + int(float(ttft_ms) * 1e6) if ttft_ms is not None else end
+                gaps = m.get("inter_chunk_latency", {}).get("value") or []
+                chunks = [first] if ttft_ms is not None else []
+                for gap in gaps if chunks and isinstance(gaps, list) else ():
+                    chunks.append(chunks[-1] + int(float(gap) * 1e6))
                 res.add(schema.RequestRecord(
                     run_id=run_id, rank=0, request_id=str(meta.get("x_request_id", lineno)),
                     t_arrival_ns=start,
-                    t_first_token_ns=start + int(float(ttft_ms) * 1e6) if ttft_ms is not None else end,
-                    t_finish_ns=end,
+                    t_first_token_ns=first, t_finish_ns=end, chunk_times_ns=tuple(chunks),
                     num_prompt_tokens=int(m.get("input_sequence_length", {}).get("value", 0)),
                     num_output_tokens=int(m.get("output_sequence_length", {}).get("value", 0)),
                     finish_reason="cancelled" if meta.get("was_cancelled") else ""))

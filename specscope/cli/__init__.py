@@ -11,13 +11,14 @@ import sys
 from typing import Callable, Sequence
 
 EXTRA_OF = {"torch": "engine", "transformers": "engine", "pyarrow": "parquet", "tqdm": "engine",
-            "gguf": "engine", "zmq": "collector", "prometheus_client": "prometheus"}
+            "gguf": "engine", "zmq": "collector", "prometheus_client": "prometheus",
+            "fastapi": "serve", "uvicorn": "serve", "dash": "dashboard", "plotly": "dashboard"}
 
 
 def _cmd_record(args: argparse.Namespace) -> int:
-    from .engine.decoder import SpecConfig
-    from .engine.models import load_pair
-    from .engine.workload import WorkloadSpec, run_workload
+    from ..engine.decoder import SpecConfig
+    from ..engine.models import load_pair
+    from ..engine.workload import WorkloadSpec, run_workload
 
     steps = 0 if args.spec_draft_tokens == 0 else args.spec_steps
     cfg = SpecConfig(algorithm=args.spec_algorithm, num_steps=steps, topk=args.spec_topk,
@@ -30,12 +31,12 @@ def _cmd_record(args: argparse.Namespace) -> int:
     pair = load_pair(args.model, args.draft, seed=args.seed)
     sinks, server = [], None
     if args.collector:
-        from .collector.transport import ZmqSink
+        from ..collector.transport import ZmqSink
 
         sinks.append(ZmqSink(args.collector))
     if args.metrics_port is not None:
-        from .collector.service import Collector
-        from .exporters.http import MetricsServer
+        from ..collector.service import Collector
+        from ..exporters.http import MetricsServer
 
         collector = Collector()
         sinks.append(collector)
@@ -57,9 +58,9 @@ def _cmd_record(args: argparse.Namespace) -> int:
 
 
 def _measured_runs(path: str) -> list:
-    from .collector.compare import run_sample
-    from .exporters.trace import read_trace
-    from . import schema
+    from ..collector.compare import run_sample
+    from ..exporters.trace import read_trace
+    from .. import schema
 
     records = read_trace(path).records
     runs = [r for r in records if isinstance(r, schema.RunRecord) and r.labels.get("role") != "reference"]
@@ -73,7 +74,7 @@ def _fmt(v, spec: str = ".3f") -> str:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from .collector.compare import compare
+    from ..collector.compare import compare
 
     a, b = _measured_runs(args.a)[0], _measured_runs(args.b)[0]
     rows = compare(a, b, n_boot=args.bootstrap)
@@ -91,7 +92,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_regress(args: argparse.Namespace) -> int:
-    from .collector.compare import regression_series
+    from ..collector.compare import regression_series
 
     samples = [s for path in args.trace for s in _measured_runs(path)]
     if args.sort == "time":
@@ -112,11 +113,11 @@ def _cmd_regress(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from .collector.phases import format_breakdown
-    from .engine.decoder import SpecConfig
-    from .engine.models import load_pair
-    from .engine.profile import profile_workload
-    from .engine.workload import WorkloadSpec
+    from ..collector.phases import format_breakdown
+    from ..engine.decoder import SpecConfig
+    from ..engine.models import load_pair
+    from ..engine.profile import profile_workload
+    from ..engine.workload import WorkloadSpec
 
     cfg = SpecConfig(algorithm=args.spec_algorithm, num_steps=args.spec_steps, topk=args.spec_topk,
                      num_draft_tokens=args.spec_draft_tokens or 0, fault=args.fault or "")
@@ -126,7 +127,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     pair = load_pair(args.model, args.draft, seed=args.seed)
     breakdown, records = profile_workload(pair, cfg, spec, args.output)
     if args.record:
-        from .exporters.trace import write_trace
+        from ..exporters.trace import write_trace
 
         write_trace(args.record, records)
     print(format_breakdown(breakdown))
@@ -135,14 +136,14 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _cmd_wrap(args: argparse.Namespace) -> int:
-    from .hooks.engines.wrap import wrap
+    from ..hooks.engines.wrap import wrap
 
     return wrap(args.command_line, trace_dir=args.trace_dir, collector=args.collector)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .collector.report import build_report, format_report
-    from .exporters.trace import read_trace
+    from ..collector.report import build_report, format_report
+    from ..exporters.trace import read_trace
 
     trace = read_trace(args.trace)
     baseline = read_trace(args.baseline).records if args.baseline else None
@@ -158,7 +159,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from .collector.serve import serve
+    from ..collector.serve import serve
 
     return serve(listen=args.listen, metrics_host=args.metrics_host,
                  metrics_port=args.metrics_port, trace=args.trace,
@@ -168,14 +169,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
-    from .exporters.rules import alert_rules
+    from ..exporters.rules import alert_rules
 
     _write_or_print(args.output, alert_rules())
     return 0
 
 
 def _cmd_grafana(args: argparse.Namespace) -> int:
-    from .exporters.grafana import dashboard_json
+    from ..exporters.grafana import dashboard_json
 
     _write_or_print(args.output, dashboard_json())
     return 0
@@ -191,7 +192,7 @@ def _write_or_print(path: str | None, text: str) -> None:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from .importers import import_files
+    from ..importers import import_files
 
     results = import_files(args.files, args.output, format=args.format, run=args.run)
     for path, res in zip(args.files, results):
@@ -209,14 +210,14 @@ def _cmd_import(args: argparse.Namespace) -> int:
 def _cmd_replay(args: argparse.Namespace) -> int:
     import time
 
-    from .collector.service import Collector
-    from .exporters.replay import replay
+    from ..collector.service import Collector
+    from ..exporters.replay import replay
 
     speed = None if args.speed == "max" else float(args.speed)
     collector = Collector()
     server = None
     if args.metrics_port is not None:
-        from .exporters.http import MetricsServer
+        from ..exporters.http import MetricsServer
 
         server = MetricsServer(collector, host=args.metrics_host, port=args.metrics_port).start()
         print(f"metrics at {server.url}", flush=True)
@@ -231,7 +232,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:
-    from .exporters._parquet import compact
+    from ..exporters._parquet import compact
 
     out = compact(args.trace, args.output)
     print(f"parquet trace written to {out}")
@@ -391,6 +392,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("trace", nargs="+")
     c.add_argument("-o", "--output", required=True)
     c.set_defaults(func=_cmd_compact)
+
+    from . import serving
+
+    serving.add_parsers(sub, _add_model_flags)
     return p
 
 

@@ -1,0 +1,227 @@
+"""The OpenAI-compatible HTTP front of the reference decoder (FastAPI).
+
+``/v1/completions`` and ``/v1/chat/completions`` (streaming as server-sent events, with
+``stream_options.include_usage``), ``/v1/models``, ``/health`` and the collector's ``/metrics``.
+Under speculation one streamed chunk carries every token a verify step commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI
+from fastapi import Request as HTTPRequest
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from ..engine.decoder import Request
+from .scheduler import Event, QueueFull, Scheduler
+from .text import BadRequest, Codec
+
+
+@dataclass
+class Served:
+    """What the API serves: a scheduler, the model's codec, its name and a metrics source."""
+
+    scheduler: Scheduler
+    codec: Codec
+    model: str
+    max_tokens_limit: int = 4096
+    collector: Any = None  #: a specscope Collector for /metrics, or None
+
+
+def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
+    def num(key, default, kind=float):
+        v = body.get(key, default)
+        if v is None:
+            return default
+        try:
+            return kind(v)
+        except (TypeError, ValueError):
+            raise BadRequest(f"{key} must be a number") from None
+
+    max_tokens = body.get("max_completion_tokens") if chat else None
+    max_tokens = max_tokens if max_tokens is not None else body.get("max_tokens")
+    max_tokens = 16 if max_tokens is None and not chat else max_tokens
+    max_tokens = limit if max_tokens is None else max_tokens
+    try:
+        max_tokens = int(max_tokens)
+    except (TypeError, ValueError):
+        raise BadRequest("max_tokens must be an integer") from None
+    if not 1 <= max_tokens <= limit:
+        raise BadRequest(f"max_tokens must be between 1 and {limit}")
+    temperature, top_p, top_k = num("temperature", 1.0), num("top_p", 1.0), num("top_k", 0, int)
+    if temperature < 0 or not 0 < top_p <= 1 or top_k < 0 and top_k != -1:
+        raise BadRequest("temperature >= 0, 0 < top_p <= 1 and top_k >= 0 (or -1) are required")
+    if num("n", 1, int) != 1:
+        raise BadRequest("only n = 1 is supported")
+    if body.get("stop"):
+        raise BadRequest("stop sequences are not supported by the reference engine")
+    opts = body.get("stream_options") or {}
+    return dict(max_new_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                top_k=max(top_k, 0), ignore_eos=bool(body.get("ignore_eos", False)),
+                stream=bool(body.get("stream", False)),
+                include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")))
+
+
+def create_app(served: Served):
+    """The FastAPI application for ``served``."""
+    app = FastAPI(title="specscope reference engine", docs_url=None, redoc_url=None)
+
+    def error(status: int, message: str, kind: str = "invalid_request_error"):
+        return JSONResponse({"error": {"message": message, "type": kind, "code": status}},
+                            status_code=status)
+
+    @app.get("/health")
+    async def health():
+        s = served.scheduler
+        return {"status": "ok", "running": s.running, "queued": s.queued}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": served.model, "object": "model",
+                                            "created": 0, "owned_by": "specscope"}]}
+
+    @app.get("/metrics")
+    async def metrics():
+        if served.collector is None:
+            return error(404, "no collector attached")
+        from ..exporters.prometheus import render
+
+        return PlainTextResponse(render(served.collector.snapshot()),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def handle(http: HTTPRequest, chat: bool):
+        try:
+            body = await http.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return error(400, "the body is not JSON")
+        if not isinstance(body, dict):
+            return error(400, "the body must be a JSON object")
+        try:
+            p = _params(body, served.max_tokens_limit, chat)
+            ids = (served.codec.encode_chat(body.get("messages")) if chat
+                   else served.codec.encode_prompt(body.get("prompt")))
+        except BadRequest as exc:
+            return error(400, str(exc))
+        rid = http.headers.get("x-request-id") or uuid.uuid4().hex
+        req = Request(rid, ids, p["max_new_tokens"], p["temperature"], p["top_p"], p["top_k"],
+                      arrival_ns=time.time_ns(), ignore_eos=p["ignore_eos"])
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[Event] = asyncio.Queue()
+        try:
+            served.scheduler.submit(req, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
+        except QueueFull as exc:
+            return error(503, str(exc), "overloaded")
+        stream = _Stream(served, rid, chat, len(ids), body.get("model") or served.model)
+        if p["stream"]:
+            return StreamingResponse(stream.sse(events, http, p["include_usage"]),
+                                     media_type="text/event-stream",
+                                     headers={"X-Request-ID": rid, "Cache-Control": "no-cache"})
+        result = await stream.whole(events, http)
+        if "error" in result:
+            return error(500, result["error"]["message"], "engine_error")
+        return JSONResponse(result, headers={"X-Request-ID": rid})
+
+    @app.post("/v1/completions")
+    async def completions(http: HTTPRequest):
+        return await handle(http, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(http: HTTPRequest):
+        return await handle(http, chat=True)
+
+    return app
+
+
+class _Stream:
+    """One request's response, built from the scheduler's events."""
+
+    def __init__(self, served: Served, rid: str, chat: bool, n_prompt: int, model: str) -> None:
+        self.served, self.rid, self.chat, self.n_prompt = served, rid, chat, n_prompt
+        self.model = model
+        self.id = ("chatcmpl-" if chat else "cmpl-") + rid
+        self.created = int(time.time())
+        self.detok = served.codec.stream()
+        self.n_out = 0
+
+    def _chunk(self, text: str | None, finish: str | None, first: bool = False) -> dict:
+        if self.chat:
+            delta: dict[str, Any] = {"role": "assistant"} if first else {}
+            if text is not None:
+                delta["content"] = text
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            obj = "chat.completion.chunk"
+        else:
+            choice = {"index": 0, "text": text or "", "finish_reason": finish}
+            obj = "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "choices": [choice]}
+
+    def _usage(self) -> dict:
+        return {"prompt_tokens": self.n_prompt, "completion_tokens": self.n_out,
+                "total_tokens": self.n_prompt + self.n_out}
+
+    async def _events(self, events: asyncio.Queue, http) -> AsyncIterator[Event]:
+        while True:
+            try:
+                ev = await asyncio.wait_for(events.get(), timeout=1.0)
+            except asyncio.TimeoutError:
+                if await http.is_disconnected():
+                    self.served.scheduler.cancel(self.rid)
+                    return
+                continue
+            yield ev
+            if ev.kind != "tokens":
+                return
+
+    async def sse(self, events: asyncio.Queue, http, include_usage: bool) -> AsyncIterator[str]:
+        def data(obj: dict) -> str:
+            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+        first = True
+        try:
+            async for ev in self._events(events, http):
+                if ev.kind == "tokens":
+                    self.n_out += len(ev.tokens)
+                    text = self.detok.push(ev.tokens)
+                    if text or first:
+                        yield data(self._chunk(text, None, first))
+                        first = False
+                elif ev.kind == "done":
+                    tail = self.detok.push([], final=True)
+                    yield data(self._chunk(tail or (None if self.chat else ""),
+                                           ev.output.finish_reason))
+                    if include_usage:
+                        usage = {**self._chunk(None, None), "choices": [], "usage": self._usage()}
+                        yield data(usage)
+                else:
+                    yield data({"error": {"message": ev.error, "type": "engine_error"}})
+            yield "data: [DONE]\n\n"
+        except asyncio.CancelledError:
+            self.served.scheduler.cancel(self.rid)
+            raise
+
+    async def whole(self, events: asyncio.Queue, http) -> dict:
+        finish = None
+        async for ev in self._events(events, http):
+            if ev.kind == "tokens":
+                self.n_out += len(ev.tokens)
+                self.detok.ids.extend(ev.tokens)
+            elif ev.kind == "done":
+                finish = ev.output.finish_reason
+            else:
+                return {"error": {"message": ev.error}}
+        text = self.served.codec.decode(self.detok.ids)
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                      "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": finish}
+        return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
+                "created": self.created, "model": self.model, "choices": [choice],
+                "usage": self._usage()}

@@ -1,0 +1,122 @@
+"""The OpenAI-compatible API over the reference decoder: streaming, batching, errors."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from specscope.engine.decoder import Request, SpecConfig, SpeculativeDecoder  # noqa: E402
+from specscope.serving.server import Engine, EngineOptions  # noqa: E402
+
+PROMPT = [5, 17, 33, 2, 90, 41]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    eng = Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=3), max_batch=4,
+                               stats_every=1))
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def client(engine):
+    with TestClient(engine.app()) as c:
+        yield c
+
+
+def _sse(client, path, body):
+    chunks = []
+    with client.stream("POST", path, json=body) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                chunks.append(line[6:])
+    assert chunks[-1] == "[DONE]"
+    return [json.loads(c) for c in chunks[:-1]], r.headers["x-request-id"]
+
+
+def test_stream_carries_each_verify_step_and_equals_target_only_greedy(engine, client):
+    body = {"prompt": PROMPT, "max_tokens": 20, "temperature": 0, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True}}
+    chunks, _ = _sse(client, "/v1/completions", body)
+    *content, final, usage = chunks
+    assert final["choices"][0]["finish_reason"] == "length"
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 20
+    text = "".join(c["choices"][0]["text"] for c in content)
+    tokens = [int(t) for t in text.split()]
+    ref = SpeculativeDecoder(engine.scheduler.decoder.target, None, SpecConfig(num_steps=0)) \
+        .generate([Request("ref", PROMPT, 20)])[0].token_ids
+    assert tokens == ref  # lossless greedy speculation, streamed
+    whole = client.post("/v1/completions", json={**body, "stream": False}).json()
+    assert whole["choices"][0]["text"] == text and whole["usage"]["completion_tokens"] == 20
+    # one SSE chunk per commit: more tokens than chunks means verify steps accepted drafts
+    sizes = [len(c["choices"][0]["text"].split()) for c in content]
+    assert sum(sizes) == 20 and max(sizes) > 1 and len(content) < 20
+
+
+def test_chat_accepts_parts_health_models_and_metrics(client):
+    assert client.get("/health").json()["status"] == "ok"
+    assert client.get("/v1/models").json()["data"][0]["id"] == "tiny-llama-v256"
+    body = {"model": "tiny", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is "}, {"type": "text", "text": "2+2?"}]}],
+        "max_completion_tokens": 8, "stream": True, "ignore_eos": True}
+    chunks, _ = _sse(client, "/v1/chat/completions", body)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    got = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert len(got.split()) == 8
+    metrics = client.get("/metrics").text
+    assert "specscope_accepted_tokens_total{" in metrics
+
+
+@pytest.mark.parametrize("body,message", [
+    ({"prompt": "x", "stop": ["\n"]}, "stop sequences"),
+    ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
+    ({"prompt": [1, 99999]}, "outside the vocabulary"),
+    ({"prompt": "x", "temperature": -1}, "temperature"),
+    ({"prompt": {"a": 1}}, "prompt must be"),
+])
+def test_bad_requests_get_a_400_that_says_why(client, body, message):
+    r = client.post("/v1/completions", json=body)
+    assert r.status_code == 400 and message in r.json()["error"]["message"]
+    r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "x"}}]}]})
+    assert r.status_code == 400 and "text only" in r.json()["error"]["message"]
+    r = client.post("/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400
+
+
+def test_requests_share_the_running_batch_up_to_its_limit(engine, client):
+    before = dict(engine.scheduler.batch_sizes)
+    results = []
+
+    def one(i):
+        r = client.post("/v1/completions", json={"prompt": [i + 1, 7, 9], "max_tokens": 24 + i,
+                                                 "ignore_eos": True, "temperature": 0.8})
+        results.append(r.json()["usage"]["completion_tokens"] == 24 + i)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(7)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == [True] * 7
+    sizes = {k: v - before.get(k, 0) for k, v in engine.scheduler.batch_sizes.items()}
+    used = [k for k, v in sizes.items() if v > 0]
+    assert max(used) > 1 and max(used) <= 4  # batched, never beyond --max-batch
+
+
+def test_a_full_queue_answers_503():
+    eng = Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=2), max_queue=0))
+    try:
+        with TestClient(eng.app()) as c:
+            r = c.post("/v1/completions", json={"prompt": "hi", "max_tokens": 4})
+            assert r.status_code == 503 and "queue full" in r.json()["error"]["message"]
+    finally:
+        eng.close()
