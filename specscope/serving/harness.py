@@ -1,0 +1,120 @@
+"""Start ``specscope serve-engine`` as its own process, drive it with a real benchmark client
+(NVIDIA AIPerf, installed in a virtual environment of its own), and compare the two sides."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+AIPERF_VERSION = "0.13.0"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServerProcess:
+    """``specscope serve-engine ARGS`` on 127.0.0.1; stopped by its PID (SIGINT, then SIGKILL)."""
+
+    args: list[str]
+    trace: Path
+    port: int = field(default_factory=free_port)
+    log: Path | None = None
+    proc: subprocess.Popen | None = None
+    _out: object = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 180.0) -> "ServerProcess":
+        cmd = [sys.executable, "-m", "specscope", "serve-engine", *self.args,
+               "--host", "127.0.0.1", "--port", str(self.port), "--trace", str(self.trace)]
+        self._out = open(self.log, "w") if self.log else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"serve-engine exited with {self.proc.returncode}"
+                                   + (f"; see {self.log}" if self.log else ""))
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.3)
+        self.stop()
+        raise TimeoutError(f"serve-engine did not answer /health within {timeout_s:.0f} s")
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        try:
+            if self.proc is None or self.proc.poll() is not None:
+                return self.proc.returncode if self.proc else 0
+            os.kill(self.proc.pid, signal.SIGINT)
+            try:
+                return self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                return self.proc.wait()
+        finally:
+            if hasattr(self._out, "close"):
+                self._out.close()
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def find_aiperf() -> str | None:
+    """``$SPECSCOPE_AIPERF``, the project's ``.venv-aiperf``, or ``aiperf`` on PATH."""
+    candidates = [os.environ.get("SPECSCOPE_AIPERF"), ".venv-aiperf/bin/aiperf",
+                  shutil.which("aiperf")]
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+@dataclass
+class ClientRun:
+    artifact_dir: Path
+    records: Path  #: per-request JSONL
+    summary: Path  #: aggregate JSON
+    seconds: float
+
+
+def run_aiperf(url: str, *, model: str, tokenizer: str | Path, artifact_dir: str | Path,
+               concurrency: int = 2, requests: int = 8, input_tokens: int = 64,
+               output_tokens: int = 24, seed: int = 1, aiperf: str | None = None,
+               extra: dict[str, object] | None = None, timeout_s: float = 600) -> ClientRun:
+    """One ``aiperf profile`` run: chat endpoint, streaming, fixed input and output lengths,
+    ``ignore_eos`` so every request decodes its full length, server-reported token counts."""
+    exe = aiperf or find_aiperf()
+    if exe is None:
+        raise FileNotFoundError("aiperf not found: make .venv-aiperf, or set SPECSCOPE_AIPERF")
+    out = Path(artifact_dir)
+    inputs = ["ignore_eos:true", *(f"{k}:{v}" for k, v in (extra or {}).items())]
+    cmd = [exe, "profile", "--model", model, "--url", url, "--endpoint-type", "chat",
+           "--streaming", "--tokenizer", str(tokenizer), "--concurrency", str(concurrency),
+           "--request-count", str(requests), "--prompt-input-tokens-mean", str(input_tokens),
+           "--prompt-input-tokens-stddev", "0", "--output-tokens-mean", str(output_tokens),
+           "--output-tokens-stddev", "0", "--extra-inputs", *inputs, "--use-server-token-count",
+           "--random-seed", str(seed), "--ui-type", "none", "--artifact-dir", str(out)]
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"aiperf failed ({proc.returncode}):\n{proc.stdout[-3000:]}"
+                           f"\n{proc.stderr[-3000:]}")
+    return ClientRun(out, out / "profile_export.jsonl", out / "profile_export_aiperf.json",
+                     time.monotonic() - t0)
