@@ -25,6 +25,18 @@ def _cmd_serve_engine(args: argparse.Namespace) -> int:
     return serve_engine(opts, host=args.host, port=args.port)
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from ..serving.sweep import format_sweep, plan, run_sweep
+
+    points = plan(args.spec, args.temperature, args.concurrency, args.lengths, args.fault or "")
+    results = run_sweep(points, args.output, model=args.model, draft=args.draft,
+                        tokenizer=args.tokenizer, requests=args.requests, seed=args.seed,
+                        max_batch=args.max_batch, progress=not args.quiet)
+    print(format_sweep(results))
+    print(f"{len(results)} runs written to {args.output} (one trace per point, sweep.json)")
+    return 0
+
+
 def add_parsers(sub, add_model_flags) -> None:
     se = sub.add_parser(
         "serve-engine", help="the reference decoder behind an OpenAI-compatible streaming API",
@@ -53,3 +65,31 @@ def add_parsers(sub, add_model_flags) -> None:
     se.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                     help="a label on the run record (repeatable)")
     se.set_defaults(func=_cmd_serve_engine)
+
+    sw = sub.add_parser(
+        "sweep", help="one served run per grid point (speculation x temperature x concurrency x "
+        "lengths), each with its eval gate",
+        description="For every point: start serve-engine with the point's speculation setting, "
+        "send the shipped prompt set through the OpenAI API (streaming) at the point's "
+        "concurrency, and write one trace with the server's records, the client's throughput, "
+        "eval records and the matching target-only run as the gate's reference. Target-only "
+        "points are always included. Example: specscope sweep --spec 3/1/4 2/1/3 "
+        "--concurrency 1 4 --fault silent_greedy@3/1/4 -o sweep/")
+    sw.add_argument("--model", default="tiny", help="tiny | smollm2 | PATH (default: tiny)")
+    sw.add_argument("--draft", default="int:4", help="draft for smollm2/PATH (default int:4)")
+    sw.add_argument("--tokenizer", default=None, help="tokenizer for --model tiny (or smollm2)")
+    sw.add_argument("--spec", nargs="+", default=["3/1/4", "2/1/3"],
+                    help="STEPS/TOPK/DRAFT_TOKENS settings; 0 = target-only (always added)")
+    sw.add_argument("--temperature", nargs="+", type=float, default=[0.0])
+    sw.add_argument("--concurrency", nargs="+", type=int, default=[1, 4])
+    sw.add_argument("--lengths", nargs="+", default=["0:48"],
+                    help="INPUT:OUTPUT tokens (input 0: the prompt as shipped; otherwise padded "
+                    "to about INPUT tokens)")
+    sw.add_argument("--fault", default=None, metavar="KIND@SETTING",
+                    help="seed a fault into one setting, e.g. silent_greedy@3/1/4")
+    sw.add_argument("--requests", type=int, default=12, help="prompts per point (default 12)")
+    sw.add_argument("--max-batch", type=int, default=8)
+    sw.add_argument("--seed", type=int, default=0)
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    sw.add_argument("-o", "--output", default="specscope-sweep", help="the sweep directory")
+    sw.set_defaults(func=_cmd_sweep)
