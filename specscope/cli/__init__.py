@@ -396,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     from . import serving
 
     serving.add_parsers(sub, _add_model_flags)
+    from . import dashboard
+
+    dashboard.add_parsers(sub)
     return p
 
 

@@ -54,7 +54,14 @@ def spec_figures(s: SpecStats) -> dict[str, Any]:
     }
 
 
-_WINDOWED = (schema.VerifyStepRecord, schema.SpecCountsRecord)
+_WINDOWED = (schema.VerifyStepRecord, schema.SpecCountsRecord, schema.FallbackRecord)
+
+
+def window_figures(t_s: float, window_s: float, s: SpecStats) -> dict[str, Any]:
+    """One window: acceptance figures, committed tokens (accepted + bonus) and fallbacks."""
+    return {"time": t_s, "window_s": window_s, **spec_figures(s),
+            "committed_tokens": s.accepted_tokens + s.num_drafts,
+            "fallbacks": dict(s.fallbacks)}
 
 
 def _windows(records: Sequence[Any], window_s: float | None) -> list[dict[str, Any]]:
@@ -70,8 +77,7 @@ def _windows(records: Sequence[Any], window_s: float | None) -> list[dict[str, A
     for r in records:
         if isinstance(r, _WINDOWED) and r.t_ns:
             buckets.setdefault((r.t_ns - t0) // width, SpecStats()).observe(r)
-    return [{"time": (t0 + k * width) / 1e9, "window_s": window_s, **spec_figures(buckets[k])}
-            for k in sorted(buckets)]
+    return [window_figures((t0 + k * width) / 1e9, window_s, buckets[k]) for k in sorted(buckets)]
 
 
 def _truth(s: SpecStats) -> list[dict[str, Any]]:
@@ -85,6 +91,10 @@ def _truth(s: SpecStats) -> list[dict[str, Any]]:
             "num_positions": t.num_verified if t else 0,
             "observed_top1_rate": t.observed_rate if t else None,
             "expected_top1_rate": t.expected_rate if t else None,
+            #: where honest sampling puts the observed rate 95% of the time (expected +- 1.96 sd)
+            "expected_band_95": ([t.expected_rate - 1.96 * math.sqrt(t.var_top1) / t.num_verified,
+                                  t.expected_rate + 1.96 * math.sqrt(t.var_top1) / t.num_verified]
+                                 if t and t.num_verified else None),
             "z": (z if z is None or math.isfinite(z) else ("inf" if z > 0 else "-inf")),
         })
     return out
@@ -100,14 +110,57 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
                  reference: Sequence[Any] | None, window_s: float | None,
                  baseline: SpecStats | None = None) -> dict[str, Any]:
     s = SpecStats().observe_all(records)
-    run_id = run.run_id if run else ""
-    anomalies = run_detectors(s, run_id)
-    if baseline is not None:
-        anomalies += AcceptanceRegressionDetector(baseline).check(s, run_id)
-        anomalies += QualityDetector(baseline).check(s, run_id)
     ref_stats = SpecStats().observe_all(reference) if reference else None
-    span_s = ((s.t_last_ns - s.t_first_ns) / 1e9) if s.t_first_ns is not None else None
     health = [r for r in records if isinstance(r, schema.HookHealthRecord)]
+    return stats_section(s, run, _windows(records, window_s), reference=ref_stats,
+                         baseline=baseline, health=health)
+
+
+def _latency(s: SpecStats, name: str) -> dict[str, Any]:
+    """Exact percentiles from raw samples; else interpolated within histogram buckets
+    (a long-running collector keeps only the histograms), marked ``from_buckets``."""
+    if getattr(s, name) or name not in s.hists:
+        return _pct(getattr(s, name))
+    h = s.hists[name]
+    n = sum(h.counts)
+    if not n:
+        return _pct([])
+    return {"n": n, "mean": h.total / n,
+            "p50": h.quantile(0.5), "p90": h.quantile(0.9), "p99": h.quantile(0.99),
+            "from_buckets": True}
+
+
+def _phases(s: SpecStats) -> dict[str, Any]:
+    """Per phase: percentiles and total; from the histograms where samples were not kept."""
+    if s.phase_ns:
+        return {name: {**_pct([v / 1e9 for v in ns]), "total_s": sum(ns) / 1e9}
+                for name, ns in sorted(s.phase_ns.items())}
+    out = {}
+    for key, h in sorted(s.hists.items()):
+        n = sum(h.counts)
+        if key.startswith("phase:") and n:
+            out[key[6:]] = {"n": n, "mean": h.total / n, "p50": h.quantile(0.5),
+                            "p90": h.quantile(0.9), "p99": h.quantile(0.99), "total_s": h.total,
+                            "from_buckets": True}
+    return out
+
+
+def stats_section(s: SpecStats, run: schema.RunRecord | None, windows: list[dict[str, Any]], *,
+                  reference: SpecStats | None = None, baseline: SpecStats | None = None,
+                  anomalies: Sequence[schema.AnomalyRecord] | None = None,
+                  health: Sequence[schema.HookHealthRecord] = ()) -> dict[str, Any]:
+    """One run's section from its pooled stats (records or a collector's aggregates alike).
+
+    ``anomalies`` None runs the detectors on ``s``; otherwise the given (live) ones are shown.
+    """
+    run_id = run.run_id if run else ""
+    if anomalies is None:
+        anomalies = run_detectors(s, run_id)
+        if baseline is not None:
+            anomalies += AcceptanceRegressionDetector(baseline).check(s, run_id)
+            anomalies += QualityDetector(baseline).check(s, run_id)
+    anomalies = list(anomalies)
+    span_s = ((s.t_last_ns - s.t_first_ns) / 1e9) if s.t_first_ns is not None else None
     return {
         "run": schema.to_dict(run) if run else None,
         "totals": {**spec_figures(s),
@@ -117,18 +170,17 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
                    "output_tokens_per_s": (s.output_tokens / span_s)
                    if span_s and s.num_requests else None,
                    "num_clamped": s.num_clamped},
-        "windows": _windows(records, window_s),
+        "windows": windows,
         "sampling_truth": _truth(s),
         "fallbacks": dict(s.fallbacks),
         "draft_health": _draft_health(s),
-        "latency": {k: _pct(getattr(s, k)) for k in ("ttft_s", "tpot_s", "itl_chunk_s",
-                                                     "itl_token_s", "e2e_s")},
-        "phases": {name: {**_pct([v / 1e9 for v in ns]), "total_s": sum(ns) / 1e9}
-                   for name, ns in sorted(s.phase_ns.items())},
+        "latency": {k: _latency(s, k) for k in ("ttft_s", "tpot_s", "itl_chunk_s", "itl_token_s",
+                                                "e2e_s")},
+        "phases": _phases(s),
         "eval": {"rates": {k: s.eval_rate(k) for k in sorted(s.evals)},
-                 "reference_rates": ({k: ref_stats.eval_rate(k) for k in sorted(ref_stats.evals)}
-                                     if ref_stats else None),
-                 "gate": eval_gate(s, ref_stats, anomalies)},
+                 "reference_rates": ({k: reference.eval_rate(k) for k in sorted(reference.evals)}
+                                     if reference else None),
+                 "gate": eval_gate(s, reference, anomalies)},
         "engine_gauges": {k: v[0] / v[1] for k, v in sorted(s.gauges.items()) if v[1]},
         "benchmarks": [{"source": b.source, "metrics": dict(b.metrics), "config": dict(b.config)}
                        for b in s.benchmarks],

@@ -1,0 +1,284 @@
+"""Where the dashboard's runs come from, kept server-side: trace files and directories, a live
+collector (in process), a specscope ``/metrics`` endpoint, or a Prometheus server.
+
+Every source yields ``RunView`` objects whose ``section`` has the shape of a report section
+(``specscope.collector.report``), so every page and figure works on every source. Traces are
+only opened under the source's configured root directories.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from .. import schema
+from ..collector.report import build_report, stats_section, window_figures
+from ..collector.stats import SpecStats
+
+#: traces with more verify records than this are aggregated column-wise (no per-request samples)
+RECORDS_LIMIT = 200_000
+
+
+@dataclass
+class RunView:
+    """One run as the pages see it."""
+
+    run_id: str
+    section: dict[str, Any]  #: a report section (run, totals, windows, truth, latency, ...)
+    source: str = ""  #: the trace path or the live source's name
+    records: list[Any] | None = None  #: the run's records (and its reference's), when kept
+    phases: dict[str, Any] | None = None  #: phase breakdown (collector.phases), when recorded
+    _sample: Any = None
+
+    @property
+    def run(self) -> dict[str, Any]:
+        return self.section.get("run") or {}
+
+    @property
+    def label(self) -> str:
+        r = self.run
+        fault = f" [fault {r['fault']}]" if r.get("fault") else ""
+        return f"{self.run_id} ({r.get('config_id', '?')}{fault})"
+
+    @property
+    def gate(self) -> str | None:
+        return self.section["eval"]["gate"]["verdict"]
+
+    def sample(self):
+        """Per-request arrays for bootstrap comparisons (None when records were not kept)."""
+        if self._sample is None and self.records is not None:
+            from ..collector.compare import run_sample
+
+            self._sample = run_sample(self.records, self.run_id)
+        return self._sample
+
+
+class PathNotAllowed(ValueError):
+    """A trace outside the dashboard's configured directories."""
+
+
+def allowed(path: str | os.PathLike, roots: Sequence[Path]) -> Path:
+    """``path`` resolved, if it lies under one of ``roots`` (symlinks and ``..`` resolved)."""
+    p = Path(path).resolve()
+    for root in roots:
+        r = Path(root).resolve()
+        if p == r or r in p.parents:
+            return p
+    raise PathNotAllowed(f"{path}: outside the dashboard's trace directories "
+                         f"({', '.join(str(r) for r in roots)})")
+
+
+def discover(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Trace files in ``paths``: JSONL files, Parquet trace directories, and the JSONL files of
+    directories (a sweep directory, a folder of nightly traces)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir() and (any(p.glob("*/config=*")) or any(p.glob("config=*"))
+                           or any(p.glob("*.parquet"))):
+            out.append(p)
+        elif p.is_dir():
+            out.extend(sorted(q for q in p.glob("*.jsonl") if q.is_file()))
+        elif p.exists():
+            out.append(p)
+        else:
+            raise FileNotFoundError(f"{p}: no such trace")
+    return out
+
+
+class TraceSource:
+    """Runs of trace files; loaded once, reloaded when a file changes."""
+
+    kind = "traces"
+
+    def __init__(self, paths: Sequence[str | os.PathLike], *,
+                 roots: Sequence[str | os.PathLike] | None = None) -> None:
+        self.roots = [Path(r).resolve() for r in (roots or [])] or sorted(
+            {(Path(p).resolve() if Path(p).is_dir() else Path(p).resolve().parent) for p in paths})
+        self.paths = [allowed(p, self.roots) for p in discover(paths)]
+        self._lock = threading.Lock()
+        self._cache: dict[Path, tuple[float, list[RunView], list[str]]] = {}
+        self.problems: list[str] = []
+
+    def open(self, path: str | os.PathLike) -> None:
+        """Add a trace (it must lie under the configured directories)."""
+        for p in discover([allowed(path, self.roots)]):
+            if p not in self.paths:
+                self.paths.append(allowed(p, self.roots))
+
+    def runs(self) -> list[RunView]:
+        out: list[RunView] = []
+        problems: list[str] = []
+        with self._lock:
+            for p in self.paths:
+                mtime = _mtime(p)
+                cached = self._cache.get(p)
+                if cached is None or cached[0] != mtime:
+                    cached = (mtime, *load_trace(p))
+                    self._cache[p] = cached
+                out.extend(cached[1])
+                problems.extend(cached[2])
+        self.problems = problems
+        return out
+
+
+def _mtime(p: Path) -> float:
+    if p.is_dir():
+        return max((q.stat().st_mtime for q in p.rglob("*") if q.is_file()), default=0.0)
+    return p.stat().st_mtime
+
+
+def _verify_rows(p: Path) -> int:
+    if p.is_dir():
+        import pyarrow.dataset as ds
+
+        verify = [d for d in p.glob("verify*")] or [p]
+        return sum(ds.dataset(str(d), format="parquet", partitioning="hive").count_rows()
+                   for d in verify)
+    return 0
+
+
+def load_trace(p: Path) -> tuple[list[RunView], list[str]]:
+    """A trace's runs: records kept for small traces, column-wise aggregates for big ones."""
+    if p.is_dir() and _verify_rows(p) > RECORDS_LIMIT:
+        return _aggregate_trace(p), []
+    from ..collector.phases import phase_breakdown
+    from ..exporters.trace import read_trace
+
+    trace = read_trace(p)
+    report = build_report(trace.records, problems=trace.problems)
+    refs = {r.labels.get("reference_for"): r.run_id for r in trace.records
+            if isinstance(r, schema.RunRecord) and r.labels.get("role") == "reference"}
+    by_run: dict[str, list[Any]] = {}
+    for r in trace.records:
+        by_run.setdefault(getattr(r, "run_id", ""), []).append(r)
+    views = []
+    for sec in report["runs"]:
+        rid = (sec["run"] or {}).get("run_id", "")
+        recs = by_run.get(rid, []) + by_run.get(refs.get(rid, "\0"), [])
+        has_phases = any(isinstance(r, schema.PhaseRecord) for r in recs)
+        views.append(RunView(rid or p.stem, sec, str(p), recs,
+                             phase_breakdown(by_run.get(rid, [])) if has_phases else None))
+    return views, [str(x) for x in trace.problems]
+
+
+def _aggregate_trace(p: Path) -> list[RunView]:
+    """A big Parquet trace through the collector's column path; one view per label set."""
+    from ..collector.service import Collector
+    from ..exporters.replay import replay
+
+    collector = Collector(window_s=1.0, num_windows=1_000_000, max_label_sets=256)
+    replay([p], collector, progress=False)
+    return snapshot_views(collector.snapshot(), str(p), max_windows=240)
+
+
+def snapshot_views(snap, source: str, max_windows: int = 240) -> list[RunView]:
+    """Run views of a collector snapshot: one per label set (configuration and rank)."""
+    from ..collector.service import LABELS
+
+    views = []
+    for key, stats in sorted(snap.totals.items()):
+        labels = dict(zip(LABELS, key))
+        run = _run_for(labels, snap.runs.values())
+        windows = _coarsen(snap.windows.get(key, []), max_windows)
+        anomalies = [a for k, a in snap.anomalies if k == key]
+        sec = stats_section(stats, run, windows, anomalies=anomalies)
+        rid = run.run_id if run else "/".join(f"{k}={v}" for k, v in labels.items() if v)
+        views.append(RunView(rid, sec, source))
+    return views
+
+
+def _run_for(labels: dict[str, str], runs: Iterable[schema.RunRecord]) -> schema.RunRecord | None:
+    match = [r for r in runs if r.algorithm == labels["algorithm"]
+             and str(r.num_steps) == labels["num_steps"] and str(r.topk) == labels["topk"]
+             and str(r.num_draft_tokens) == labels["num_draft_tokens"]
+             and r.model == labels["model"] and r.labels.get("role") != "reference"]
+    return max(match, key=lambda r: r.started_ns) if match else None
+
+
+def _coarsen(windows: list[tuple[int, SpecStats]], max_windows: int) -> list[dict[str, Any]]:
+    if not windows:
+        return []
+    group = max(1, -(-len(windows) // max_windows))
+    width = (windows[1][0] - windows[0][0]) / 1e9 if len(windows) > 1 else 1.0
+    out = []
+    for i in range(0, len(windows), group):
+        chunk = windows[i:i + group]
+        merged = SpecStats()
+        for _, s in chunk:
+            merged = merged.merge(s)
+        out.append(window_figures(chunk[0][0] / 1e9, width * group, merged))
+    return out
+
+
+class LiveSource:
+    """A collector in this process (``make demo``), polled on every refresh."""
+
+    kind = "live"
+
+    def __init__(self, collector: Any, name: str = "live") -> None:
+        self.collector = collector
+        self.name = name
+        self.problems: list[str] = []
+
+    def runs(self) -> list[RunView]:
+        return snapshot_views(self.collector.snapshot(), self.name)
+
+
+@dataclass
+class MetricsSource:
+    """A specscope ``/metrics`` endpoint (a collector over HTTP), polled; or a Prometheus server
+    (``prometheus=True``) asked for the same counters through its HTTP API."""
+
+    url: str
+    prometheus: bool = False
+    problems: list[str] = field(default_factory=list)
+    kind: str = "metrics"
+
+    def runs(self) -> list[RunView]:
+        from .promsource import views_from_metrics, views_from_prometheus
+
+        try:
+            if self.prometheus:
+                return views_from_prometheus(self.url)
+            return views_from_metrics(self.url)
+        except OSError as exc:
+            self.problems = [f"{self.url}: {exc}"]
+            return []
+
+
+
+def load_accuracy(path: str | os.PathLike) -> dict[str, dict[str, float]]:
+    """Scores per configuration and benchmark from a CSV (columns configuration, benchmark,
+    score; or benchmark plus one column per configuration) or a JSON object
+    ``{configuration: {benchmark: score}}``. Bad cells are errors naming file and line."""
+    import csv
+    import json
+
+    p = Path(path)
+    if p.suffix == ".json":
+        data = json.loads(p.read_text("utf-8"))
+        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+            raise ValueError(f"{p}: expected {{configuration: {{benchmark: score}}}}")
+        return {str(c): {str(b): float(s) for b, s in v.items()} for c, v in data.items()}
+    out: dict[str, dict[str, float]] = {}
+    with open(p, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        fields = [x.strip().lower() for x in reader.fieldnames or []]
+        long = {"configuration", "benchmark", "score"} <= set(fields)
+        for lineno, rowd in enumerate(reader, start=2):
+            rowd = {k.strip().lower() if long else k.strip(): (v or "").strip()
+                    for k, v in rowd.items() if k}
+            try:
+                if long:
+                    out.setdefault(rowd["configuration"], {})[rowd["benchmark"]] = float(rowd["score"])
+                else:
+                    bench = rowd.pop("benchmark", None) or rowd.pop("Benchmark")
+                    for config, value in rowd.items():
+                        if value:
+                            out.setdefault(config, {})[bench] = float(value)
+            except (KeyError, ValueError) as exc:
+                raise ValueError(f"{p}:{lineno}: not a score row ({exc})") from None
+    return out

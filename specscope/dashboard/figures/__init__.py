@@ -1,0 +1,32 @@
+"""Figures: pure functions from run views (report sections) to Plotly figures and table rows.
+
+No Dash, no I/O: each takes data and returns a figure or rows, so tests call them directly.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
+          "#17becf", "#bcbd22", "#7f7f7f")
+
+
+def empty(message: str) -> go.Figure:
+    """A figure that says why it is empty."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+                       font={"size": 14, "color": "#666"})
+    fig.update_layout(xaxis={"visible": False}, yaxis={"visible": False}, height=260,
+                      margin={"l": 20, "r": 20, "t": 30, "b": 20})
+    return fig
+
+
+def styled(fig: go.Figure, title: str, height: int = 320) -> go.Figure:
+    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=height,
+                      margin={"l": 50, "r": 20, "t": 40, "b": 40}, template="plotly_white",
+                      legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+def short(label: str, n: int = 48) -> str:
+    return label if len(label) <= n else label[:n - 1] + "…"

@@ -1,0 +1,50 @@
+"""Accuracy table: benchmark scores per configuration with the gap to a reference column, from
+the runs' own eval records and any accuracy file given to the dashboard (CSV or JSON)."""
+
+from __future__ import annotations
+
+from dash import Input, Output, dcc, html
+
+from .. import ids
+from ..figures import runs
+from .common import card, columns, table
+
+PATH = "/accuracy"
+TITLE = "Accuracy"
+
+
+def layout() -> html.Div:
+    return html.Div([
+        card("Accuracy by configuration (gap to the reference column in points)",
+             html.Label(["reference column ", dcc.Dropdown(id=ids.ACCURACY_REFERENCE,
+                                                          clearable=True, style={"width": "420px"})]),
+             table(ids.ACCURACY_TABLE, 40),
+             html.P("Scores: the accuracy file's rows (configuration, benchmark, score), and "
+                    "for each run its eval records: 'correct' (expected answer in the output), "
+                    "'exact_match' (greedy output == target-only), 1 - 'invalid'.",
+                    className="note")),
+    ])
+
+
+def scores(ctx, selected) -> dict[str, dict[str, float]]:
+    out = {k: dict(v) for k, v in ctx.accuracy.items()}
+    for v in ctx.views(selected):
+        rates = v.section["eval"]["rates"]
+        col = out.setdefault(v.label, {})
+        for name, bench in (("correct", "prompt set: correct"),
+                            ("exact_match", "prompt set: greedy exact match")):
+            if rates.get(name) is not None:
+                col[bench] = rates[name]
+        if rates.get("invalid") is not None:
+            col["prompt set: valid format"] = 1 - rates["invalid"]
+    return {k: v for k, v in out.items() if v}
+
+
+def register(app, ctx) -> None:
+    @app.callback(Output(ids.ACCURACY_TABLE, "data"), Output(ids.ACCURACY_TABLE, "columns"),
+                  Output(ids.ACCURACY_REFERENCE, "options"), Input(ids.RUNS, "value"),
+                  Input(ids.ACCURACY_REFERENCE, "value"))
+    def update(selected, reference):
+        table_scores = scores(ctx, selected)
+        rows = runs.accuracy_rows(table_scores, reference)
+        return rows, columns(rows), [{"label": k, "value": k} for k in table_scores]

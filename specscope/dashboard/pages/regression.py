@@ -1,0 +1,35 @@
+"""Regression: the selected runs in commit/time order, each against the last good run before it;
+the first bad run is marked."""
+
+from __future__ import annotations
+
+from dash import Input, Output, html
+
+from ...collector.compare import regression_series
+from .. import ids
+from ..figures import runs
+from .common import card, columns, graph, table, term
+
+PATH = "/regression"
+TITLE = "Regression"
+
+
+def layout() -> html.Div:
+    return html.Div([
+        card("Run series (ordered by commit label, then start time)", graph(ids.REGRESSION_FIGURE)),
+        card(html.Span(["The cross-run table: verdict per run against the last good one (",
+                        term("eval gate"), ", detectors, ", term("Δ% CI"), ")"]),
+             table(ids.REGRESSION_TABLE, 40)),
+    ])
+
+
+def register(app, ctx) -> None:
+    @app.callback(Output(ids.REGRESSION_FIGURE, "figure"), Output(ids.REGRESSION_TABLE, "data"),
+                  Output(ids.REGRESSION_TABLE, "columns"), Input(ids.RUNS, "value"))
+    def update(selected):
+        views = [v for v in ctx.views(selected) if v.sample() is not None]
+        views.sort(key=lambda v: (v.run.get("labels", {}).get("commit_time", ""),
+                                  v.run.get("started_ns", 0)))
+        series = regression_series([v.sample() for v in views], n_boot=ctx.n_boot // 2)
+        rows = runs.regression_rows(series)
+        return runs.regression_figure(series), rows, columns(rows)

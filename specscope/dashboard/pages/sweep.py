@@ -1,0 +1,60 @@
+"""Sweep: throughput per GPU vs interactivity per setting with its Pareto front (untrusted
+points drawn hollow), and the config advisor."""
+
+from __future__ import annotations
+
+from dash import Input, Output, html
+
+from ...collector.advisor import advise
+from .. import ids
+from ..figures import sweep as fig
+from .common import card, columns, graph, row, table, term
+
+PATH = "/sweep"
+TITLE = "Sweep"
+
+
+def layout() -> html.Div:
+    return html.Div([
+        card(html.Span([term("throughput per GPU", "Throughput"), " vs ",
+                        term("interactivity"), " (all runs with benchmark figures; the run "
+                        "selector does not filter this page)"]), graph(ids.SWEEP_FIGURE)),
+        card(html.Span(["Points and their ", term("eval gate")]), table(ids.SWEEP_TABLE, 30)),
+        row(card("Config advisor (base: the first selected run with phase timings)",
+                 graph(ids.ADVISOR_FIGURE), html.P(id=ids.ADVISOR_NOTE, className="note"),
+                 table(ids.ADVISOR_TABLE))),
+    ])
+
+
+def register(app, ctx) -> None:
+    @app.callback(Output(ids.SWEEP_FIGURE, "figure"), Output(ids.SWEEP_TABLE, "data"),
+                  Output(ids.SWEEP_TABLE, "columns"), Output(ids.ADVISOR_FIGURE, "figure"),
+                  Output(ids.ADVISOR_TABLE, "data"), Output(ids.ADVISOR_TABLE, "columns"),
+                  Output(ids.ADVISOR_NOTE, "children"),
+                  Input(ids.RUNS, "value"), Input(ids.TICK, "n_intervals"))
+    def update(selected, _tick):
+        everything = ctx.views(None)
+        points = fig.sweep_points(everything)
+        rows = [{k: (round(v, 2) if isinstance(v, float) else v) for k, v in p.items()}
+                for p in points]
+        chosen = [v for v in ctx.views(selected) if v.section["phases"] and v.run.get("num_steps")]
+        if not chosen:
+            empty = fig.advisor_figure({"rows": []})
+            return (fig.pareto_figure(points), rows, columns(rows), empty, [], [],
+                    "Select a speculative run with phase timings.")
+        base = chosen[0]
+        temp = (base.run.get("labels") or {}).get("temperature")
+        same = [v.section for v in everything if v.run.get("model") == base.run.get("model")
+                and v.run.get("num_steps") and v.run.get("topk", 1) == 1 and v.section["phases"]
+                and not v.run.get("fault") and (v.run.get("labels") or {}).get("temperature") == temp]
+        advice = advise(base.section, same)
+        arows = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
+                 for r in advice["rows"]]
+        err = ("no measured run at another depth to check against" if not advice["num_measured"]
+               else f"mean absolute error on {advice['num_measured']} measured run(s): acceptance "
+                    f"length {advice['mape_al_pct']:.1f}%, tokens/s "
+                    f"{advice['mape_tok_s_pct'] or 0:.1f}%")
+        note = (f"Base {base.label}. Verify cost model: {advice['verify_cost_model']}. {err}. "
+                f"Model: {advice['model']}")
+        return (fig.pareto_figure(points), rows, columns(rows), fig.advisor_figure(advice),
+                arows, columns(arows), note)

@@ -1,0 +1,32 @@
+"""Sampling truth: requested vs effective mode, observed vs expected top-1 rate with its
+interval, fallback events by reason over time."""
+
+from __future__ import annotations
+
+from dash import Input, Output, html
+
+from .. import ids
+from ..figures import live as fig
+from .common import card, columns, graph, row, table, term
+
+PATH = "/truth"
+TITLE = "Sampling truth"
+
+
+def layout() -> html.Div:
+    return html.Div([
+        card(term("sampling truth", "Is verify sampling what the requests asked for?"),
+             graph(ids.TRUTH_FIGURE)),
+        card("Requested vs effectively used mode (request-steps)", table(ids.TRUTH_MODES)),
+        row(card("Fallbacks", graph(ids.TRUTH_FALLBACKS))),
+    ])
+
+
+def register(app, ctx) -> None:
+    @app.callback(Output(ids.TRUTH_FIGURE, "figure"), Output(ids.TRUTH_MODES, "data"),
+                  Output(ids.TRUTH_MODES, "columns"), Output(ids.TRUTH_FALLBACKS, "figure"),
+                  Input(ids.RUNS, "value"), Input(ids.TICK, "n_intervals"))
+    def update(selected, _tick):
+        views = ctx.views(selected)
+        rows = fig.modes_rows(views)
+        return fig.truth_figure(views), rows, columns(rows), fig.fallbacks_over_time(views)

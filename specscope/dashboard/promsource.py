@@ -1,0 +1,199 @@
+"""Runs from Prometheus text: a specscope ``/metrics`` endpoint polled over time, or a
+Prometheus server's HTTP API (``query_range``) over the same counters.
+
+Counters become SpecStats per label set; consecutive samples become windows (increases between
+them). Latency percentiles come from the exported histograms' buckets.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from typing import Any
+
+from ..collector.histogram import Histogram
+from ..collector.report import stats_section, window_figures
+from ..collector.service import LABELS
+from ..collector.stats import SpecStats, TruthStats
+from .data import RunView
+
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(?:\s+(-?\d+))?\s*$")
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+COUNTERS = ("specscope_drafts_total", "specscope_draft_tokens_total",
+            "specscope_accepted_tokens_total", "specscope_accepted_tokens_per_position_total",
+            "specscope_drafted_tokens_per_position_total", "specscope_sampling_top1_total",
+            "specscope_sampling_top1_expected_total", "specscope_sampling_top1_variance_total",
+            "specscope_sampling_verified_positions_total", "specscope_fallbacks_total",
+            "specscope_requests_total", "specscope_output_tokens_total",
+            "specscope_anomaly_active", "specscope_verify_steps_total")
+LATENCY = {"specscope_ttft_seconds": "ttft_s", "specscope_tpot_seconds": "tpot_s",
+           "specscope_itl_seconds": "itl_token_s", "specscope_itl_chunk_seconds": "itl_chunk_s",
+           "specscope_e2e_seconds": "e2e_s"}
+
+Sample = tuple[str, dict[str, str], float]
+
+
+def parse_text(text: str) -> list[Sample]:
+    out = []
+    for line in text.splitlines():
+        m = SAMPLE.match(line.strip()) if line and not line.startswith("#") else None
+        if m:
+            try:
+                out.append((m.group(1), dict(LABEL.findall(m.group(2) or "")), float(m.group(3))))
+            except ValueError:
+                continue
+    return out
+
+
+def _key(labels: dict[str, str]) -> tuple:
+    return tuple(labels.get(k, "") for k in LABELS)
+
+
+def stats_from_samples(samples: list[Sample]) -> tuple[dict[tuple, SpecStats], dict[tuple, list]]:
+    """Cumulative SpecStats per label set, and the active anomalies per label set."""
+    stats: dict[tuple, SpecStats] = defaultdict(lambda: SpecStats(keep_samples=False))
+    active: dict[tuple, list] = defaultdict(list)
+    buckets: dict[tuple, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for name, labels, v in samples:
+        if not name.startswith("specscope_") or "algorithm" not in labels:
+            continue
+        key, s = _key(labels), stats[_key(labels)]
+        n = int(v)
+        if name == "specscope_drafts_total":
+            s.num_drafts += n
+        elif name == "specscope_draft_tokens_total":
+            s.draft_tokens += n
+        elif name == "specscope_accepted_tokens_total":
+            s.accepted_tokens += n
+        elif name == "specscope_verify_steps_total":
+            s.num_steps += n
+        elif name.endswith("_per_position_total"):
+            pos = int(labels.get("position", 0))
+            arr = s.accepted_per_pos if "accepted" in name else s.drafted_per_pos
+            arr.extend([0] * (pos + 1 - len(arr)))
+            arr[pos] += n
+        elif name.startswith("specscope_sampling_"):
+            t = s.truth.setdefault(labels.get("mode_requested", ""), TruthStats())
+            if name.endswith("verified_positions_total"):
+                t.num_verified += n
+            elif name.endswith("top1_total"):
+                t.num_top1 += n
+            elif name.endswith("expected_total"):
+                t.expected_top1 += v
+            elif name.endswith("variance_total"):
+                t.var_top1 += v
+        elif name == "specscope_fallbacks_total":
+            s.fallbacks[labels.get("reason", "")] += n
+        elif name == "specscope_requests_total":
+            s.num_requests += n
+        elif name == "specscope_output_tokens_total":
+            s.output_tokens += n
+        elif name == "specscope_anomaly_active" and v > 0:
+            active[key].append(labels.get("kind", ""))
+        elif name.endswith("_bucket") and name[:-7] in LATENCY:
+            le = labels.get("le", "+Inf")
+            buckets[key][LATENCY[name[:-7]]].append((float("inf") if le == "+Inf" else float(le), v))
+    for s in stats.values():
+        s.accepted_with_drafts = s.accepted_tokens if s.num_drafts else 0
+    for key, hists in buckets.items():
+        for field_name, pairs in hists.items():
+            pairs.sort()
+            bounds = tuple(b for b, _ in pairs if b != float("inf"))
+            cum = [c for _, c in pairs]
+            counts = [int(c - (cum[i - 1] if i else 0)) for i, c in enumerate(cum)]
+            stats[key].hists[field_name] = Histogram(bounds, counts, 0.0, int(cum[-1]) if cum else 0)
+    return dict(stats), dict(active)
+
+
+def _minus(a: SpecStats, b: SpecStats) -> SpecStats:
+    """The increase between two cumulative snapshots (a restart counts from zero)."""
+    d = SpecStats(keep_samples=False)
+    for f in ("num_drafts", "draft_tokens", "accepted_tokens", "num_steps", "num_requests",
+              "output_tokens"):
+        x, y = getattr(a, f), getattr(b, f)
+        setattr(d, f, x - y if x >= y else x)
+    d.accepted_with_drafts = d.accepted_tokens
+    d.drafted_per_pos = [x - (b.drafted_per_pos[i] if i < len(b.drafted_per_pos) else 0)
+                         for i, x in enumerate(a.drafted_per_pos)]
+    d.accepted_per_pos = [x - (b.accepted_per_pos[i] if i < len(b.accepted_per_pos) else 0)
+                          for i, x in enumerate(a.accepted_per_pos)]
+    for reason, n in a.fallbacks.items():
+        d.fallbacks[reason] = max(0, n - b.fallbacks.get(reason, 0))
+    return d
+
+
+def _views(history: list[tuple[float, dict[tuple, SpecStats], dict]], source: str) -> list[RunView]:
+    if not history:
+        return []
+    _, last, active = history[-1]
+    views = []
+    for key, s in sorted(last.items()):
+        windows = []
+        for (t0, prev, _), (t1, cur, _) in zip(history, history[1:]):
+            if key in cur:
+                windows.append(window_figures(t0, t1 - t0, _minus(cur[key], prev.get(key, SpecStats()))))
+        labels = dict(zip(LABELS, key))
+        kinds = active.get(key, [])
+        from .. import schema
+
+        anomalies = [schema.AnomalyRecord(run_id="", kind=k, severity="critical",
+                                          message=f"{k} active (from {source})") for k in kinds]
+        run = {"run_id": "/".join(f"{k}={v}" for k, v in labels.items() if v),
+               "config_id": f"{labels['algorithm']}-s{labels['num_steps']}-k{labels['topk']}-"
+                            f"d{labels['num_draft_tokens']}", "model": labels["model"],
+               "num_steps": int(labels["num_steps"] or 0)}
+        sec = stats_section(s, None, windows, anomalies=anomalies)
+        sec["run"] = run
+        views.append(RunView(run["run_id"], sec, source))
+    return views
+
+
+_HISTORY: dict[str, list] = {}
+_LOCK = threading.Lock()
+
+
+def views_from_metrics(url: str, keep: int = 360) -> list[RunView]:
+    """Poll a specscope ``/metrics`` endpoint; the polls so far become the windows."""
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode("utf-8", "replace")
+    stats, active = stats_from_samples(parse_text(text))
+    with _LOCK:
+        hist = _HISTORY.setdefault(url, [])
+        hist.append((time.time(), stats, active))
+        del hist[:-keep]
+        return _views(list(hist), url)
+
+
+def _query_range(base: str, query: str, start: float, end: float, step: float) -> list[dict]:
+    qs = urllib.parse.urlencode({"query": query, "start": start, "end": end, "step": step})
+    with urllib.request.urlopen(f"{base.rstrip('/')}/api/v1/query_range?{qs}", timeout=10) as r:
+        body = json.loads(r.read())
+    if body.get("status") != "success":
+        raise OSError(f"Prometheus query failed: {body.get('error', body)}")
+    return body["data"]["result"]
+
+
+def views_from_prometheus(url: str, minutes: float = 30, points: int = 120) -> list[RunView]:
+    """The same counters from a Prometheus server over the last ``minutes``."""
+    end = time.time()
+    start = end - minutes * 60
+    step = max(1.0, (end - start) / points)
+    by_time: dict[float, list[Sample]] = defaultdict(list)
+    names = COUNTERS + tuple(f"{n}_bucket" for n in LATENCY)
+    for name in names:
+        for series in _query_range(url, name, start, end, step):
+            labels = {k: v for k, v in series["metric"].items() if k not in ("job", "instance")}
+            for t, v in series["values"]:
+                by_time[float(t)].append((labels.pop("__name__", name) or name, labels, float(v)))
+    history = []
+    for t in sorted(by_time):
+        stats, active = stats_from_samples(by_time[t])
+        history.append((t, stats, active))
+    return _views(history, url)
+
+
