@@ -34,6 +34,11 @@ body { font-family: -apple-system, 'Segoe UI', Roboto, sans-serif; margin: 0; ba
 .banner.ok { background: #2e7d32; }
 .banner li { margin: 2px 0; }
 .selector { color: #111; margin-top: 8px; }
+.table { border-collapse: collapse; font-size: 13px; width: 100%; }
+.table th, .table td { border-bottom: 1px solid #e3e3e3; padding: 4px 8px; text-align: left; }
+.table th { background: #fafafa; }
+.table tr.bad td { background: #fde0dd; }
+.table-wrap { overflow-x: auto; }
 """
 
 

@@ -7,7 +7,7 @@ from dash import Input, Output, dcc, html
 
 from .. import ids
 from ..figures import runs
-from .common import card, columns, table
+from .common import card, render_table, table
 
 PATH = "/accuracy"
 TITLE = "Accuracy"
@@ -41,10 +41,10 @@ def scores(ctx, selected) -> dict[str, dict[str, float]]:
 
 
 def register(app, ctx) -> None:
-    @app.callback(Output(ids.ACCURACY_TABLE, "data"), Output(ids.ACCURACY_TABLE, "columns"),
+    @app.callback(Output(ids.ACCURACY_TABLE, "children"),
                   Output(ids.ACCURACY_REFERENCE, "options"), Input(ids.RUNS, "value"),
                   Input(ids.ACCURACY_REFERENCE, "value"))
     def update(selected, reference):
         table_scores = scores(ctx, selected)
         rows = runs.accuracy_rows(table_scores, reference)
-        return rows, columns(rows), [{"label": k, "value": k} for k in table_scores]
+        return render_table(rows), [{"label": k, "value": k} for k in table_scores]

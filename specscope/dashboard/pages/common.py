@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from dash import dash_table, dcc, html
+from dash import dcc, html
 
 from ...collector.report import DEFINITIONS
 
@@ -42,20 +42,28 @@ def graph(id_: str) -> dcc.Graph:
     return dcc.Graph(id=id_, config={"displaylogo": False}, figure={})
 
 
-def table(id_: str, page_size: int = 20) -> dash_table.DataTable:
-    return dash_table.DataTable(id=id_, data=[], columns=[], page_size=page_size,
-                                style_table={"overflowX": "auto"},
-                                style_cell={"fontFamily": "inherit", "fontSize": 13,
-                                            "padding": "4px 8px", "textAlign": "left"},
-                                style_header={"fontWeight": "bold"},
-                                style_data_conditional=[
-                                    {"if": {"filter_query": '{verdict} contains "worse" || '
-                                            '{verdict} contains "BAD" || {verdict} = "fail"'},
-                                     "backgroundColor": "#fde0dd"}])
+def table(id_: str, page_size: int = 20) -> html.Div:
+    """A placeholder that callbacks fill with ``render_table(rows)``."""
+    return html.Div(id=id_, className="table-wrap")
 
 
-def columns(rows: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
-    return [{"name": k, "id": k} for k in (rows[0].keys() if rows else [])]
+BAD = ("worse", "BAD", "fail", "UNTRUSTED", "False")
+
+
+def render_table(rows: Sequence[dict[str, Any]], limit: int = 500) -> Any:
+    """Rows of dicts as an HTML table; rows whose verdict/gate says bad are tinted."""
+    if not rows:
+        return html.P("nothing to show for the selected runs", className="note")
+    keys = list(rows[0].keys())
+    body = []
+    for r in rows[:limit]:
+        bad = any(isinstance(r.get(k), str) and any(b in r[k] for b in BAD)
+                  for k in ("verdict", "gate", "trusted")) or r.get("trusted") is False
+        body.append(html.Tr([html.Td("" if r.get(k) is None else str(r.get(k))) for k in keys],
+                            className="bad" if bad else None))
+    note = [html.P(f"first {limit} of {len(rows)} rows", className="note")] if len(rows) > limit else []
+    return html.Div([html.Table([html.Thead(html.Tr([html.Th(k) for k in keys])),
+                                 html.Tbody(body)], className="table"), *note])
 
 
 def row(*children: Any) -> html.Div:

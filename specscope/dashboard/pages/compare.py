@@ -8,7 +8,7 @@ from dash import Input, Output, html
 from ...collector.compare import compare
 from .. import ids
 from ..figures import live, runs
-from .common import card, columns, graph, row, table, term
+from .common import card, render_table, graph, row, table, term
 
 PATH = "/compare"
 TITLE = "Compare"
@@ -26,7 +26,7 @@ def layout() -> html.Div:
 
 
 def register(app, ctx) -> None:
-    @app.callback(Output(ids.COMPARE_TABLE, "data"), Output(ids.COMPARE_TABLE, "columns"),
+    @app.callback(Output(ids.COMPARE_TABLE, "children"),
                   Output(ids.COMPARE_NOTE, "children"), Output(ids.COMPARE_POSITION, "figure"),
                   Output(ids.COMPARE_CDF_TTFT, "figure"), Output(ids.COMPARE_CDF_TPOT, "figure"),
                   Input(ids.RUNS, "value"))
@@ -46,6 +46,6 @@ def register(app, ctx) -> None:
                     "figure per run and gets no interval.")
         cdf_views = [s for _, s in samples]
         labels = [v.label for v, _ in samples]
-        return (rows, columns(rows), note, live.per_position(views),
+        return (render_table(rows), note, live.per_position(views),
                 runs.latency_cdf(cdf_views, labels, "ttft_s"),
                 runs.latency_cdf(cdf_views, labels, "tpot_s"))

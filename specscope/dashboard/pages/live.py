@@ -7,7 +7,7 @@ from dash import Input, Output, html
 
 from .. import ids
 from ..figures import live as fig
-from .common import card, columns, graph, row, table, term
+from .common import card, render_table, graph, row, table, term
 
 PATH = "/"
 TITLE = "Live overview"
@@ -30,11 +30,11 @@ def layout() -> html.Div:
 def register(app, ctx) -> None:
     @app.callback(Output(ids.LIVE_ACCEPTANCE, "figure"), Output(ids.LIVE_POSITION, "figure"),
                   Output(ids.LIVE_HIST, "figure"), Output(ids.LIVE_THROUGHPUT, "figure"),
-                  Output(ids.LIVE_LATENCY, "data"), Output(ids.LIVE_LATENCY, "columns"),
+                  Output(ids.LIVE_LATENCY, "children"),
                   Input(ids.RUNS, "value"), Input(ids.TICK, "n_intervals"))
     def update(selected, _tick):
         views = ctx.views(selected)
         rows = fig.latency_rows(views)
         return (fig.acceptance_over_time(views), fig.per_position(views),
-                fig.accept_length_hist(views), fig.throughput_over_time(views), rows,
-                columns(rows))
+                fig.accept_length_hist(views), fig.throughput_over_time(views),
+                render_table(rows))

@@ -8,7 +8,7 @@ from dash import Input, Output, State, dcc, html
 from ...exporters.chrome import chrome_trace_json
 from .. import ids
 from ..figures import runs
-from .common import card, columns, graph, table, term
+from .common import card, render_table, graph, table, term
 
 PATH = "/profile"
 TITLE = "Profile"
@@ -25,13 +25,12 @@ def layout() -> html.Div:
 
 
 def register(app, ctx) -> None:
-    @app.callback(Output(ids.PROFILE_FIGURE, "figure"), Output(ids.PROFILE_TABLE, "data"),
-                  Output(ids.PROFILE_TABLE, "columns"), Input(ids.RUNS, "value"),
+    @app.callback(Output(ids.PROFILE_FIGURE, "figure"), Output(ids.PROFILE_TABLE, "children"), Input(ids.RUNS, "value"),
                   Input(ids.TICK, "n_intervals"))
     def update(selected, _tick):
         views = ctx.views(selected)
         rows = runs.profile_rows(views)
-        return runs.profile_figure(views), rows, columns(rows)
+        return runs.profile_figure(views), render_table(rows)
 
     @app.callback(Output(ids.PROFILE_DOWNLOAD, "data"), Input(ids.PROFILE_BUTTON, "n_clicks"),
                   State(ids.RUNS, "value"), prevent_initial_call=True)

@@ -8,7 +8,7 @@ from dash import Input, Output, html
 from ...collector.compare import regression_series
 from .. import ids
 from ..figures import runs
-from .common import card, columns, graph, table, term
+from .common import card, render_table, graph, table, term
 
 PATH = "/regression"
 TITLE = "Regression"
@@ -24,12 +24,11 @@ def layout() -> html.Div:
 
 
 def register(app, ctx) -> None:
-    @app.callback(Output(ids.REGRESSION_FIGURE, "figure"), Output(ids.REGRESSION_TABLE, "data"),
-                  Output(ids.REGRESSION_TABLE, "columns"), Input(ids.RUNS, "value"))
+    @app.callback(Output(ids.REGRESSION_FIGURE, "figure"), Output(ids.REGRESSION_TABLE, "children"), Input(ids.RUNS, "value"))
     def update(selected):
         views = [v for v in ctx.views(selected) if v.sample() is not None]
         views.sort(key=lambda v: (v.run.get("labels", {}).get("commit_time", ""),
                                   v.run.get("started_ns", 0)))
         series = regression_series([v.sample() for v in views], n_boot=ctx.n_boot // 2)
         rows = runs.regression_rows(series)
-        return runs.regression_figure(series), rows, columns(rows)
+        return runs.regression_figure(series), render_table(rows)

@@ -8,7 +8,7 @@ from dash import Input, Output, html
 from ...collector.advisor import advise
 from .. import ids
 from ..figures import sweep as fig
-from .common import card, columns, graph, row, table, term
+from .common import card, render_table, graph, row, table, term
 
 PATH = "/sweep"
 TITLE = "Sweep"
@@ -27,9 +27,8 @@ def layout() -> html.Div:
 
 
 def register(app, ctx) -> None:
-    @app.callback(Output(ids.SWEEP_FIGURE, "figure"), Output(ids.SWEEP_TABLE, "data"),
-                  Output(ids.SWEEP_TABLE, "columns"), Output(ids.ADVISOR_FIGURE, "figure"),
-                  Output(ids.ADVISOR_TABLE, "data"), Output(ids.ADVISOR_TABLE, "columns"),
+    @app.callback(Output(ids.SWEEP_FIGURE, "figure"), Output(ids.SWEEP_TABLE, "children"), Output(ids.ADVISOR_FIGURE, "figure"),
+                  Output(ids.ADVISOR_TABLE, "children"),
                   Output(ids.ADVISOR_NOTE, "children"),
                   Input(ids.RUNS, "value"), Input(ids.TICK, "n_intervals"))
     def update(selected, _tick):
@@ -40,7 +39,7 @@ def register(app, ctx) -> None:
         chosen = [v for v in ctx.views(selected) if v.section["phases"] and v.run.get("num_steps")]
         if not chosen:
             empty = fig.advisor_figure({"rows": []})
-            return (fig.pareto_figure(points), rows, columns(rows), empty, [], [],
+            return (fig.pareto_figure(points), render_table(rows), empty, render_table([]),
                     "Select a speculative run with phase timings.")
         base = chosen[0]
         temp = (base.run.get("labels") or {}).get("temperature")
@@ -56,5 +55,5 @@ def register(app, ctx) -> None:
                     f"{advice['mape_tok_s_pct'] or 0:.1f}%")
         note = (f"Base {base.label}. Verify cost model: {advice['verify_cost_model']}. {err}. "
                 f"Model: {advice['model']}")
-        return (fig.pareto_figure(points), rows, columns(rows), fig.advisor_figure(advice),
-                arows, columns(arows), note)
+        return (fig.pareto_figure(points), render_table(rows), fig.advisor_figure(advice),
+                render_table(arows), note)

@@ -7,7 +7,7 @@ from dash import Input, Output, html
 
 from .. import ids
 from ..figures import live as fig
-from .common import card, columns, graph, row, table, term
+from .common import card, render_table, graph, row, table, term
 
 PATH = "/truth"
 TITLE = "Sampling truth"
@@ -23,10 +23,9 @@ def layout() -> html.Div:
 
 
 def register(app, ctx) -> None:
-    @app.callback(Output(ids.TRUTH_FIGURE, "figure"), Output(ids.TRUTH_MODES, "data"),
-                  Output(ids.TRUTH_MODES, "columns"), Output(ids.TRUTH_FALLBACKS, "figure"),
+    @app.callback(Output(ids.TRUTH_FIGURE, "figure"), Output(ids.TRUTH_MODES, "children"), Output(ids.TRUTH_FALLBACKS, "figure"),
                   Input(ids.RUNS, "value"), Input(ids.TICK, "n_intervals"))
     def update(selected, _tick):
         views = ctx.views(selected)
         rows = fig.modes_rows(views)
-        return fig.truth_figure(views), rows, columns(rows), fig.fallbacks_over_time(views)
+        return fig.truth_figure(views), render_table(rows), fig.fallbacks_over_time(views)
