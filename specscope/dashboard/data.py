@@ -17,6 +17,7 @@ from typing import Any, Iterable, Sequence
 from .. import schema
 from ..collector.report import build_report, stats_section, window_figures
 from ..collector.stats import SpecStats
+from ..exporters.trace import TraceError
 
 #: traces with more verify records than this are aggregated column-wise (no per-request samples)
 RECORDS_LIMIT = 200_000
@@ -116,7 +117,10 @@ class TraceSource:
                 mtime = _mtime(p)
                 cached = self._cache.get(p)
                 if cached is None or cached[0] != mtime:
-                    cached = (mtime, *load_trace(p))
+                    try:
+                        cached = (mtime, *load_trace(p))
+                    except (TraceError, OSError, ValueError) as exc:  # shown, never fatal
+                        cached = (mtime, [], [str(exc)])
                     self._cache[p] = cached
                 out.extend(cached[1])
                 problems.extend(cached[2])

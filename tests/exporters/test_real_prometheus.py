@@ -107,6 +107,15 @@ def test_promql_acceptance_equals_trace_totals(tmp_path):
         assert [got[p] for p in sorted(got)] == pytest.approx(expected.per_position_acceptance, rel=1e-12)
         instances = _query(prom_port, "count by (instance) (specscope_drafts_total)")
         assert len(instances) == 2  # one exporter per node; Prometheus aggregates
+        # the dashboard's Prometheus source reads the same counters through the HTTP API
+        from specscope.dashboard.promsource import views_from_prometheus
+
+        views = views_from_prometheus(f"http://127.0.0.1:{prom_port}", minutes=5)
+        assert len(views) == 1  # one configuration, summed over both instances
+        totals = views[0].section["totals"]
+        assert totals["accepted_tokens"] == expected.accepted_tokens
+        assert totals["mean_acceptance_length"] == pytest.approx(expected.mean_acceptance_length)
+        assert totals["per_position_acceptance"] == pytest.approx(expected.per_position_acceptance)
     finally:
         for proc in procs:
             _stop(proc)

@@ -1,0 +1,121 @@
+"""Dashboard sources: traces (only under their directories), live collectors, /metrics
+endpoints, accuracy files, basic auth."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from specscope import schema
+from specscope.collector.service import Collector
+from specscope.dashboard import LiveSource, MetricsSource, TraceSource, create_app
+from specscope.dashboard.data import PathNotAllowed, allowed, load_accuracy
+from specscope.exporters.trace import read_trace
+
+
+def test_trace_source_reads_runs_with_their_gates_and_anomalies(dash_traces):
+    views = {v.run_id: v for v in TraceSource([dash_traces]).runs()}
+    assert set(views) == {"clean-s3", "faulted-s2"}  # references are not runs of their own
+    assert views["clean-s3"].gate == "pass" and views["faulted-s2"].gate == "fail"
+    assert [a["kind"] for a in views["faulted-s2"].section["anomalies"]] == ["silent_greedy"]
+    assert views["clean-s3"].phases["committed_tokens"] > 0  # the phase timer was on
+    sample = views["clean-s3"].sample()
+    assert sample.tokens.size == 16 and sample.reference is not None
+
+
+def test_traces_outside_the_configured_directories_are_refused(tmp_path, dash_traces):
+    inside, outside = tmp_path / "traces", tmp_path / "secret"
+    inside.mkdir(), outside.mkdir()
+    (outside / "x.jsonl").write_text((dash_traces / "clean.jsonl").read_text())
+    (inside / "ok.jsonl").write_text((dash_traces / "clean.jsonl").read_text())
+    os.symlink(outside / "x.jsonl", inside / "link.jsonl")
+    src = TraceSource([inside / "ok.jsonl"], roots=[inside])
+    for bad in (inside / ".." / "secret" / "x.jsonl", "/etc/passwd", inside / "link.jsonl",
+                str(inside) + "/../secret/x.jsonl"):
+        with pytest.raises(PathNotAllowed, match="outside the dashboard's trace directories"):
+            src.open(bad)
+    assert allowed(inside / "ok.jsonl", [inside]) == (inside / "ok.jsonl").resolve()
+    with pytest.raises(PathNotAllowed):
+        TraceSource([outside / "x.jsonl"], roots=[inside])
+
+
+def test_a_trace_that_changes_is_reloaded(tmp_path, dash_traces):
+    path = tmp_path / "grow.jsonl"
+    records = read_trace(dash_traces / "clean.jsonl").records
+    clean = [r for r in records if getattr(r, "run_id", "").startswith("clean-s3")]
+    path.write_text("")
+    src = TraceSource([path])
+    assert src.runs() == [] and "empty file" in src.problems[0]  # reported, not fatal
+    from specscope.exporters.trace import write_trace
+
+    write_trace(path, clean)
+    os.utime(path, (1e9, 2e9))  # a new mtime even on coarse clocks
+    assert [v.run_id for v in src.runs()] == ["clean-s3"]
+
+
+def test_live_and_metrics_sources_agree_with_the_collector(dash_traces):
+    from specscope.exporters.http import MetricsServer
+
+    records = read_trace(dash_traces / "faulted.jsonl").records
+    measured = [r for r in records if getattr(r, "run_id", "") == "faulted-s2"]
+    collector = Collector()
+    collector.observe(measured[: len(measured) // 2])
+    server = MetricsServer(collector, port=0).start()
+    try:
+        src = MetricsSource(server.url)
+        first = src.runs()
+        collector.observe(measured[len(measured) // 2:])
+        live, polled = LiveSource(collector).runs(), src.runs()
+    finally:
+        server.close()
+    assert len(live) == len(polled) == 1
+    lt, pt = live[0].section["totals"], polled[0].section["totals"]
+    for key in ("accepted_tokens", "draft_tokens", "num_drafts", "per_position_acceptance"):
+        assert lt[key] == pt[key], key
+    assert live[0].run["fault"] == "silent_greedy"
+    assert {a["kind"] for a in live[0].section["anomalies"]} >= {"silent_greedy"}
+    assert {a["kind"] for a in polled[0].section["anomalies"]} >= {"silent_greedy"}
+    # two polls make one window: the increase between them
+    win = polled[0].section["windows"]
+    assert len(win) == 1 and win[0]["accepted_tokens"] == pt["accepted_tokens"] - \
+        first[0].section["totals"]["accepted_tokens"]
+    assert polled[0].section["latency"]["ttft_s"]["from_buckets"]
+
+
+def test_accuracy_files_long_wide_and_json(tmp_path):
+    long = tmp_path / "long.csv"
+    long.write_text("configuration,benchmark,score\nbaseline,gsm8k,0.975\nmtp-3-1-4,gsm8k,0.035\n")
+    wide = tmp_path / "wide.csv"
+    wide.write_text("benchmark,baseline,mtp-3-1-4\ngsm8k,0.975,0.971\nsimple-qa,0.40,0.31\n")
+    js = tmp_path / "acc.json"
+    js.write_text(json.dumps({"baseline": {"gsm8k": 0.975}}))
+    assert load_accuracy(long) == {"baseline": {"gsm8k": 0.975}, "mtp-3-1-4": {"gsm8k": 0.035}}
+    assert load_accuracy(wide)["mtp-3-1-4"] == {"gsm8k": 0.971, "simple-qa": 0.31}
+    assert load_accuracy(js) == {"baseline": {"gsm8k": 0.975}}
+    bad = tmp_path / "bad.csv"
+    bad.write_text("configuration,benchmark,score\nbaseline,gsm8k,0.9\nx,gsm8k,high\n")
+    with pytest.raises(ValueError, match=r"bad.csv:3: not a score row"):
+        load_accuracy(bad)
+
+
+def test_basic_auth_guards_every_page(dash_traces):
+    app = create_app(TraceSource([dash_traces]), basic_auth=("ops", "s3cret"))
+    client = app.server.test_client()
+    assert client.get("/").status_code == 401
+    assert client.get("/_dash-layout").status_code == 401
+    import base64
+
+    good = {"Authorization": "Basic " + base64.b64encode(b"ops:s3cret").decode()}
+    wrong = {"Authorization": "Basic " + base64.b64encode(b"ops:nope").decode()}
+    assert client.get("/", headers=wrong).status_code == 401
+    assert client.get("/", headers=good).status_code == 200
+
+
+def test_request_records_round_trip_unchanged(dash_traces):
+    """The dashboard never rewrites traces: reading them leaves the files as they were."""
+    before = (dash_traces / "clean.jsonl").read_bytes()
+    TraceSource([dash_traces]).runs()
+    assert (dash_traces / "clean.jsonl").read_bytes() == before
+    assert any(isinstance(r, schema.RequestRecord) for r in read_trace(dash_traces / "clean.jsonl").records)

@@ -1,0 +1,79 @@
+"""Figure functions are pure: sweep points and Pareto fronts, the advisor's model, tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from specscope import schema
+from specscope.collector.advisor import advise, fit_costs, predict_al
+from specscope.collector.report import build_report
+from specscope.dashboard.data import RunView
+from specscope.dashboard.figures import live, runs, sweep
+
+
+def _view(run_id, spec, x, y, gate_fail=False, steps=3):
+    run = schema.RunRecord(run_id=run_id, config_id=spec, algorithm="mtp", num_steps=steps,
+                           topk=1, num_draft_tokens=steps + 1, backend="cpu", model="m")
+    bench = schema.BenchmarkRecord(run_id=run_id, source="specscope-sweep", metrics={
+        "output_throughput_per_gpu_tok_s": y, "interactivity_tok_s_user_median": x},
+        config={"spec": spec, "concurrency": "4"})
+    records = [run, bench]
+    if gate_fail:
+        records.append(schema.EvalRecord(run_id=run_id, request_id="r", exact_match=False))
+    else:
+        records.append(schema.EvalRecord(run_id=run_id, request_id="r", exact_match=True))
+    return RunView(run_id, build_report(records)["runs"][0])
+
+
+def test_pareto_front_keeps_only_undominated_points():
+    pts = [{"x": 10, "y": 100}, {"x": 20, "y": 90}, {"x": 15, "y": 80}, {"x": 30, "y": 50},
+           {"x": 30, "y": 40}]
+    assert [(p["x"], p["y"]) for p in sweep.pareto_front(pts)] == [(10, 100), (20, 90), (30, 50)]
+
+
+def test_failed_gates_are_untrusted_and_drawn_hollow():
+    views = [_view("a", "3-1-4", 20, 300), _view("b", "3-1-4", 25, 200, gate_fail=True),
+             _view("c", "off", 30, 150, steps=0)]
+    pts = {p["run"]: p for p in sweep.sweep_points(views)}
+    assert pts["a"]["trusted"] and not pts["b"]["trusted"] and pts["c"]["trusted"]
+    assert pts["b"]["gate"] == "fail"
+    fig = sweep.pareto_figure(list(pts.values()))
+    hollow = [t for t in fig.data if t.mode == "markers+text" and "UNTRUSTED" in t.name]
+    assert len(hollow) == 1 and list(hollow[0].x) == [25] and hollow[0].marker.symbol == "x-open"
+    fronts = {t.name: list(t.x) for t in fig.data if t.mode == "lines"}
+    assert fronts["3-1-4 Pareto front"] == [20]  # the untrusted point is not on any front
+
+
+def test_advisor_acceptance_model_and_its_error_on_measured_runs():
+    # prefix acceptance: p = P(L >= i)
+    assert predict_al([0.8, 0.6, 0.4], 3) == pytest.approx(2.8)
+    assert predict_al([0.8, 0.6, 0.4], 1) == pytest.approx(1.8)
+    assert predict_al([0.8, 0.4], 3) == pytest.approx(1 + 0.8 + 0.4 + 0.2)  # c = 0.5 held
+
+    def section(k, pp, draft_ms, verify_ms, steps=100):
+        return {"run": {"num_steps": k}, "totals": {"num_verify_steps": steps,
+                "per_position_acceptance": pp, "mean_acceptance_length": 1 + sum(pp)},
+                "phases": {"draft": {"total_s": k * draft_ms * steps / 1e3},
+                           "draft_extend": {"total_s": 0.0},
+                           "verify_forward": {"total_s": verify_ms * steps / 1e3},
+                           "verify_sample": {"total_s": 0.0}}}
+
+    base = section(3, [0.8, 0.6, 0.4], 2.0, 10.0 + 2 * 4)
+    other = section(2, [0.8, 0.6], 2.0, 10.0 + 2 * 3)
+    costs = fit_costs([base, other])
+    assert costs.verify_b_s == pytest.approx(0.002) and costs.verify_a_s == pytest.approx(0.010)
+    out = advise(base, [base, other], depths=[1, 2, 3, 4])
+    rows = {r["num_steps"]: r for r in out["rows"]}
+    assert rows[2]["measured_al"] == pytest.approx(2.4) and rows[2]["predicted_al"] == pytest.approx(2.4)
+    assert out["mape_al_pct"] == pytest.approx(0.0) and out["mape_tok_s_pct"] == pytest.approx(0.0, abs=1e-9)
+    assert "fitted over depths [2, 3]" in out["verify_cost_model"]
+    assert rows[4]["predicted_tok_s"] < rows[3]["predicted_tok_s"] * 1.2
+
+
+def test_tables_say_what_they_compare():
+    rows = runs.accuracy_rows({"ref": {"gsm8k": 0.975}, "mtp": {"gsm8k": 0.035}}, "ref")
+    assert rows == [{"benchmark": "gsm8k", "ref": "0.975", "mtp": "0.035 (-94.00 pts)"}]
+    cmp = runs.compare_rows([{"label": "acceptance length", "a": 2.0, "b": 2.2, "delta_pct": 10.0,
+                              "ci_pct": [4.0, 16.0], "level": 0.95, "verdict": "better"}])
+    assert cmp[0]["95% CI of Δ%"] == "[+4.00, +16.00]"
+    assert live.empty("x").layout.annotations[0].text == "x"
