@@ -27,9 +27,7 @@ $(AIPERF_STAMP): Makefile
 	touch $(AIPERF_STAMP)
 
 demo: $(STAMP)
-	$(PY) -m specscope record --model smollm2 --spec-steps 3 --spec-topk 1 --temperature 0 \
-	    --requests 12 --concurrency 4 --max-new-tokens 48 -o demo-trace.jsonl
-	$(PY) -m specscope report demo-trace.jsonl
+	$(PY) -m specscope demo $(DEMO_ARGS)
 
 test: $(STAMP) $(AIPERF_STAMP)
 	$(PY) -m pytest -q
@@ -41,4 +39,4 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.run --out BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) $(AIPERF_VENV) demo-trace.jsonl .pytest_cache test-artifacts
+	rm -rf $(VENV) $(AIPERF_VENV) demo demo-trace.jsonl .pytest_cache test-artifacts

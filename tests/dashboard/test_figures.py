@@ -40,6 +40,7 @@ def test_failed_gates_are_untrusted_and_drawn_hollow():
     fig = sweep.pareto_figure(list(pts.values()))
     hollow = [t for t in fig.data if t.mode == "markers+text" and "UNTRUSTED" in t.name]
     assert len(hollow) == 1 and list(hollow[0].x) == [25] and hollow[0].marker.symbol == "x-open"
+    assert hollow[0].marker.color != "white"  # an open symbol is stroked in its marker colour
     fronts = {t.name: list(t.x) for t in fig.data if t.mode == "lines"}
     assert fronts["3-1-4 Pareto front"] == [20]  # the untrusted point is not on any front
 

@@ -63,7 +63,7 @@ def pareto_figure(points: Sequence[dict[str, Any]]) -> go.Figure:
             fig.add_trace(go.Scatter(
                 x=[p["x"] for p in group], y=[p["y"] for p in group], mode="markers+text",
                 text=[f"c{p['concurrency']}" for p in group], textposition="top center",
-                marker={"color": color if ok else "white", "size": 12,
+                marker={"color": color, "size": 12 if ok else 14,
                         "symbol": "circle" if ok else "x-open",
                         "line": {"color": color, "width": 2}},
                 name=f"{s}" + ("" if ok else " UNTRUSTED (gate failed or missing)"),

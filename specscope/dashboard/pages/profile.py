@@ -3,7 +3,7 @@ draft overhead share; the selected runs' phases as a Chrome/Perfetto trace downl
 
 from __future__ import annotations
 
-from dash import Input, Output, State, dcc, html
+from dash import Input, Output, State, dcc, html, no_update
 
 from ...exporters.chrome import chrome_trace_json
 from .. import ids
@@ -36,5 +36,7 @@ def register(app, ctx) -> None:
                   State(ids.RUNS, "value"), prevent_initial_call=True)
     def download(_clicks, selected):
         records = [r for v in ctx.views(selected) for r in (v.records or [])]
+        if not records:  # a live source keeps aggregates, not phase records
+            return no_update
         return {"content": chrome_trace_json(records), "filename": "specscope-phases.json",
                 "type": "application/json"}

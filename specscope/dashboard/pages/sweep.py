@@ -26,6 +26,12 @@ def layout() -> html.Div:
     ])
 
 
+def _workload(view) -> tuple:
+    """What must match for two runs' costs to be comparable: the sweep labels but the setting."""
+    labels = view.run.get("labels") or {}
+    return tuple(labels.get(k) for k in ("temperature", "concurrency", "input_len", "output_len"))
+
+
 def register(app, ctx) -> None:
     @app.callback(Output(ids.SWEEP_FIGURE, "figure"), Output(ids.SWEEP_TABLE, "children"), Output(ids.ADVISOR_FIGURE, "figure"),
                   Output(ids.ADVISOR_TABLE, "children"),
@@ -42,10 +48,9 @@ def register(app, ctx) -> None:
             return (fig.pareto_figure(points), render_table(rows), empty, render_table([]),
                     "Select a speculative run with phase timings.")
         base = chosen[0]
-        temp = (base.run.get("labels") or {}).get("temperature")
         same = [v.section for v in everything if v.run.get("model") == base.run.get("model")
                 and v.run.get("num_steps") and v.run.get("topk", 1) == 1 and v.section["phases"]
-                and not v.run.get("fault") and (v.run.get("labels") or {}).get("temperature") == temp]
+                and not v.run.get("fault") and _workload(v) == _workload(base)]
         advice = advise(base.section, same)
         arows = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
                  for r in advice["rows"]]
