@@ -113,7 +113,7 @@ class ZmqReceiver:
         while not self._stop.is_set():
             if not dict(poller.poll(100)):
                 continue
-            while True:
+            while not self._stop.is_set():  # a backlog must not hold up close()
                 try:
                     msg = self._sock.recv(flags=self._zmq.NOBLOCK)
                 except self._zmq.Again:
@@ -143,5 +143,5 @@ class ZmqReceiver:
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=2)
-        self._sock.close()
+            self._thread.join(timeout=10)
+        self._sock.close(linger=0)

@@ -14,7 +14,6 @@ import time
 import urllib.parse
 import urllib.request
 from collections import defaultdict
-from typing import Any
 
 from ..collector.histogram import Histogram
 from ..collector.report import stats_section, window_figures

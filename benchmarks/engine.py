@@ -1,0 +1,203 @@
+"""Engine-side benchmarks: hook cost, the reference decoder, drafts, the HF adapter."""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from specscope.hooks import Recorder, every_n, every_step
+
+from .common import Row, _interleaved, _run_record, _spread, _timeit
+
+
+def bench_hooks(reps: int) -> list[Row]:
+    """A verify step's cost with and without the recorder: batch 64, 4 draft tokens, V 49152."""
+    from specscope.engine.models import load_smollm2
+    from specscope.engine.sampling import process_probs, verify_chain
+
+    rows: list[Row] = []
+    b, d = 64, 4
+    pair = load_smollm2("none")
+    model, v = pair.target, pair.target.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    ctx = torch.randint(0, v, (b, 64), generator=g)
+    draft = torch.randint(0, v, (b, d), generator=g)
+    temps = torch.full((b,), 0.7)
+    ones, zeros = torch.ones(b), torch.zeros(b, dtype=torch.long)
+    q = torch.softmax(torch.randn(b, d, v, generator=g), -1)
+    mode = torch.full((b,), 2)
+    ids = [f"r{i}" for i in range(b)]
+
+    def sample_only(logits):
+        p = process_probs(logits, temps, ones, zeros, truncate=False)
+        return verify_chain(draft, p, q, mode, g)
+
+    def forward():
+        with torch.inference_mode():
+            return model(input_ids=torch.cat([ctx, draft, draft[:, :1]], 1)[:, -(d + 1):]).logits
+
+    with torch.inference_mode():
+        logits = forward()
+
+    def recorder_cost(policy, calls: int) -> list[float]:
+        """Seconds per record_verify call, averaged over ``calls`` consecutive steps."""
+        rec = Recorder(_run_record(), stats_policy=policy, max_batch=b, ring_slots=calls + 1)
+        acc, committed = sample_only(logits)
+        top1 = q.amax(-1)
+        out = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for step in range(calls):
+                rec.record_verify(request_ids=ids, num_accepted=acc, num_drafted=d,
+                                  temperature=[0.7] * b, committed_tokens=committed,
+                                  target_logits=logits, draft_top1_probs=top1, step=step)
+            out.append((time.perf_counter() - t0) / calls)
+            rec.drain()  # the drain thread's work, off the hot path
+        return out
+
+    t_sample = _timeit(lambda: sample_only(logits), reps)
+    costs = {"counts": recorder_cost(lambda s: False, 64),
+             "every32": recorder_cost(every_n(32), 64), "every1": recorder_cost(every_step, 4)}
+    t_full = _timeit(lambda: sample_only(forward()), max(3, reps // 3))
+    base, full = statistics.median(t_sample), statistics.median(t_full)
+    for name, label in (("counts", "counts only, no statistics"),
+                        ("every32", "statistics on 1 step in 32"),
+                        ("every1", "statistics on every step")):
+        cost = statistics.median(costs[name])
+        for figure, ref, noise in (("verify sampling alone", base, t_sample),
+                                   ("full verify step (target forward + sampling)", full, t_full)):
+            added = cost / ref
+            rows.append(Row(
+                f"{figure}, B 64, 4 drafts, V {v}: + recorder, {label}",
+                f"{(ref + cost) * 1e3:.2f} ms", f"{ref * 1e3:.2f} ms", f"{1 + added:.4f}x",
+                "≤ 1% added", "met" if added <= 0.01 else "not met",
+                f"recorder {cost * 1e6:.0f} µs {_spread(costs[name])}; step {_spread(noise)}"))
+    del pair
+    return rows
+
+
+# ------------------------------------------------------------------------ decoder (issue 3)
+
+
+def bench_decoder(reps: int) -> list[Row]:
+    """Reference decoder on SmolLM2: hooks on vs off, and speculative vs target-only."""
+    from specscope.engine.decoder import SpecConfig, SpeculativeDecoder
+    from specscope.engine.models import load_smollm2
+    from specscope.engine.workload import WorkloadSpec, build_requests
+
+    pair = load_smollm2("int:4")
+    reqs, _ = build_requests(pair, WorkloadSpec(requests=8, max_new_tokens=32))
+    reqs = reqs[:8]
+
+    def run(cfg: SpecConfig, hooks: bool) -> Callable[[], None]:
+        def go():
+            rec = Recorder(_run_record(), stats_policy=every_n(32)) if hooks else None
+            dec = SpeculativeDecoder(pair.target, pair.draft, cfg, recorder=rec,
+                                     eos_ids=pair.eos_ids, seed=0)
+            n = 0
+            for i in range(0, len(reqs), 4):
+                n += sum(len(o.token_ids) for o in dec.generate(reqs[i:i + 4]))
+            go.tokens = n
+            if rec is not None:
+                rec.close()
+        return go
+
+    fns = {"spec_on": run(SpecConfig(num_steps=3), True),
+           "spec_off": run(SpecConfig(num_steps=3), False),
+           "target_only": run(SpecConfig(num_steps=0), False)}
+    t = _interleaved(fns, reps)
+    tps = {k: fns[k].tokens / statistics.median(v) for k, v in t.items()}
+    on, off, base = tps["spec_on"], tps["spec_off"], tps["target_only"]
+    return [
+        Row("reference decoder tok/s, SmolLM2 + int:4 draft, chain 3, batch 4: hooks on "
+            "(statistics 1 step in 32) vs off",
+            f"{on:.2f} tok/s", f"{off:.2f} tok/s", f"{off / on:.3f}x time",
+            "≤ 1% added", "met" if off / on - 1 <= 0.01 else "not met",
+            f"{_spread(t['spec_on'])} / {_spread(t['spec_off'])}"),
+        Row("speculative (hooks off) vs target-only tok/s, same model and prompts",
+            f"{off:.2f} tok/s", f"{base:.2f} tok/s", f"{off / base:.2f}x speedup",
+            "(reported)", "—", f"{_spread(t['spec_off'])} / {_spread(t['target_only'])}"),
+    ]
+
+
+def bench_drafts(reps: int) -> list[Row]:
+    """Acceptance each SmolLM2 draft gives (chain of 3, greedy, 8 prompts x 32 tokens)."""
+    from specscope.collector.stats import SpecStats
+    from specscope.engine.decoder import SpecConfig, SpeculativeDecoder
+    from specscope.engine.models import load_smollm2, make_draft
+    from specscope.engine.workload import WorkloadSpec, build_requests
+
+    pair = load_smollm2("none")
+    reqs, _ = build_requests(pair, WorkloadSpec(requests=8, max_new_tokens=32))
+    rows = []
+
+    def tok_s(draft, cfg):
+        rec = Recorder(_run_record())
+        dec = SpeculativeDecoder(pair.target, draft, cfg, recorder=rec, eos_ids=pair.eos_ids)
+        t = time.perf_counter()
+        for i in range(0, len(reqs), 4):
+            dec.generate(reqs[i:i + 4])
+        el = time.perf_counter() - t
+        stats = SpecStats().observe_all(rec.drain(wait=True))
+        return stats.output_tokens / el, stats
+
+    base, _ = tok_s(None, SpecConfig(num_steps=0))
+    for kind in ("int:4", "bf16", "layers:8", "layers:22"):
+        speed, st = tok_s(make_draft(pair.target, kind), SpecConfig(num_steps=3))
+        per_pos = ", ".join(f"{x:.2f}" for x in st.per_position_acceptance)
+        rows.append(Row(f"SmolLM2 draft `{kind}`: acceptance length (bonus incl.), per position "
+                        "(chain 3, greedy, batch 4)",
+                        f"AL {st.mean_acceptance_length:.2f} [{per_pos}], {speed:.1f} tok/s",
+                        f"target-only {base:.1f} tok/s", f"{speed / base:.2f}x speed",
+                        "(reported)", "—", "single run"))
+    return rows
+
+
+def bench_hf(reps: int) -> list[Row]:
+    """Hugging Face assisted generation on SmolLM2 (int:4 assistant): adapter on vs off."""
+    from specscope.engine.models import load_smollm2
+    from specscope.engine.workload import WorkloadSpec, build_requests
+    from specscope.exporters.trace import TraceWriter
+    from specscope.hooks import hf
+
+    pair = load_smollm2("int:4")
+    reqs, _ = build_requests(pair, WorkloadSpec(requests=4, max_new_tokens=32))
+    prompts = [torch.tensor([r.prompt_ids]) for r in reqs]
+    counts = {}
+
+    def run(adapter: bool) -> Callable[[], None]:
+        def go():
+            import tempfile
+
+            n = 0
+            rec = Recorder(_run_record(), stats_policy=every_n(32),
+                           sinks=[TraceWriter(tempfile.mktemp(suffix=".jsonl"))]).start() if adapter else None
+            ctx = hf.attach(rec, pair.target) if adapter else _null()
+            with ctx, torch.inference_mode():
+                for p in prompts:
+                    out = pair.target.generate(p, assistant_model=pair.draft, max_new_tokens=32,
+                                               do_sample=False)
+                    n += out.shape[1] - p.shape[1]
+            if rec is not None:
+                rec.close()
+            counts[adapter] = n
+        return go
+
+    t = _interleaved({"on": run(True), "off": run(False)}, max(3, reps))
+    on = counts[True] / statistics.median(t["on"])
+    off = counts[False] / statistics.median(t["off"])
+    return [Row("HF assisted generation (SmolLM2, int:4 assistant, greedy, 4 prompts x 32 tokens): "
+                "adapter on vs off", f"{on:.2f} tok/s", f"{off:.2f} tok/s", f"{off / on:.3f}x time",
+                "≤ 2% added", "met" if off / on - 1 <= 0.02 else "not met",
+                f"{_spread(t['on'])} / {_spread(t['off'])}")]
+
+
+@contextlib.contextmanager
+
+
+def _null():
+    yield
