@@ -8,7 +8,7 @@ AIPERF_VENV  ?= .venv-aiperf
 AIPERF_STAMP := $(AIPERF_VENV)/.installed-stamp
 AIPERF_PIN   := aiperf==0.13.0
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo test test-fast bench soak clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,10 @@ test: $(STAMP) $(AIPERF_STAMP)
 test-fast: $(STAMP) $(AIPERF_STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
-bench: $(STAMP)
+soak: $(STAMP)
+	$(PY) -m benchmarks.soak --minutes 10
+
+bench: $(STAMP) $(AIPERF_STAMP)
 	$(PY) -m benchmarks.run --out BENCHMARKS.md
 
 clean:

@@ -14,12 +14,14 @@ from .collector import bench_collector, bench_import
 from .common import Row, machine
 from .dashboard import bench_dashboard
 from .engine import bench_decoder, bench_drafts, bench_hf, bench_hooks
+from .reliability import bench_reliability
 from .serving import bench_serve
 
 
 BENCHES = {"dashboard": bench_dashboard, "serve": bench_serve, "hooks": bench_hooks,
            "decoder": bench_decoder, "drafts": bench_drafts,
-           "collector": bench_collector, "import": bench_import, "hf": bench_hf}
+           "collector": bench_collector, "import": bench_import, "hf": bench_hf,
+           "reliability": bench_reliability}
 
 
 def main() -> int:

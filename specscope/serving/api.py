@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 import uuid
 from dataclasses import dataclass
@@ -40,17 +41,22 @@ def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
         if v is None:
             return default
         try:
-            return kind(v)
-        except (TypeError, ValueError):
+            out = kind(v)
+        except (TypeError, ValueError, OverflowError):
             raise BadRequest(f"{key} must be a number") from None
+        if isinstance(v, bool) or not math.isfinite(out):
+            raise BadRequest(f"{key} must be a finite number")
+        return out
 
     max_tokens = body.get("max_completion_tokens") if chat else None
     max_tokens = max_tokens if max_tokens is not None else body.get("max_tokens")
     max_tokens = 16 if max_tokens is None and not chat else max_tokens
     max_tokens = limit if max_tokens is None else max_tokens
     try:
+        if isinstance(max_tokens, bool):
+            raise TypeError
         max_tokens = int(max_tokens)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise BadRequest("max_tokens must be an integer") from None
     if not 1 <= max_tokens <= limit:
         raise BadRequest(f"max_tokens must be between 1 and {limit}")

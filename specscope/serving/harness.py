@@ -96,9 +96,11 @@ class ClientRun:
 def run_aiperf(url: str, *, model: str, tokenizer: str | Path, artifact_dir: str | Path,
                concurrency: int = 2, requests: int = 8, input_tokens: int = 64,
                output_tokens: int = 24, seed: int = 1, aiperf: str | None = None,
-               extra: dict[str, object] | None = None, timeout_s: float = 600) -> ClientRun:
+               extra: dict[str, object] | None = None, server_metrics: bool = True,
+               timeout_s: float = 600) -> ClientRun:
     """One ``aiperf profile`` run: chat endpoint, streaming, fixed input and output lengths,
-    ``ignore_eos`` so every request decodes its full length, server-reported token counts."""
+    ``ignore_eos`` so every request decodes its full length, server-reported token counts.
+    ``server_metrics`` False stops AIPerf scraping the server's /metrics while it measures."""
     exe = aiperf or find_aiperf()
     if exe is None:
         raise FileNotFoundError("aiperf not found: make .venv-aiperf, or set SPECSCOPE_AIPERF")
@@ -110,6 +112,7 @@ def run_aiperf(url: str, *, model: str, tokenizer: str | Path, artifact_dir: str
            "--prompt-input-tokens-stddev", "0", "--output-tokens-mean", str(output_tokens),
            "--output-tokens-stddev", "0", "--extra-inputs", *inputs, "--use-server-token-count",
            "--random-seed", str(seed), "--ui-type", "none", "--artifact-dir", str(out)]
+    cmd += [] if server_metrics else ["--no-server-metrics"]
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
     t0 = time.monotonic()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s)

@@ -33,7 +33,7 @@ def _steps(records):
     return [r for r in records if isinstance(r, schema.VerifyStepRecord)]
 
 
-def test_collector_down_engine_finishes_and_counts_drops(tiny, run_record, free_port):
+def test_collector_down_engine_finishes_and_counts_drops(tiny, run_record, free_port, figure):
     sink = ZmqSink(f"tcp://127.0.0.1:{free_port}", high_water_mark=2)  # nobody listening
     local = Collector()
     rec = Recorder(run_record, sinks=[sink, local])
@@ -47,9 +47,11 @@ def test_collector_down_engine_finishes_and_counts_drops(tiny, run_record, free_
     assert sink.num_dropped > 0 and rec.num_sink_errors == 0  # dropped and counted, not raised
     # the other sink saw every step regardless
     assert sum(s.num_steps for s in local.snapshot().totals.values()) == dec.step_index
+    figure("collector down", survived=True, batches_dropped_and_counted=sink.num_dropped,
+           engine_errors=rec.num_hook_errors)
 
 
-def test_slow_collector_never_blocks_the_sender(free_port):
+def test_slow_collector_never_blocks_the_sender(free_port, figure):
     class Slow(Collector):
         def observe(self, records):
             time.sleep(0.05)
@@ -63,11 +65,13 @@ def test_slow_collector_never_blocks_the_sender(free_port):
     for _ in range(2000):
         sink.write([rec])  # 2000 batches against a collector that takes 50 ms each
     assert sink.num_dropped > 0 and sink.num_sent + sink.num_dropped == 2000
+    figure("collector slow (50 ms per batch)", survived=True, batches=2000,
+           dropped_and_counted=sink.num_dropped)
     sink.close()
     receiver.close()
 
 
-def test_collector_restarted_mid_run_receives_again(free_port):
+def test_collector_restarted_mid_run_receives_again(free_port, figure):
     endpoint = f"tcp://127.0.0.1:{free_port}"
     sink = ZmqSink(endpoint, high_water_mark=1000)
     runs = [schema.RunRecord(run_id=f"run{i}", config_id="c", algorithm="a", num_steps=1, topk=1,
@@ -89,6 +93,8 @@ def test_collector_restarted_mid_run_receives_again(free_port):
     lost = 40 - len(got)
     assert {f"run{i}" for i in range(30, 40)} <= got  # everything after the restart arrives
     assert lost <= 10 and sink.num_dropped == 0  # only batches sent while it was down may be lost
+    figure("collector restarted mid-run", survived=True, sent=40, received=len(got),
+           lost_while_down=lost)
     sink.close()
     r2.close()
 
@@ -102,7 +108,7 @@ def _wait(cond, timeout=20.0):
     raise AssertionError("condition not reached")
 
 
-def test_collector_killed_with_sigkill_keeps_its_trace(tmp_path, free_port, run_record):
+def test_collector_killed_with_sigkill_keeps_its_trace(tmp_path, free_port, figure):
     import socket
 
     with socket.socket() as s:
@@ -135,8 +141,9 @@ def test_collector_killed_with_sigkill_keeps_its_trace(tmp_path, free_port, run_
     kept = [r for r in t.records if isinstance(r, schema.RequestRecord)]
     assert len(t.problems) <= 1  # at most the line being written at the kill
     assert len(kept) >= observed  # everything the collector had observed was on disk
-    print(f"sent {sent}, observed before kill {observed}, in the trace {len(kept)}, "
-          f"lost {sent - len(kept)}")
+    figure("collector killed with SIGKILL", survived=True, sent=sent,
+           observed_before_kill=int(observed), in_trace=len(kept), lost=sent - len(kept),
+           unreadable_lines=len(t.problems))
 
 
 def _up(url):
@@ -181,7 +188,7 @@ print(json.dumps({"tokens": sum(len(o.token_ids) for o in outs), "steps": dec.st
 '''
 
 
-def test_a_full_disk_loses_only_what_did_not_fit(tmp_path):
+def test_a_full_disk_loses_only_what_did_not_fit(tmp_path, figure):
     path, limit = tmp_path / "trace.jsonl", 20_000
     out = subprocess.run([sys.executable, "-c", FULL_DISK, str(path), str(limit)], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
@@ -193,3 +200,6 @@ def test_a_full_disk_loses_only_what_did_not_fit(tmp_path):
     assert path.stat().st_size <= limit
     t = read_trace(path)  # what fit is readable; at most the cut line is reported
     assert len(t.problems) <= 1 and _steps(t.records)
+    figure("trace disk full (20 kB limit)", survived=True, sink_write_errors=res["sink_errors"],
+           steps_in_trace=len(_steps(t.records)), steps_decoded=res["steps"],
+           collector_steps=res["collector_steps"])

@@ -21,10 +21,18 @@ def empty(message: str) -> go.Figure:
     return fig
 
 
+AXIS = {"gridcolor": "#ebedf0", "zeroline": False, "linecolor": "#c8ccd2"}
+
+
 def styled(fig: go.Figure, title: str, height: int = 320) -> go.Figure:
+    """Title, size and a light style (set explicitly: applying a named template costs ~10 ms
+    per figure, most of a callback's budget)."""
     fig.update_layout(title={"text": title, "font": {"size": 14}}, height=height,
-                      margin={"l": 50, "r": 20, "t": 40, "b": 40}, template="plotly_white",
+                      margin={"l": 50, "r": 20, "t": 40, "b": 40}, paper_bgcolor="white",
+                      plot_bgcolor="white", font={"color": "#2a3f5f"},
                       legend={"orientation": "h", "y": -0.2})
+    fig.update_xaxes(**AXIS)
+    fig.update_yaxes(**AXIS)
     return fig
 
 

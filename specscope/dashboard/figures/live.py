@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from . import COLORS, empty, short, styled
 
@@ -14,19 +13,26 @@ def acceptance_over_time(views: Sequence[Any]) -> go.Figure:
     """Acceptance length (bonus included) and acceptance rate per window, one line per run."""
     if not any(v.section["windows"] for v in views):
         return empty("no verify steps yet")
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=("acceptance length (bonus token included)",
-                                        "acceptance rate (accepted / drafted, pooled)"))
+    fig = go.Figure()
     for i, v in enumerate(views):
         w = [x for x in v.section["windows"] if x["num_drafts"]]
         t = [x["time"] - (w[0]["time"] if w else 0) for x in w]
         c = COLORS[i % len(COLORS)]
-        fig.add_trace(go.Scatter(x=t, y=[x["mean_acceptance_length"] for x in w], mode="lines+markers",
-                                 name=short(v.label), line={"color": c}, legendgroup=v.run_id), 1, 1)
-        fig.add_trace(go.Scatter(x=t, y=[x["acceptance_rate"] for x in w], mode="lines+markers",
-                                 name=short(v.label), line={"color": c}, legendgroup=v.run_id,
-                                 showlegend=False), 2, 1)
-    fig.update_xaxes(title_text="seconds since the run's first window", row=2, col=1)
+        fig.add_scatter(x=t, y=[x["mean_acceptance_length"] for x in w], mode="lines+markers",
+                        name=short(v.label), line={"color": c}, legendgroup=v.run_id)
+        fig.add_scatter(x=t, y=[x["acceptance_rate"] for x in w], mode="lines+markers",
+                        name=short(v.label), line={"color": c}, legendgroup=v.run_id,
+                        showlegend=False, xaxis="x2", yaxis="y2")
+    # two stacked panels sharing time, laid out by hand (make_subplots costs ~11 ms a call)
+    fig.update_layout(
+        yaxis={"domain": [0.56, 1.0]}, yaxis2={"domain": [0.0, 0.44]},
+        xaxis={"anchor": "y", "matches": "x2", "showticklabels": False},
+        xaxis2={"anchor": "y2", "title": {"text": "seconds since the run's first window"}},
+        annotations=[{"text": "acceptance length (bonus token included)", "x": 0.5, "y": 1.0,
+                      "xref": "paper", "yref": "paper", "showarrow": False, "yanchor": "bottom"},
+                     {"text": "acceptance rate (accepted / drafted, pooled)", "x": 0.5,
+                      "y": 0.44, "xref": "paper", "yref": "paper", "showarrow": False,
+                      "yanchor": "bottom"}])
     return styled(fig, "Acceptance over time", 460)
 
 
