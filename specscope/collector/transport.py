@@ -97,10 +97,27 @@ class ZmqReceiver:
             port = self._sock.bind_to_random_port(endpoint.rsplit(":", 1)[0])
             endpoint = f"{endpoint.rsplit(':', 1)[0]}:{port}"
         else:
-            self._sock.bind(endpoint)
+            self._bind(endpoint)
         self.endpoint = endpoint
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def _bind(self, endpoint: str, wait_s: float = 5.0) -> None:
+        """Bind, retrying while a previous collector's socket on the endpoint is released
+        (ZeroMQ closes listeners asynchronously, so a restart can race its predecessor)."""
+        import errno
+        import time
+
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self._sock.bind(endpoint)
+                return
+            except self._zmq.ZMQError as exc:
+                if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    self._sock.close(linger=0)
+                    raise
+                time.sleep(0.05)
 
     def start(self) -> "ZmqReceiver":
         self._thread = threading.Thread(target=self._loop, name="specscope-receiver", daemon=True)

@@ -47,7 +47,7 @@ def test_collector_down_engine_finishes_and_counts_drops(tiny, run_record, free_
     assert sink.num_dropped > 0 and rec.num_sink_errors == 0  # dropped and counted, not raised
     # the other sink saw every step regardless
     assert sum(s.num_steps for s in local.snapshot().totals.values()) == dec.step_index
-    figure("collector down", survived=True, batches_dropped_and_counted=sink.num_dropped,
+    figure("collector down", survived=True, records_dropped_and_counted=sink.num_dropped,
            engine_errors=rec.num_hook_errors)
 
 
