@@ -75,6 +75,12 @@ def test_the_fields_the_adapters_read_exist_in_the_releases():
                                                     if isinstance(n, ast.AnnAssign)}
     sm = _find(_source(vl, "vllm.v1.sample.metadata"), "SamplingMetadata")
     assert {"all_greedy", "all_random"} <= {n.target.id for n in sm.body if isinstance(n, ast.AnnAssign)}
+    ib = _find(_source(vl, "vllm.v1.worker.gpu_input_batch"), "InputBatch")
+    init = _find(ib, "__init__")
+    assigned = {t.attr for n in ast.walk(init) if isinstance(n, ast.Assign) for t in n.targets
+                if isinstance(t, ast.Attribute)}
+    assert {"temperature_cpu", "top_p_cpu", "top_k_cpu", "vocab_size"} <= assigned
+    assert "req_ids" in {n.name for n in ib.body if isinstance(n, ast.FunctionDef)}
     rs = _source(vl, "vllm.v1.sample.rejection_sampler")
     (placeholder,) = [n for n in rs.body if isinstance(n, ast.AnnAssign)
                       and getattr(n.target, "id", "") == "PLACEHOLDER_TOKEN_ID"]
@@ -153,6 +159,58 @@ def test_vllm_rejection_sampler_extraction(monkeypatch, run_record):
         (step,) = [r for r in rec.drain() if isinstance(r, schema.VerifyStepRecord)]
         assert [x.num_accepted for x in step.entries] == [1, 3, 0]
         assert {x.mode_used for x in step.entries} == {mode}
+
+
+def test_vllm_runner_names_requests_and_their_sampling_without_sync(monkeypatch, run_record):
+    import numpy as np
+
+    sampler_mod = types.ModuleType("vllm.v1.sample.rejection_sampler")
+    runner_mod = types.ModuleType("vllm.v1.worker.gpu_model_runner")
+
+    class RejectionSampler:
+        def forward(self, metadata, draft_probs, logits, sampling_metadata):
+            return SimpleNamespace(sampled_token_ids=torch.tensor(
+                [[11, 12, -1, -1], [21, 22, 23, 24], [31, -1, -1, -1]], dtype=torch.int32))
+
+    class GPUModelRunner:  # shaped as vLLM 0.33's: the batch on self.input_batch
+        def __init__(self):
+            self.input_batch = SimpleNamespace(
+                req_ids=["chatcmpl-a", "chatcmpl-b", "chatcmpl-c", "stale"], vocab_size=50,
+                temperature_cpu=np.array([0.7, 0.0, 1.0, 9.9], dtype=np.float32),
+                top_p_cpu=np.array([0.9, 1.0, 1.0, 1.0], dtype=np.float32),
+                top_k_cpu=np.array([50, 50, 20, 50], dtype=np.int32))
+            self.rejection_sampler = RejectionSampler()
+
+        def _sample(self, logits, spec_decode_metadata):
+            return self.rejection_sampler.forward(spec_decode_metadata, None, logits,
+                                                  SimpleNamespace(all_greedy=False, all_random=False))
+
+    sampler_mod.RejectionSampler = RejectionSampler
+    runner_mod.GPUModelRunner = GPUModelRunner
+    for name in ("vllm", "vllm.v1", "vllm.v1.sample", "vllm.v1.worker"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "vllm.v1.sample.rejection_sampler", sampler_mod)
+    monkeypatch.setitem(sys.modules, "vllm.v1.worker.gpu_model_runner", runner_mod)
+    sys.modules["vllm.v1.sample"].rejection_sampler = sampler_mod
+    sys.modules["vllm.v1.worker"].gpu_model_runner = runner_mod
+    from specscope.hooks.engines import vllm
+
+    rec = Recorder(run_record)
+    assert vllm.install(rec) == ["vllm.v1.sample.rejection_sampler.RejectionSampler.forward",
+                                 "vllm.v1.worker.gpu_model_runner.GPUModelRunner._sample"]
+    with forbid_sync():
+        GPUModelRunner()._sample(torch.randn(12, 50), SimpleNamespace(num_draft_tokens=[3, 3, 3]))
+    records = rec.drain(wait=True)
+    (step,) = [r for r in records if isinstance(r, schema.VerifyStepRecord)]
+    e = step.entries
+    assert [x.request_id for x in e] == ["chatcmpl-a", "chatcmpl-b", "chatcmpl-c"]
+    assert [round(x.temperature, 2) for x in e] == [0.7, 0.0, 1.0]
+    assert [round(x.top_p, 2) for x in e] == [0.9, 1.0, 1.0] and [x.top_k for x in e] == [0, 0, 20]
+    assert [x.mode_requested for x in e] == [run_record.verify_mode, "greedy", run_record.verify_mode]
+    assert [x.mode_used for x in e] == ["speculative-sampling", "greedy", "speculative-sampling"]
+    assert [x.num_accepted for x in e] == [1, 3, 0]
+    (phase,) = [r for r in records if isinstance(r, schema.PhaseRecord)]
+    assert phase.phase == "verify_sample" and phase.step == step.step
 
 
 def test_unknown_versions_are_not_patched(monkeypatch):

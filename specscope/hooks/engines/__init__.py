@@ -29,6 +29,10 @@ PATCH_POINTS: dict[str, tuple[PatchPoint, ...]] = {
         PatchPoint("vllm.v1.sample.rejection_sampler", "RejectionSampler.forward",
                    ("self", "metadata", "draft_probs", "logits", "sampling_metadata"),
                    "V1 verify: output token ids per request, placeholder -1 after the last"),
+        PatchPoint("vllm.v1.worker.gpu_model_runner", "GPUModelRunner._sample",
+                   ("self", "logits", "spec_decode_metadata"),
+                   "names the verify call's batch: input_batch.req_ids and host-side "
+                   "temperature_cpu / top_p_cpu / top_k_cpu"),
     ),
     "sglang": (
         PatchPoint("sglang.srt.speculative.eagle_utils", "eagle_sample",
