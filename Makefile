@@ -8,7 +8,7 @@ AIPERF_VENV  ?= .venv-aiperf
 AIPERF_STAMP := $(AIPERF_VENV)/.installed-stamp
 AIPERF_PIN   := aiperf==0.13.0
 
-.PHONY: demo test test-fast bench soak clean
+.PHONY: demo test test-fast bench soak client-check clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ test: $(STAMP) $(AIPERF_STAMP)
 
 test-fast: $(STAMP) $(AIPERF_STAMP)
 	$(PY) -m pytest -q -m "not slow"
+
+client-check: $(STAMP) $(AIPERF_STAMP)
+	SPECSCOPE_AIPERF=$(AIPERF_VENV)/bin/aiperf $(PY) -m specscope client-check
 
 soak: $(STAMP)
 	$(PY) -m benchmarks.soak --minutes 10

@@ -23,7 +23,8 @@ def bench_reliability(reps: int, fuzz_examples: int = 3000) -> list[Row]:
     env = {**os.environ, "SPECSCOPE_FUZZ_EXAMPLES": str(fuzz_examples)}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "tests/reliability", "tests/importers/test_formats.py::"
-                           "test_fuzz_no_exception_escapes"], cwd=ROOT, env=env,
+                           "test_fuzz_no_exception_escapes", "tests/importers/test_formats.py::"
+                           "test_fuzz_count_recorded"], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     summary = (proc.stdout.strip().splitlines() or ["no output"])[-1]
     figures = json.loads(FIGURES.read_text()) if FIGURES.exists() else {}
@@ -36,6 +37,13 @@ def bench_reliability(reps: int, fuzz_examples: int = 3000) -> list[Row]:
                             "hypothesis, mutations of valid inputs and arbitrary bytes"))
         elif name.startswith("soak"):
             rows.append(_soak_row(name, v))
+        elif name.startswith("cardinality"):
+            rows.append(Row(name, f"{v['label_sets_kept']} label sets kept, "
+                            f"{v['overflowed_and_counted']} overflows counted",
+                            f"/metrics {v['metrics_bytes_at_cap']} bytes at the cap, "
+                            f"{v['metrics_bytes_after']} after", "",
+                            "capped, counted, /metrics bounded",
+                            "met" if v.get("bounded") else "not met", "single run"))
         else:
             facts = ", ".join(f"{k.replace('_', ' ')} {x}" for k, x in v.items() if k != "survived")
             rows.append(Row(f"fault: {name}", "engine kept going" if v.get("survived") else

@@ -27,7 +27,7 @@ def bench_serve(reps: int) -> list[Row]:
     tok = smollm2_tokenizer_dir()
     rates: dict[str, list[float]] = {"on": [], "off": []}
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(max(3, reps)):
+        for i in range(max(6, reps)):
             for mode in ("on", "off"):
                 args = ["--model", "tiny", "--tokenizer", str(tok), "--spec-steps", "3",
                         "--max-batch", "4", "--stats-every", "8"]

@@ -25,6 +25,24 @@ def _cmd_serve_engine(args: argparse.Namespace) -> int:
     return serve_engine(opts, host=args.host, port=args.port)
 
 
+def _cmd_client_check(args: argparse.Namespace) -> int:
+    from ..collector.agreement import format_agreement
+    from ..engine.models import smollm2_tokenizer_dir
+    from ..serving.harness import client_check
+
+    tok = smollm2_tokenizer_dir() if args.tokenizer == "smollm2" else args.tokenizer
+    server = ["--model", args.model, "--tokenizer", str(tok), "--spec-steps", str(args.spec_steps),
+              "--max-batch", str(args.max_batch)] if args.model == "tiny" else [
+        "--model", args.model, "--spec-steps", str(args.spec_steps), "--max-batch",
+        str(args.max_batch)]
+    agreement, run = client_check(server, tokenizer=tok, out_dir=args.output,
+                                  concurrency=args.concurrency, requests=args.requests,
+                                  input_tokens=args.input_tokens, output_tokens=args.output_tokens)
+    print(format_agreement(agreement))
+    print(f"AIPerf artifacts in {run.artifact_dir}; server trace in {args.output}/server.jsonl")
+    return 0 if agreement.ok else 1
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from ..serving.sweep import format_sweep, plan, run_sweep
 
@@ -65,6 +83,23 @@ def add_parsers(sub, add_model_flags) -> None:
     se.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                     help="a label on the run record (repeatable)")
     se.set_defaults(func=_cmd_serve_engine)
+
+    cc = sub.add_parser(
+        "client-check", help="drive serve-engine with NVIDIA AIPerf and compare its timings and "
+        "token counts with the server's, request by request",
+        description="Needs AIPerf (make .venv-aiperf, or SPECSCOPE_AIPERF=/path/to/aiperf). "
+        "Exits 1 when a figure disagrees beyond its stated tolerance or token counts differ.")
+    cc.add_argument("--model", default="tiny", help="tiny (with --tokenizer) | smollm2 | PATH")
+    cc.add_argument("--tokenizer", default="smollm2",
+                    help="tokenizer directory for the client (and a tiny model), or 'smollm2'")
+    cc.add_argument("--spec-steps", type=int, default=3)
+    cc.add_argument("--max-batch", type=int, default=4)
+    cc.add_argument("--concurrency", type=int, default=2)
+    cc.add_argument("--requests", type=int, default=8)
+    cc.add_argument("--input-tokens", type=int, default=64)
+    cc.add_argument("--output-tokens", type=int, default=24)
+    cc.add_argument("-o", "--output", default="specscope-client-check")
+    cc.set_defaults(func=_cmd_client_check)
 
     sw = sub.add_parser(
         "sweep", help="one served run per grid point (speculation x temperature x concurrency x "

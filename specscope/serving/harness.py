@@ -121,3 +121,28 @@ def run_aiperf(url: str, *, model: str, tokenizer: str | Path, artifact_dir: str
                            f"\n{proc.stderr[-3000:]}")
     return ClientRun(out, out / "profile_export.jsonl", out / "profile_export_aiperf.json",
                      time.monotonic() - t0)
+
+
+def client_check(server_args: list[str], *, tokenizer: str | Path, out_dir: str | Path,
+                 concurrency: int = 2, requests: int = 8, input_tokens: int = 64,
+                 output_tokens: int = 24, model: str = "served"):
+    """Start serve-engine, drive it with AIPerf, and compare the two sides request by request.
+
+    Returns (Agreement, ClientRun); the server's trace is ``out_dir/server.jsonl``.
+    """
+    from .. import schema
+    from ..collector.agreement import client_agreement
+    from ..exporters.trace import read_trace
+    from ..importers import import_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    trace = out / "server.jsonl"
+    with ServerProcess(server_args, trace, log=out / "server.log") as srv:
+        run = run_aiperf(srv.url, model=model, tokenizer=tokenizer, artifact_dir=out / "aiperf",
+                         concurrency=concurrency, requests=requests, input_tokens=input_tokens,
+                         output_tokens=output_tokens)
+    server = [r for r in read_trace(trace).records if isinstance(r, schema.RequestRecord)]
+    client = [r for r in import_file(run.records, run_id="aiperf").records
+              if isinstance(r, schema.RequestRecord)]
+    return client_agreement(server, client), run

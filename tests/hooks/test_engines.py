@@ -124,7 +124,10 @@ def test_sglang_hip_greedy_path_for_temperature_requests_is_recorded(fake_sglang
     logits = SimpleNamespace(next_token_logits=torch.randn(12, 50))
     with forbid_sync():
         fake_sglang.eagle_sample(verify_input, batch, logits)
-    (step,) = [r for r in rec.drain() if isinstance(r, schema.VerifyStepRecord)]
+    records = rec.drain(wait=True)
+    (step,) = [r for r in records if isinstance(r, schema.VerifyStepRecord)]
+    (phase,) = [r for r in records if isinstance(r, schema.PhaseRecord)]
+    assert phase.phase == "verify_sample" and phase.step == step.step
     e = step.entries
     assert [x.request_id for x in e] == ["r0", "r1", "r2"]
     assert [x.num_accepted for x in e] == [2, 0, 3] and e[0].num_drafted == 3

@@ -112,3 +112,20 @@ def test_smollm2_assisted_generation(run_record, tmp_path):
     t = report["totals"]
     assert t["accepted_tokens"] + t["num_drafts"] == out.shape[1] - ids.shape[1]
     assert 1.0 < t["mean_acceptance_length"]
+
+
+def test_an_hf_trace_opens_in_the_dashboard_and_the_report(pair, run_record, tmp_path):
+    from specscope.collector.report import build_report, format_report
+    from specscope.dashboard import TraceSource
+    from specscope.exporters.trace import TraceWriter, read_trace
+
+    rec = Recorder(run_record, sinks=[TraceWriter(tmp_path / "hf.jsonl")]).start()
+    with hf.attach(rec, pair.target):
+        _generate(pair, do_sample=False)
+    rec.close()
+    (view,) = TraceSource([tmp_path / "hf.jsonl"]).runs()
+    report = build_report(read_trace(tmp_path / "hf.jsonl").records)
+    assert view.run_id == run_record.run_id
+    assert view.section["totals"] == report["runs"][0]["totals"]
+    assert view.section["totals"]["num_requests"] == 1 and view.phases["steps"] > 0
+    assert "acceptance length" in format_report(report)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from specscope import schema
 from specscope.collector.stats import SpecStats
 from specscope.importers import PARSERS, detect, import_file
+from tests.conftest import FUZZ_EXAMPLES
 
 VLLM_ERAS = """\
 INFO 03-01 10:00:00 metrics.py:400] Speculative metrics: Draft acceptance rate: 0.500, System efficiency: 0.400, Number of speculative tokens: 4, Number of accepted tokens: 200, Number of draft tokens: 400, Number of emitted tokens: 300.
@@ -143,7 +144,8 @@ def test_cli_reports_skipped_lines_and_keeps_the_rest(tmp_path):
 FUZZ_COUNT = {"n": 0}
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.one_of(st.binary(max_size=2000),
                       st.text(max_size=2000).map(lambda t: t.encode("utf-8", "surrogatepass")),
                       st.sampled_from([VLLM_ERAS, SGLANG, PROM]).flatmap(
@@ -160,6 +162,11 @@ def test_fuzz_no_exception_escapes(tmp_path, data, fmt):
         assert str(p) in str(exc) or "trace" in str(exc)
         return
     assert isinstance(res.records, list)
+
+
+def test_fuzz_count_recorded(figure):
+    figure(f"fuzz: every importer ({len(PARSERS)} formats)", inputs=FUZZ_COUNT["n"], crashes=0)
+    assert FUZZ_COUNT["n"] > 0
 
 
 SGLANG_BENCH = (

@@ -8,6 +8,7 @@ outside ``COVERED`` gets a clear warning and no patching: the engine runs untouc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from dataclasses import dataclass
@@ -105,6 +106,29 @@ class LazyRecorder:
         except Exception:
             if self.recorder is not None:
                 self.recorder._hook_error()
+
+    @contextlib.contextmanager
+    def phase(self, make: Any, name: str):
+        """Time the engine code inside as phase ``name``; a timer failure is counted, never
+        raised, and never stops the engine code from running."""
+        timer = None
+        try:
+            if self.recorder is None:
+                self.recorder = make()
+            timer = self.recorder.phase(name)
+            timer.__enter__()
+        except Exception:
+            timer = None
+            if self.recorder is not None:
+                self.recorder._hook_error()
+        try:
+            yield
+        finally:
+            if timer is not None:
+                try:
+                    timer.__exit__(None, None, None)
+                except Exception:
+                    self.recorder._hook_error()
 
 
 def _cuda() -> bool:

@@ -1,7 +1,8 @@
 """SGLang: wrap EAGLE verify (``eagle_utils.eagle_sample``) and record, per request, the
 accepted count and whether the greedy verify path ran for requests that asked for sampling
 (the HIP-without-rejection-sampling case). No host sync: counts stay device tensors; request
-parameters come from the requests' own host-side sampling params.
+parameters come from the requests' own host-side sampling params. The call itself is timed as
+the ``verify_sample`` phase.
 """
 
 from __future__ import annotations
@@ -55,15 +56,17 @@ def install(recorder: Any = None) -> list[str]:
     lazy = LazyRecorder(recorder)
 
     def eagle_sample(verify_input, batch, logits_output, *args, **kwargs):
-        result = original(verify_input, batch, logits_output, *args, **kwargs)
-        lazy.record(
-            lambda: default_recorder(
+        def make():
+            return default_recorder(
                 "sglang", algorithm="eagle", num_steps=int(verify_input.spec_steps),
                 topk=int(verify_input.topk), num_draft_tokens=int(verify_input.draft_token_num),
                 backend="hip" if module._is_hip else ("cuda" if module._is_cuda else "cpu"),
-                verify_mode=schema.TARGET_TEMPERATURE),
-            lambda rec: record_eagle_sample(rec, verify_input, batch, result,
-                                            verify_mode_used(module, batch)))
+                verify_mode=schema.TARGET_TEMPERATURE)
+
+        with lazy.phase(make, "verify_sample"):  # CUDA events on a GPU: no sync
+            result = original(verify_input, batch, logits_output, *args, **kwargs)
+        lazy.record(make, lambda rec: record_eagle_sample(rec, verify_input, batch, result,
+                                                          verify_mode_used(module, batch)))
         return result
 
     eagle_sample._specscope = True

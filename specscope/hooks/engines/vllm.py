@@ -93,23 +93,8 @@ def install(recorder: Any = None) -> list[str]:
             verify_mode=schema.SPECULATIVE_SAMPLING)
 
     def forward(self, metadata, draft_probs, logits, sampling_metadata, *args, **kwargs):
-        phase = None
-        try:
-            if lazy.recorder is None:
-                lazy.record(make(metadata), lambda rec: None)
-            if lazy.recorder is not None:
-                phase = lazy.recorder.phase("verify_sample")
-                phase.__enter__()
-        except Exception:
-            phase = None
-        try:
+        with lazy.phase(make(metadata), "verify_sample"):
             out = original(self, metadata, draft_probs, logits, sampling_metadata, *args, **kwargs)
-        finally:
-            if phase is not None:
-                try:
-                    phase.__exit__(None, None, None)
-                except Exception:
-                    pass
         lazy.record(make(metadata), lambda rec: record_rejection(
             rec, metadata, sampling_metadata, out.sampled_token_ids, _BATCH.get()))
         return out
