@@ -8,8 +8,9 @@ with ``SPECSCOPE_VLLM=1``, patches every engine process:
 - ``RejectionSampler.forward`` is timed as the ``verify_sample`` phase (CUDA events, resolved
   later) and recorded per request: drafted and accepted counts and the mode the batch ran
   (``all_greedy`` / ``all_random`` from the sampling metadata, host booleans; in a mixed
-  batch, per row from its temperature, as vLLM's sampler chooses). Accepted counts come from the output token ids on the device (placeholder -1
-  after the last committed token): no host sync.
+  batch, per row from its temperature, as vLLM's sampler chooses). Accepted counts come from
+  the output token ids on the device (placeholder -1 after the last committed token): no host
+  sync.
 
 Outside ``_sample`` (a direct call), requests are named by their row and their temperatures
 recorded as unknown (NaN).
