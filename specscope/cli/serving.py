@@ -21,6 +21,7 @@ def _cmd_serve_engine(args: argparse.Namespace) -> int:
                          config=_spec_config(args), max_batch=args.max_batch,
                          max_queue=args.max_queue, seed=args.seed, stats_every=args.stats_every,
                          hooks=not args.no_hooks, trace=args.trace, run_id=args.run_id or "",
+                         collector_url=args.collector,
                          labels=dict(kv.split("=", 1) for kv in args.label))
     return serve_engine(opts, host=args.host, port=args.port)
 
@@ -79,6 +80,9 @@ def add_parsers(sub, add_model_flags) -> None:
     se.add_argument("--no-hooks", action="store_true", help="serve without the recorder "
                     "(the hooks-off baseline)")
     se.add_argument("--trace", default=None, help="write every record to this JSONL trace")
+    se.add_argument("--collector", default=None, metavar="tcp://HOST:PORT",
+                    help="send records to a running `specscope serve` instead of aggregating "
+                    "them here (its /metrics then serves them)")
     se.add_argument("--run-id", default=None)
     se.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                     help="a label on the run record (repeatable)")

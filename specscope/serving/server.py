@@ -32,6 +32,9 @@ class EngineOptions:
     stats_every: int = 8  #: sampling-truth statistics on one verify step in N
     hooks: bool = True  #: False serves with no recorder at all (the hooks-off baseline)
     trace: str | None = None  #: JSONL trace of everything recorded
+    #: send records to a running `specscope serve` (tcp://HOST:PORT) instead of aggregating
+    #: them in this process; /metrics is then served by that collector
+    collector_url: str | None = None
     run_id: str = ""
     labels: dict[str, str] = field(default_factory=dict)
 
@@ -46,11 +49,16 @@ class Engine:
         pair = load_pair(opts.model, opts.draft, seed=opts.seed, tokenizer=opts.tokenizer)
         cfg = opts.config
         self.run_id = opts.run_id or f"serve-{cfg.config_id}-{uuid.uuid4().hex[:8]}"
-        self.collector = Collector()
+        self.collector = None if opts.collector_url else Collector()
         self.recorder = None
         self.writer = None
         if opts.hooks:
-            sinks: list[Any] = [self.collector]
+            if opts.collector_url:
+                from ..collector.transport import ZmqSink
+
+                sinks: list[Any] = [ZmqSink(opts.collector_url)]
+            else:
+                sinks = [self.collector]
             if opts.trace:
                 from ..exporters.trace import TraceWriter
 
@@ -75,7 +83,8 @@ class Engine:
         self.scheduler.close()
         if self.recorder is not None:
             self.recorder.close()
-        self.collector.close()
+        if self.collector is not None:
+            self.collector.close()
 
 
 def serve_engine(opts: EngineOptions, *, host: str = "127.0.0.1", port: int = 8000) -> int:

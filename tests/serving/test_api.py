@@ -120,3 +120,30 @@ def test_a_full_queue_answers_503():
             assert r.status_code == 503 and "queue full" in r.json()["error"]["message"]
     finally:
         eng.close()
+
+
+def test_records_can_go_to_an_external_collector():
+    pytest.importorskip("zmq")
+    from specscope.collector.service import Collector
+    from specscope.collector.transport import ZmqReceiver
+
+    collector = Collector()
+    receiver = ZmqReceiver(collector, "tcp://127.0.0.1:0").start()
+    eng = Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=3),
+                               collector_url=receiver.endpoint))
+    try:
+        with TestClient(eng.app()) as c:
+            r = c.post("/v1/completions", json={"prompt": [3, 4, 5], "max_tokens": 12,
+                                                "ignore_eos": True})
+            assert r.json()["usage"]["completion_tokens"] == 12
+            assert c.get("/metrics").status_code == 404  # served by the external collector
+    finally:
+        eng.close()  # flushes the recorder into the sink
+    import time
+
+    deadline = time.time() + 10
+    while time.time() < deadline and not collector.snapshot().totals:
+        time.sleep(0.05)
+    receiver.close()
+    (stats,) = collector.snapshot().totals.values()
+    assert stats.num_requests == 1 and stats.output_tokens == 12 and stats.num_steps > 0
