@@ -141,8 +141,11 @@ def test_records_can_go_to_an_external_collector():
         eng.close()  # flushes the recorder into the sink
     import time
 
-    deadline = time.time() + 10
-    while time.time() < deadline and not collector.snapshot().totals:
+    def requests_seen():
+        return sum(s.num_requests for s in collector.snapshot().totals.values())
+
+    deadline = time.time() + 15  # batches arrive in their own time; wait for the last one
+    while time.time() < deadline and requests_seen() < 1:
         time.sleep(0.05)
     receiver.close()
     (stats,) = collector.snapshot().totals.values()
