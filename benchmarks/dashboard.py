@@ -9,28 +9,14 @@ import statistics
 import tempfile
 import time
 
+from specscope.dashboard.browser import chromium, paths, wait_settled
+
 from .collector import _synthetic_verify_parquet
 from .common import Row
 
 PAGES = ("/", "/truth", "/profile")
 
 
-def _browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--window-size=1300,1400"):
-        opts.add_argument(arg)
-    return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
-
-
-SETTLED = ("return document.querySelector('[data-dash-is-loading=\"true\"]') === null"
-           " && document.querySelector('#page .card') !== null"
-           " && document.querySelectorAll('#page .dash-graph').length ==="
-           " document.querySelectorAll('#page .dash-graph .js-plotly-plot').length")
 CALLBACKS = ("return performance.getEntriesByType('resource')"
              ".filter(e => e.name.includes('_dash-update-component')).map(e => e.duration)")
 PAINT = ("var p = performance.getEntriesByName('first-contentful-paint');"
@@ -39,17 +25,14 @@ PAINT = ("var p = performance.getEntriesByName('first-contentful-paint');"
 
 def _measure(url: str, reps: int) -> tuple[list[float], list[float], list[float]]:
     """(figures drawn s, first contentful paint s, callback ms) over ``reps`` loads of each page."""
-    driver = _browser()
+    driver = chromium(1300, 1400)
     drawn, paint, callbacks = [], [], []
     try:
         for i in range(reps + 1):
             for page in PAGES:
                 t0 = time.perf_counter()
                 driver.get(url + page)
-                while not driver.execute_script(SETTLED):
-                    if time.perf_counter() - t0 > 120:
-                        raise TimeoutError(f"{page} did not settle")
-                    time.sleep(0.01)
+                wait_settled(driver, timeout=120)
                 if i == 0:
                     continue  # warm-up: browser cache, server caches
                 drawn.append(time.perf_counter() - t0)
@@ -68,7 +51,7 @@ def _p95(xs: list[float]) -> float:
 
 
 def bench_dashboard(reps: int) -> list[Row]:
-    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+    if not all(paths()):
         return [Row("dashboard page load and callback p95", "not run", "", "", "≤ 2 s, ≤ 150 ms",
                     "n/a", "needs Debian's chromium and chromium-driver")]
     from specscope.dashboard import TraceSource, create_app

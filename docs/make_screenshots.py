@@ -11,45 +11,17 @@ from __future__ import annotations
 import sys
 import time
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
-from selenium.webdriver.common.by import By
-from selenium.webdriver.common.keys import Keys
-
-
-def settle(driver, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not driver.execute_script(
-                "return document.querySelector('[data-dash-is-loading=\"true\"]') !== null"
-                " || document.querySelector('#page .card') === null"
-                " || document.querySelectorAll('#page .dash-graph').length !=="
-                " document.querySelectorAll('#page .dash-graph .js-plotly-plot').length"):
-            time.sleep(1.0)
-            return
-        time.sleep(0.3)
+from specscope.dashboard.browser import chromium, select_runs, wait_settled
 
 
 def main(url: str, page: str, out: str, *runs: str) -> None:
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = "/usr/bin/chromium"
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--window-size=1300,1500"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    driver = chromium(1300, 1500)
     try:
         driver.get(url.rstrip("/") + page)
-        settle(driver)
+        wait_settled(driver)
         if runs:
-            driver.find_element(By.CSS_SELECTOR, "#runs .dash-dropdown-clear").click()
-            driver.find_element(By.ID, "runs").click()
-            time.sleep(0.5)
-            for opt in driver.find_elements(By.CSS_SELECTOR, "[role=option]"):
-                if any(r in opt.text for r in runs):
-                    opt.click()
-            driver.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)
-            time.sleep(1.0)
-            settle(driver)
+            select_runs(driver, runs)
+        time.sleep(1.0)
         height = driver.execute_script(
             "return Math.max(document.body.scrollHeight, document.documentElement.scrollHeight,"
             " document.querySelector('#page').getBoundingClientRect().bottom + 20)")

@@ -73,11 +73,9 @@ def golden(request):
 @pytest.fixture
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
-    import socket
+    from specscope.serving.harness import free_port as pick
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return pick()
 
 
 # ------------------------------------------------------------------ reliability figures

@@ -18,11 +18,9 @@ def _get(url):
 
 
 def test_demo_flags_the_fault_and_stops_cleanly(tmp_path, free_port):
-    import socket
+    from specscope.serving.harness import free_port as pick
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        metrics_port = s.getsockname()[1]
+    metrics_port = pick()
     proc = subprocess.Popen([sys.executable, "-m", "specscope", "demo", "--model", "tiny",
                              "--duration", "300", "--no-prometheus", "--port", str(free_port),
                              "--metrics-port", str(metrics_port), "-o", str(tmp_path / "demo")],

@@ -15,6 +15,7 @@ import urllib.parse
 import urllib.request
 from collections import defaultdict
 
+from .. import schema
 from ..collector.histogram import Histogram
 from ..collector.report import stats_section, window_figures
 from ..collector.service import LABELS
@@ -138,8 +139,6 @@ def _views(history: list[tuple[float, dict[tuple, SpecStats], dict]], source: st
                 windows.append(window_figures(t0, t1 - t0, _minus(cur[key], prev.get(key, SpecStats()))))
         labels = dict(zip(LABELS, key))
         kinds = active.get(key, [])
-        from .. import schema
-
         anomalies = [schema.AnomalyRecord(run_id="", kind=k, severity="critical",
                                           message=f"{k} active (from {source})") for k in kinds]
         run = {"run_id": "/".join(f"{k}={v}" for k, v in labels.items() if v),

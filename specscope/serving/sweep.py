@@ -239,7 +239,7 @@ def run_point(point: Point, out_dir: Path, *, model: str, draft: str, tokenizer:
     result = PointResult(point, path, run_id)
     result.figures["tokens_by_index"] = {int(k.rsplit(":", 1)[1]): tuple(v.output_token_ids)
                                          for k, v in server.items()}
-    report = build_report(read_trace(path).records)
+    report = build_report([*records, *extra])  # what the trace file now holds
     sec = next(s for s in report["runs"] if (s["run"] or {}).get("run_id") == run_id)
     bench = extra[0].metrics
     result.figures.update(

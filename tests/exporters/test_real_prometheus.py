@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 
 from specscope.collector.stats import SpecStats
 from specscope.exporters.trace import read_trace
+from specscope.serving.harness import free_port as _free_port
 from tests.conftest import ROOT
 
 PROMETHEUS = shutil.which("prometheus")
@@ -24,10 +24,6 @@ pytestmark = pytest.mark.skipif(PROMETHEUS is None,
                                 reason="needs Debian's prometheus package (.ci/run installs it)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _query(port: int, expr: str) -> list[dict]:

@@ -109,11 +109,9 @@ def _wait(cond, timeout=20.0):
 
 
 def test_collector_killed_with_sigkill_keeps_its_trace(tmp_path, free_port, figure):
-    import socket
+    from specscope.serving.harness import free_port as pick
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        mport = s.getsockname()[1]
+    mport = pick()
     trace = tmp_path / "collector.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "specscope", "serve", "--listen",
                              f"tcp://127.0.0.1:{free_port}", "--metrics-port", str(mport),
