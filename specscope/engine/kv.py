@@ -104,8 +104,10 @@ class BatchKV:
         Each row keeps its valid entries in order, left-aligned; shorter rows are padded with
         invalid entries. A long-lived batch otherwise grows by every token ever scored.
         """
+        if self.length <= floor or not self.batch:  # short caches: nothing worth the gather
+            return False
         counts = self.valid.sum(dim=1)
-        keep = int(counts.max()) if self.batch else 0
+        keep = int(counts.max())
         if self.length <= max(floor, slack * keep):
             return False
         order = torch.argsort((~self.valid).to(torch.int8), dim=1, stable=True)[:, :keep]
