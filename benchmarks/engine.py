@@ -161,7 +161,7 @@ def bench_hf(reps: int) -> list[Row]:
     """Hugging Face assisted generation on SmolLM2 (int:4 assistant): adapter on vs off."""
     from specscope.engine.models import load_smollm2
     from specscope.engine.workload import WorkloadSpec, build_requests
-    from specscope.exporters.trace import TraceWriter
+    from specscope.io.trace import TraceWriter
     from specscope.hooks import hf
 
     pair = load_smollm2("int:4")

@@ -16,8 +16,8 @@ _LAZY = {
     "Recorder": ("specscope.hooks", "Recorder"),
     "forbid_sync": ("specscope.hooks", "forbid_sync"),
     "every_n": ("specscope.hooks", "every_n"),
-    "TraceWriter": ("specscope.exporters.trace", "TraceWriter"),
-    "read_trace": ("specscope.exporters.trace", "read_trace"),
+    "TraceWriter": ("specscope.io.trace", "TraceWriter"),
+    "read_trace": ("specscope.io.trace", "read_trace"),
     "build_report": ("specscope.collector.report", "build_report"),
     "SpecStats": ("specscope.collector.stats", "SpecStats"),
 }

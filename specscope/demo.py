@@ -45,7 +45,7 @@ def _engine_loop(opts: DemoOptions, collector: Any, stop: threading.Event,
     from .engine.decoder import SpeculativeDecoder
     from .engine.models import load_pair
     from .engine.workload import WorkloadSpec, build_requests, run_record
-    from .exporters.trace import TraceWriter
+    from .io.trace import TraceWriter
     from .hooks import Recorder
 
     pair = load_pair(opts.model)
@@ -100,7 +100,7 @@ def run_demo(opts: DemoOptions) -> int:
     from .dashboard.data import LiveSource
     from .exporters.http import MetricsServer
 
-    collector = Collector(window_s=5.0, num_windows=120)
+    collector = Collector(window_s=5.0, num_windows=120).start()
     metrics = MetricsServer(collector, host=opts.host, port=opts.metrics_port).start()
     app = create_app(LiveSource(collector, "demo"), title="specscope demo", refresh_s=3.0)
     dash_server = serve(app, opts.host, opts.dashboard_port)

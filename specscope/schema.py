@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 #: Written into every trace file; readers refuse any version not in READABLE_VERSIONS.
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # 2 added spec_counts, sample and benchmark records
+SCHEMA_VERSION = 3
+#: 2 added spec_counts, sample and benchmark records; 3 added per-request speculative figures
+#: and categories on request records, and the draft depth each verify step used.
+READABLE_VERSIONS = (1, 2, 3)
 
 # Sampling modes. "Requested" is what the request and the engine's configuration call for;
 # "used" is what the verify code path says it ran. The sampling-truth statistics check the
@@ -26,6 +28,22 @@ SAMPLING_MODES = (GREEDY, TARGET_TEMPERATURE, SPECULATIVE_SAMPLING, FALLBACK_ARG
 #: Bins of the draft top-1 probability histogram: ten equal bins on [0, 1) plus one bin that
 #: holds only the value exactly 1.0 (a draft whose probabilities were never computed lands there).
 DRAFT_HIST_BINS = 11
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read at all (wrong version, not a trace, wrong format)."""
+
+
+@dataclass
+class Problem:
+    """A line or record that was skipped, with where it was."""
+
+    file: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.message}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +112,10 @@ class VerifyStepRecord:
     t_ns: int  #: host time the step was recorded, ns since the epoch
     batch_size: int
     entries: tuple[VerifyEntry, ...]
+    #: draft depth k this step ran with (draft tokens proposed per request); None where the
+    #: source does not say. Adaptive policies change it from step to step.
+    draft_depth: int | None = None
+    depth_reason: str = ""  #: why k changed at this step ("" = unchanged)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,6 +141,20 @@ class RequestRecord:
     finish_reason: str = ""
     output_token_ids: tuple[int, ...] = ()
     output_text: str = ""
+    category: str = ""  #: workload category ("math", "translation", "code", ...); "" = unknown
+    #: The request's own speculative-decoding figures; None where the source does not give them.
+    num_verify_steps: int | None = None  #: verify steps this request took part in
+    num_draft_tokens: int | None = None  #: draft tokens proposed for it
+    num_accepted_tokens: int | None = None  #: of those, accepted (bonus token excluded)
+    #: steps by acceptance length (index = tokens committed in the step, bonus included)
+    accept_len_hist: tuple[int, ...] = ()
+
+    @property
+    def acceptance_length(self) -> float | None:
+        """Tokens committed per verify step, bonus token included; None when unknown."""
+        if not self.num_verify_steps or self.num_accepted_tokens is None:
+            return None
+        return (self.num_accepted_tokens + self.num_verify_steps) / self.num_verify_steps
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

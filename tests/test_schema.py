@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specscope import schema
-from specscope.exporters._parquet import read_parquet, write_parquet
-from specscope.exporters.trace import read_trace, write_trace
+from specscope.io.parquet import read_parquet, write_parquet
+from specscope.io.trace import read_trace, write_trace
 
 ints = st.integers(min_value=0, max_value=2**40)
 small = st.integers(min_value=0, max_value=64)

@@ -31,14 +31,14 @@ def _cmd_record(args: argparse.Namespace) -> int:
     pair = load_pair(args.model, args.draft, seed=args.seed)
     sinks, server = [], None
     if args.collector:
-        from ..collector.transport import ZmqSink
+        from ..io.wire import ZmqSink
 
         sinks.append(ZmqSink(args.collector))
     if args.metrics_port is not None:
         from ..collector.service import Collector
         from ..exporters.http import MetricsServer
 
-        collector = Collector()
+        collector = Collector().start()
         sinks.append(collector)
         server = MetricsServer(collector, host=args.metrics_host, port=args.metrics_port).start()
         print(f"metrics at {server.url}", flush=True)
@@ -59,7 +59,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
 
 def _measured_runs(path: str) -> list:
     from ..collector.compare import run_sample
-    from ..exporters.trace import read_trace
+    from ..io.trace import read_trace
     from .. import schema
 
     records = read_trace(path).records
@@ -127,7 +127,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     pair = load_pair(args.model, args.draft, seed=args.seed)
     breakdown, records = profile_workload(pair, cfg, spec, args.output)
     if args.record:
-        from ..exporters.trace import write_trace
+        from ..io.trace import write_trace
 
         write_trace(args.record, records)
     print(format_breakdown(breakdown))
@@ -143,7 +143,7 @@ def _cmd_wrap(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from ..collector.report import build_report, format_report
-    from ..exporters.trace import read_trace
+    from ..io.trace import read_trace
 
     trace = read_trace(args.trace)
     baseline = read_trace(args.baseline).records if args.baseline else None
@@ -159,7 +159,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from ..collector.serve import serve
+    from ..exporters.serve import serve
 
     return serve(listen=args.listen, metrics_host=args.metrics_host,
                  metrics_port=args.metrics_port, trace=args.trace,
@@ -214,7 +214,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from ..exporters.replay import replay
 
     speed = None if args.speed == "max" else float(args.speed)
-    collector = Collector()
+    collector = Collector().start()
     server = None
     if args.metrics_port is not None:
         from ..exporters.http import MetricsServer
@@ -222,6 +222,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         server = MetricsServer(collector, host=args.metrics_host, port=args.metrics_port).start()
         print(f"metrics at {server.url}", flush=True)
     stats = replay(args.trace, collector, speed=speed, progress=not args.quiet)
+    collector.tick()
     rate = stats.records / stats.seconds if stats.seconds else float("inf")
     print(f"replayed {stats.records} records ({stats.entries} verify entries) in "
           f"{stats.seconds:.2f} s, {rate:,.0f} records/s; {stats.problems} unreadable", flush=True)
@@ -232,7 +233,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_compact(args: argparse.Namespace) -> int:
-    from ..exporters._parquet import compact
+    from ..io.trace import compact
 
     out = compact(args.trace, args.output)
     print(f"parquet trace written to {out}")

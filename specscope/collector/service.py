@@ -1,8 +1,10 @@
 """The Collector: aggregates records from many engine processes; never imports torch or dash.
 
 Totals are cumulative counters per label set (the run's configuration and the engine rank);
-sliding windows, bucketed by the records' own time, serve live views; detectors run on each
-snapshot. Impossible inputs are clamped and counted; too many label sets fold into one
+sliding windows, bucketed by the records' own time, serve live views. Detectors run on the
+collector's own tick (``tick()``, every ``tick_s`` once ``start()`` is called), never per batch
+or per scrape, so what ``/metrics`` says does not depend on how often it is read:
+``snapshot()`` has no side effects. Impossible inputs are clamped and counted; too many label sets fold into one
 ``other`` set and are counted. The Collector is a Recorder sink (``write``), so it runs in
 process, or behind the ZeroMQ receiver as ``specscope serve``.
 """
@@ -44,7 +46,8 @@ class Collector:
 
     def __init__(self, *, window_s: float = 10.0, num_windows: int = 60,
                  max_label_sets: int = 64, detectors: Sequence[Any] = DEFAULT_DETECTORS,
-                 sinks: Iterable[Any] = (), keep_samples: bool = False) -> None:
+                 sinks: Iterable[Any] = (), keep_samples: bool = False,
+                 tick_s: float = 1.0, clock_ns: Any = time.time_ns) -> None:
         self.window_ns = int(window_s * 1e9)
         self.num_windows = num_windows
         self.max_label_sets = max_label_sets
@@ -60,23 +63,34 @@ class Collector:
         self.health: collections.Counter = collections.Counter()
         self._pids: dict[int, str] = {os.getpid(): "collector"}
         self.trailing = AcceptanceRegressionDetector()
+        self.tick_s = tick_s
+        self.clock_ns = clock_ns
+        self._anomalies: list[tuple[tuple, schema.AnomalyRecord]] = []
+        self.num_ticks = 0
+        self._tick_stop = threading.Event()
+        self._ticker: threading.Thread | None = None
 
     # ------------------------------------------------------------------ ingest
+    accepts_columns = True  #: a Recorder hands it VerifyColumns, not per-entry records
+
     def write(self, records: Sequence[Any]) -> None:
         """Sink interface: observe a batch of records."""
         self.observe(records)
 
     def observe(self, records: Iterable[Any]) -> None:
+        """Fold records (and VerifyColumns) in."""
         records = list(records)
         verify = [r for r in records if isinstance(r, schema.VerifyStepRecord)]
+        columns = [r for r in records if isinstance(r, VerifyColumns)]
         with self._lock:
             for r in records:
                 if isinstance(r, schema.RunRecord):
                     self._runs[r.run_id] = r
-            for cols in VerifyColumns.from_records(verify):
+            for cols in VerifyColumns.from_records(verify) + columns:
                 self._observe_columns(cols)
+                self.health["verify_entries_observed"] += len(cols)
             for r in records:
-                if isinstance(r, (schema.VerifyStepRecord, schema.RunRecord)):
+                if isinstance(r, (schema.VerifyStepRecord, schema.RunRecord, VerifyColumns)):
                     continue
                 if isinstance(r, schema.HookHealthRecord):
                     self.health["hook_records_dropped"] += (r.num_dropped_ring_full
@@ -91,7 +105,7 @@ class Collector:
                     or getattr(r, "t_start_ns", None)
                 if t_ns:
                     self._window(self._key(run_id, getattr(r, "rank", 0)), t_ns).observe(r)
-            self.health["records_observed"] += len(records)
+            self.health["records_observed"] += len(records) - len(columns)
         for sink in self.sinks:
             try:
                 sink.write(records)
@@ -119,7 +133,7 @@ class Collector:
 
         for b in np.unique(buckets).tolist():
             part = SpecStats(keep_samples=False)
-            observe_columns(part, _select(cols, buckets == b))
+            observe_columns(part, cols.select(buckets == b))
             self._merge_window(key, b * self.window_ns, part)
 
     def _merge_window(self, key: tuple, t_ns: int, stats: SpecStats) -> None:
@@ -162,49 +176,73 @@ class Collector:
         return stats
 
     # ------------------------------------------------------------------ views
+    def tick(self) -> list[tuple[tuple, schema.AnomalyRecord]]:
+        """Run the detectors once over the current state and count anomalies that started.
+
+        Called by the collector's own ticker (``start()``) at a fixed interval; tests and
+        offline tools call it directly.
+        """
+        with self._lock:
+            totals = {k: SpecStats(keep_samples=self.keep_samples).merge(v)
+                      for k, v in self._totals.items()}
+            windows = {k: [s for _, s in sorted(b.items())] for k, b in self._windows.items()}
+        active = []
+        for key, stats in totals.items():
+            for d in self.detectors:
+                for a in d.check(stats):
+                    active.append((key, a))
+            # the latest window against the windows before it
+            for a in self.trailing.check_windows(windows.get(key, [])):
+                active.append((key, a))
+        with self._lock:
+            now = {(k, a.kind) for k, a in active}
+            for started in now - self._active:
+                self._anomaly_counts[started] += 1
+            self._active = now
+            self._anomalies = active
+            self.num_ticks += 1
+        return active
+
+    def start(self) -> "Collector":
+        """Run ``tick()`` every ``tick_s`` seconds on a daemon thread."""
+        if self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick_loop, name="specscope-detectors",
+                                            daemon=True)
+            self._ticker.start()
+        return self
+
+    def _tick_loop(self) -> None:
+        while not self._tick_stop.wait(self.tick_s):
+            try:
+                self.tick()
+            except Exception:
+                self.health["detector_errors"] += 1
+
     def snapshot(self) -> Snapshot:
-        """Copies of the state, detectors run, process facts sampled."""
+        """Copies of the state and of the anomalies found at the last tick; no side effects."""
         with self._lock:
             totals = {k: SpecStats(keep_samples=self.keep_samples).merge(v)
                       for k, v in self._totals.items()}
             windows = {k: [(t, SpecStats(keep_samples=False).merge(s)) for t, s in sorted(b.items())]
                        for k, b in self._windows.items()}
             runs = dict(self._runs)
-            active = []
-            for key, stats in totals.items():
-                for d in self.detectors:
-                    for a in d.check(stats):
-                        active.append((key, a))
-                # the latest window against the windows before it
-                series = [w for _, w in windows.get(key, [])]
-                for a in self.trailing.check_windows(series):
-                    active.append((key, a))
-            now = {(k, a.kind) for k, a in active}
-            for started in now - self._active:
-                self._anomaly_counts[started] += 1
-            self._active = now
+            active = list(self._anomalies)
             counts = dict(self._anomaly_counts)
             health = dict(self.health)
             pids = dict(self._pids)
-        return Snapshot(t_ns=time.time_ns(), totals=totals, windows=windows, runs=runs,
+        return Snapshot(t_ns=self.clock_ns(), totals=totals, windows=windows, runs=runs,
                         anomalies=active, anomaly_counts=counts, health=health,
                         processes=_process_facts(pids))
 
     def close(self) -> None:
+        self._tick_stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=5)
         for sink in self.sinks:
             try:
                 sink.close()
             except Exception:
                 self.health["sink_errors"] += 1
-
-
-def _select(cols: VerifyColumns, mask) -> VerifyColumns:
-    import dataclasses
-
-    arrays = {f.name: getattr(cols, f.name)[mask] for f in dataclasses.fields(cols)
-              if f.name not in ("run_id", "config_id", "rank", "num_steps")}
-    return VerifyColumns(run_id=cols.run_id, config_id=cols.config_id, rank=cols.rank,
-                         num_steps=0, **arrays)
 
 
 def _process_facts(pids: dict[int, str]) -> list[dict[str, Any]]:

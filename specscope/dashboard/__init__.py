@@ -7,6 +7,7 @@ endpoint, or a Prometheus server's HTTP API).
 """
 
 from .app import create_app, run_dashboard
-from .data import LiveSource, MetricsSource, TraceSource
+from .data import LiveSource, TraceSource
+from .promsource import MetricsSource
 
 __all__ = ["create_app", "run_dashboard", "LiveSource", "MetricsSource", "TraceSource"]

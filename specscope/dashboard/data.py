@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 from .. import schema
 from ..collector.report import build_report, stats_section, window_figures
 from ..collector.stats import SpecStats
-from ..exporters.trace import TraceError
+from ..schema import TraceError
 
 #: traces with more verify records than this are aggregated column-wise (no per-request samples)
 RECORDS_LIMIT = 200_000
@@ -149,7 +149,7 @@ def load_trace(p: Path) -> tuple[list[RunView], list[str]]:
     if p.is_dir() and _verify_rows(p) > RECORDS_LIMIT:
         return _aggregate_trace(p), []
     from ..collector.phases import phase_breakdown
-    from ..exporters.trace import read_trace
+    from ..io.trace import read_trace
 
     trace = read_trace(p)
     report = build_report(trace.records, problems=trace.problems)
@@ -175,6 +175,7 @@ def _aggregate_trace(p: Path) -> list[RunView]:
 
     collector = Collector(window_s=1.0, num_windows=1_000_000, max_label_sets=256)
     replay([p], collector, progress=False)
+    collector.tick()
     return snapshot_views(collector.snapshot(), str(p), max_windows=240)
 
 
@@ -229,29 +230,6 @@ class LiveSource:
 
     def runs(self) -> list[RunView]:
         return snapshot_views(self.collector.snapshot(), self.name)
-
-
-@dataclass
-class MetricsSource:
-    """A specscope ``/metrics`` endpoint (a collector over HTTP), polled; or a Prometheus server
-    (``prometheus=True``) asked for the same counters through its HTTP API."""
-
-    url: str
-    prometheus: bool = False
-    problems: list[str] = field(default_factory=list)
-    kind: str = "metrics"
-
-    def runs(self) -> list[RunView]:
-        from .promsource import views_from_metrics, views_from_prometheus
-
-        try:
-            if self.prometheus:
-                return views_from_prometheus(self.url)
-            return views_from_metrics(self.url)
-        except OSError as exc:
-            self.problems = [f"{self.url}: {exc}"]
-            return []
-
 
 
 def load_accuracy(path: str | os.PathLike) -> dict[str, dict[str, float]]:

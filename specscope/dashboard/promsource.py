@@ -14,6 +14,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 from .. import schema
 from ..collector.histogram import Histogram
@@ -195,3 +196,21 @@ def views_from_prometheus(url: str, minutes: float = 30, points: int = 120) -> l
     return _views(history, url)
 
 
+@dataclass
+class MetricsSource:
+    """A specscope ``/metrics`` endpoint (a collector over HTTP), polled; or a Prometheus server
+    (``prometheus=True``) asked for the same counters through its HTTP API."""
+
+    url: str
+    prometheus: bool = False
+    problems: list[str] = field(default_factory=list)
+    kind: str = "metrics"
+
+    def runs(self) -> list[RunView]:
+        try:
+            if self.prometheus:
+                return views_from_prometheus(self.url)
+            return views_from_metrics(self.url)
+        except OSError as exc:
+            self.problems = [f"{self.url}: {exc}"]
+            return []

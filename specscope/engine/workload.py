@@ -20,7 +20,7 @@ import torch
 
 from .. import schema
 from ..collector import evalgate
-from ..exporters.trace import TraceWriter
+from ..io.trace import open_writer
 from ..hooks import Recorder, every_n
 from .decoder import Output, Request, SpecConfig, SpeculativeDecoder
 from .models import ModelPair
@@ -149,7 +149,7 @@ def run_workload(pair: ModelPair, cfg: SpecConfig, spec: WorkloadSpec, out_path:
 
     run_id = run_id or f"{cfg.config_id}{'-' + cfg.fault if cfg.fault else ''}-{uuid.uuid4().hex[:8]}"
     reqs, prompts = build_requests(pair, spec)
-    writer = TraceWriter(out_path)
+    writer = open_writer(out_path)
     out_sinks = [writer, *sinks]
     total = len(reqs) * (2 if spec.reference and cfg.num_steps else 1)
     bar = tqdm(total=total, desc=f"decoding {cfg.config_id}", unit="req", disable=not progress)

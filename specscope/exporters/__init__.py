@@ -1,5 +1,4 @@
-"""Exporters: trace files (JSONL stream, Parquet). Imports pyarrow only when Parquet is used."""
+"""Exporters: Prometheus text, alert rules, Grafana boards, Chrome/Perfetto traces and replay.
 
-from .trace import Problem, Trace, TraceError, TraceWriter, read_trace, write_trace
-
-__all__ = ["Problem", "Trace", "TraceError", "TraceWriter", "read_trace", "write_trace"]
+Trace files and the wire live one floor down, in ``specscope.io``.
+"""

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from .trace import Problem, Trace, iter_jsonl
+from ..io.trace import Trace, iter_jsonl
+from ..schema import Problem
 
 
 @dataclass
@@ -34,7 +35,7 @@ def _batches(paths: Sequence[str | os.PathLike], batch: int,
     for p in paths:
         p = Path(p)
         if p.is_dir() or p.suffix == ".parquet":
-            from ._parquet import _files, iter_verify_columns, read_parquet
+            from ..io.parquet import _files, iter_verify_columns, read_parquet
 
             others = [r for f in _files(p) if f.relative_to(p if p.is_dir() else p.parent).parts[0] != "verify"
                       for r in read_parquet(f)]

@@ -22,6 +22,7 @@ from typing import Any, Iterator
 import torch
 
 from .. import schema
+from .guard import SPECSCOPE_ERRORS, guarded_phase
 
 _ids = itertools.count()
 
@@ -52,24 +53,20 @@ def attach(recorder: Any, model: Any = None) -> Iterator[None]:
     state: dict[str, Any] = {"request": None, "draft_phase": None}
 
     def get_candidates(self, input_ids, *args, **kwargs):
-        phase = recorder.phase("draft")
-        phase.__enter__()
-        try:
+        with guarded_phase(lambda: recorder.phase("draft"), recorder.count_error):
             out = orig_get(self, input_ids, *args, **kwargs)
-        finally:
-            phase.__exit__(None, None, None)
         try:
             self._specscope_lengths = (input_ids.shape[1], out[0].shape[1], out[1] is not None)
             state["t_verify"] = (time.time_ns(), time.perf_counter_ns())
-        except Exception:
-            recorder._hook_error()
+        except SPECSCOPE_ERRORS:
+            recorder.count_error()
         return out
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):
         try:
             _record_step(self, recorder, state, input_ids, scores, num_matches)
-        except Exception:
-            recorder._hook_error()
+        except SPECSCOPE_ERRORS:
+            recorder.count_error()
         return orig_update(self, input_ids, scores, num_matches)
 
     cls.get_candidates = get_candidates
@@ -143,5 +140,5 @@ def _finish(recorder: Any, req: _Request) -> None:
             t_finish_ns=chunks[-1][0] if chunks else now, num_prompt_tokens=req.prompt_len,
             num_output_tokens=sum(n for _, n in chunks),
             chunk_times_ns=tuple(t for t, _ in chunks), chunk_num_tokens=tuple(n for _, n in chunks)))
-    except Exception:
-        recorder._hook_error()
+    except SPECSCOPE_ERRORS:
+        recorder.count_error()

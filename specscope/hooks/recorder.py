@@ -9,13 +9,18 @@ the recorder disables itself past ``max_errors``. Nothing here ever raises into 
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
 import time
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
+import numpy as np
 import torch
 
 from .. import schema
+from ..io.columns import HAS_HIST as _HAS_HIST
+from ..io.columns import HAS_TRUTH as _HAS_TRUTH
+from ..io.columns import Strings, VerifyColumns
 from . import stats as _stats
 from .timing import PhaseTimer
 
@@ -35,7 +40,11 @@ def every_n(n: int) -> StepPolicy:
 
 
 class Sink(Protocol):
-    """Where drained records go (a trace writer, a collector, a network client)."""
+    """Where drained records go (a trace writer, a collector, a network client).
+
+    A sink whose ``accepts_columns`` is true receives verify steps as ``VerifyColumns`` (one
+    per drain, no Python object per request entry); any other gets ``VerifyStepRecord``s.
+    """
 
     def write(self, records: Sequence[Any]) -> None: ...
 
@@ -79,6 +88,7 @@ class Recorder:
         self._cuda = self.device.type == "cuda"
         self._host = torch.zeros(ring_slots, max_batch, _stats.ROW_WIDTH, dtype=torch.float32,
                                  pin_memory=self._cuda)
+        self._host_np = self._host.numpy()  # the same memory, read by the drain side
         self._free: collections.deque[int] = collections.deque(range(ring_slots))
         self._pending: collections.deque[tuple] = collections.deque()
         self._out: collections.deque[Any] = collections.deque()
@@ -90,7 +100,9 @@ class Recorder:
         self.num_dropped_out_full = 0
         self.num_hook_errors = 0
         self.num_sink_errors = 0
-        self.phases = PhaseTimer(self)
+        self.phases = PhaseTimer(run_id=run.run_id, rank=rank, device=self.device,
+                                 emit=self._emit, on_error=self.count_error,
+                                 is_enabled=lambda: self.enabled)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._closed = False
@@ -113,6 +125,8 @@ class Recorder:
         draft_top1_probs: torch.Tensor | None = None,
         step: int | None = None,
         logits_processed: bool = False,
+        draft_depth: int | None = None,
+        depth_reason: str = "",
     ) -> None:
         """Record one verify step of a batch. Never syncs, never blocks, never raises.
 
@@ -124,20 +138,23 @@ class Recorder:
         sampling-truth statistics; ``draft_top1_probs`` ``[B, D]`` the draft-health histogram.
         ``logits_processed``: the logits already are the sampling distribution's (temperature and
         top-k/top-p applied, as Hugging Face's logits processors leave them), so the statistics
-        take them as they are.
+        take them as they are. ``draft_depth``: the k this step ran with (an adaptive policy
+        changes it; ``depth_reason`` says why, on the step where it changed).
         """
         if not self.enabled:
             return
         try:
             self._record_verify(request_ids, num_accepted, num_drafted, temperature, top_p, top_k,
                                 mode_used, num_draft_tokens, committed_tokens, target_logits,
-                                draft_top1_probs, step, logits_processed)
-        except Exception:
-            self._hook_error()
+                                draft_top1_probs, step, logits_processed, draft_depth,
+                                depth_reason)
+        except (Exception, SystemExit):
+            self.count_error()
 
     def _record_verify(self, request_ids, num_accepted, num_drafted, temperature, top_p, top_k,
                        mode_used, num_draft_tokens, committed_tokens, target_logits,
-                       draft_top1_probs, step, logits_processed=False) -> None:
+                       draft_top1_probs, step, logits_processed=False, draft_depth=None,
+                       depth_reason="") -> None:
         batch = len(request_ids)
         if step is None:
             step = self._step
@@ -172,7 +189,8 @@ class Recorder:
                 tuple(top_k) if top_k is not None else None,
                 mode_used if isinstance(mode_used, (str, type(None))) else tuple(mode_used),
                 sampled and committed_tokens is not None and target_logits is not None,
-                sampled and draft_top1_probs is not None)
+                sampled and draft_top1_probs is not None,
+                -1 if draft_depth is None else int(draft_depth), depth_reason)
         self._pending.append((idx, batch, event, meta))
 
     def _pack(self, batch, num_accepted, num_drafted, num_draft_tokens, temperature, top_p,
@@ -216,8 +234,8 @@ class Recorder:
                 step=self._step if step is None else step, t_ns=self.clock_ns(), reason=reason,
                 request_id=request_id, temperature=temperature, top_p=top_p, top_k=top_k,
                 mode_requested=mode_requested, count=count))
-        except Exception:
-            self._hook_error()
+        except (Exception, SystemExit):
+            self.count_error()
 
     def phase(self, name: str, step: int | None = None):
         """Context manager timing one phase: CUDA events on a GPU, perf_counter_ns on the CPU."""
@@ -231,15 +249,21 @@ class Recorder:
             return
         self._out.append(record)
 
-    def _hook_error(self) -> None:
+    def count_error(self) -> None:
+        """Count a failure inside specscope's hooks; past ``max_errors`` the recorder stops."""
         self.num_hook_errors += 1
         if self.num_hook_errors >= self.max_errors:
             self.enabled = False
 
     # ----------------------------------------------------------------- drain side
-    def drain(self, wait: bool = False) -> list[Any]:
-        """Records ready so far. Polls device events; ``wait`` blocks until all are complete."""
+    def drain_columns(self, wait: bool = False) -> tuple[list[Any], VerifyColumns | None]:
+        """Records ready so far and the verify steps among them as one VerifyColumns.
+
+        Polls device events; ``wait`` blocks until all are complete. Nothing here builds a
+        Python object per request entry.
+        """
         with self._drain_lock:
+            rows, metas = [], []
             while self._pending:
                 idx, batch, event, meta = self._pending[0]
                 if event is not None and not event.query():
@@ -248,54 +272,95 @@ class Recorder:
                     event.synchronize()
                 self._pending.popleft()
                 try:
-                    rows = self._host[idx, :batch].tolist()
+                    rows.append(self._host_np[idx, :batch].copy())
                 finally:
                     self._free.append(idx)
-                self._out.append(self._verify_record(rows, meta))
+                metas.append(meta)
                 self.num_recorded += 1
             self.phases.resolve(wait)
             out = []
             while self._out:
                 out.append(self._out.popleft())
-            return out
+        return out, (self._columns(rows, metas) if rows else None)
 
-    def _verify_record(self, rows: list[list[float]], meta: tuple) -> schema.VerifyStepRecord:
-        step, t_ns, ids, temps, top_ps, top_ks, modes, has_truth, has_hist = meta
+    def drain(self, wait: bool = False) -> list[Any]:
+        """Records ready so far, verify steps as VerifyStepRecords (see ``drain_columns``)."""
+        out, cols = self.drain_columns(wait)
+        return out + cols.to_records() if cols is not None else out
+
+    def _columns(self, rows: list[np.ndarray], metas: list[tuple]) -> VerifyColumns:
+        data = np.concatenate(rows) if len(rows) > 1 else rows[0]
+        n = data.shape[0]
+        sizes = [r.shape[0] for r in rows]
+        chain = itertools.chain.from_iterable
+        temps = np.fromiter(chain(m[3] for m in metas), dtype=np.float64, count=n)
+        top_p = np.fromiter(chain(m[4] if m[4] is not None else itertools.repeat(1.0, k)
+                                  for m, k in zip(metas, sizes)), dtype=np.float64, count=n)
+        top_k = np.fromiter(chain(m[5] if m[5] is not None else itertools.repeat(0, k)
+                                  for m, k in zip(metas, sizes)), dtype=np.int64, count=n)
+        names = list(schema.SAMPLING_MODES)
         configured = self.run.verify_mode or schema.SPECULATIVE_SAMPLING
-        entries = []
-        for i, row in enumerate(rows):
-            t = float(temps[i])
-            requested = schema.mode_for(t, configured)
-            used = modes if isinstance(modes, str) else (modes[i] if modes else requested)
-            drafted = int(row[_stats.COL_NUM_DRAFTED])
-            accepted = int(row[_stats.COL_NUM_ACCEPTED])
-            entries.append(schema.VerifyEntry(
-                request_id=str(ids[i]), num_drafted=drafted,
-                num_draft_tokens=int(row[_stats.COL_NUM_DRAFT_TOKENS]), num_accepted=accepted,
-                accepted_per_pos=tuple(1 if p < accepted else 0 for p in range(drafted)),
-                temperature=t, top_p=float(top_ps[i]) if top_ps else 1.0,
-                top_k=int(top_ks[i]) if top_ks else 0, mode_requested=requested,
-                mode_used=used or requested,
-                num_verified=int(row[_stats.COL_NUM_VERIFIED]) if has_truth else 0,
-                num_top1=int(row[_stats.COL_NUM_TOP1]) if has_truth else 0,
-                expected_top1=row[_stats.COL_EXPECTED_TOP1] if has_truth else 0.0,
-                var_top1=row[_stats.COL_VAR_TOP1] if has_truth else 0.0,
-                draft_top1_hist=tuple(int(v) for v in row[_stats.COL_HIST:]) if has_hist else (),
-            ))
-        return schema.VerifyStepRecord(
-            run_id=self.run.run_id, config_id=self.run.config_id, rank=self.rank, step=step,
-            t_ns=t_ns, batch_size=len(rows), entries=tuple(entries))
+        code = _coder(names)
+        requested = np.where(temps > 0, code(configured), code(schema.GREEDY)).astype(np.int8)
+        used = requested.copy()
+        start = 0
+        for m, k in zip(metas, sizes):
+            modes = m[6]
+            if isinstance(modes, str) and modes:
+                used[start:start + k] = code(modes)
+            elif modes:
+                for i, mode in enumerate(modes):
+                    if mode:
+                        used[start + i] = code(mode)
+            start += k
+        flags = np.repeat(np.fromiter(((_HAS_TRUTH if m[7] else 0) | (_HAS_HIST if m[8] else 0)
+                                       for m in metas), dtype=np.int8, count=len(metas)), sizes)
+        truth = (flags & _HAS_TRUTH) != 0
+        hist = data[:, _stats.COL_HIST:].astype(np.int64)
+        hist[(flags & _HAS_HIST) == 0] = 0
+        ids = list(chain(m[2] for m in metas))
+        cols = VerifyColumns(
+            run_id=self.run.run_id, config_id=self.run.config_id, rank=self.rank,
+            num_steps=len(metas),
+            t_ns=np.repeat(np.fromiter((m[1] for m in metas), dtype=np.int64), sizes),
+            num_drafted=data[:, _stats.COL_NUM_DRAFTED].astype(np.int64),
+            num_draft_tokens=data[:, _stats.COL_NUM_DRAFT_TOKENS].astype(np.int64),
+            num_accepted=data[:, _stats.COL_NUM_ACCEPTED].astype(np.int64),
+            mode_requested=requested, mode_used=used,
+            num_verified=np.where(truth, data[:, _stats.COL_NUM_VERIFIED], 0).astype(np.int64),
+            num_top1=np.where(truth, data[:, _stats.COL_NUM_TOP1], 0).astype(np.int64),
+            expected_top1=np.where(truth, data[:, _stats.COL_EXPECTED_TOP1], 0).astype(np.float64),
+            var_top1=np.where(truth, data[:, _stats.COL_VAR_TOP1], 0).astype(np.float64),
+            draft_hist=hist, mode_names=tuple(names),
+            seq=np.repeat(np.arange(len(metas), dtype=np.int64), sizes),
+            step=np.repeat(np.fromiter((m[0] for m in metas), dtype=np.int64), sizes),
+            batch_size=np.repeat(np.asarray(sizes, dtype=np.int64), sizes),
+            draft_depth=np.repeat(np.fromiter((m[9] for m in metas), dtype=np.int64), sizes),
+            request_ids=Strings.of([str(i) for i in ids]),
+            temperature=temps, top_p=top_p, top_k=top_k, flags=flags)
+        reasons = {i: m[10] for i, m in enumerate(metas) if m[10]}
+        if reasons:
+            cols.depth_reasons = reasons
+        return cols
 
     def flush(self, wait: bool = False) -> int:
-        """Drain into every sink; returns the number of records handed over."""
-        records = self.drain(wait=wait)
-        if records:
-            for sink in self.sinks:
-                try:
-                    sink.write(records)
-                except Exception:
-                    self.num_sink_errors += 1
-        return len(records)
+        """Drain into every sink; returns the number of records and verify steps handed over."""
+        out, cols = self.drain_columns(wait=wait)
+        if not out and cols is None:
+            return 0
+        columnar = out + [cols] if cols is not None else out
+        expanded = None
+        for sink in self.sinks:
+            try:
+                if getattr(sink, "accepts_columns", False):
+                    sink.write(columnar)
+                else:
+                    if expanded is None:
+                        expanded = out + cols.to_records() if cols is not None else out
+                    sink.write(expanded)
+            except (Exception, SystemExit):
+                self.num_sink_errors += 1
+        return len(out) + (cols.num_steps if cols is not None else 0)
 
     def start(self, interval_s: float = 0.05) -> "Recorder":
         """Start a daemon thread that flushes to the sinks every ``interval_s``."""
@@ -309,7 +374,7 @@ class Recorder:
         while not self._stop.wait(interval_s):
             try:
                 self.flush()
-            except Exception:
+            except (Exception, SystemExit):
                 self.num_sink_errors += 1
 
     def health(self) -> schema.HookHealthRecord:
@@ -336,7 +401,7 @@ class Recorder:
         for sink in self.sinks if close_sinks else ():
             try:
                 sink.close()
-            except Exception:
+            except (Exception, SystemExit):
                 self.num_sink_errors += 1
 
     def __enter__(self) -> "Recorder":
@@ -344,6 +409,19 @@ class Recorder:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _coder(names: list[str]) -> Callable[[str], int]:
+    """Code of a mode name in ``names``, appending modes it has not seen."""
+    index = {m: i for i, m in enumerate(names)}
+
+    def code(mode: str) -> int:
+        i = index.get(mode)
+        if i is None:
+            i = index[mode] = len(names)
+            names.append(mode)
+        return i
+    return code
 
 
 def _active(values: Sequence[float] | None, neutral: float) -> bool:

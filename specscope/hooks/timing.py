@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 import torch
 
 from .. import schema
-
-if TYPE_CHECKING:
-    from .recorder import Recorder
 
 
 class _Phase:
@@ -40,7 +37,7 @@ class _Phase:
                 self.ev0 = torch.cuda.Event(enable_timing=True)
                 self.ev0.record()
             except Exception:
-                self.timer.recorder._hook_error()
+                self.timer.on_error()
                 self.ev0 = None
         else:
             self.t0 = time.perf_counter_ns()
@@ -50,21 +47,31 @@ class _Phase:
         try:
             self.timer.finish(self)
         except Exception:
-            self.timer.recorder._hook_error()
+            self.timer.on_error()
         if self.range is not None:
             try:
                 self.range.__exit__(None, None, None)
             except Exception:
-                self.timer.recorder._hook_error()
+                self.timer.on_error()
 
 
 class PhaseTimer:
-    """Makes phase context managers for one recorder and turns them into PhaseRecords."""
+    """Makes phase context managers for one engine rank and turns them into PhaseRecords.
 
-    def __init__(self, recorder: "Recorder") -> None:
-        self.recorder = recorder
-        self.cuda = recorder.device.type == "cuda"
-        self.device = str(recorder.device)
+    It is handed what it needs: ``emit`` takes a finished record, ``on_error`` counts a failure,
+    ``is_enabled`` says whether recording is still on.
+    """
+
+    def __init__(self, *, run_id: str, rank: int, device: torch.device,
+                 emit: Callable[[Any], None], on_error: Callable[[], None],
+                 is_enabled: Callable[[], bool] = lambda: True) -> None:
+        self.run_id = run_id
+        self.rank = rank
+        self.emit = emit
+        self.on_error = on_error
+        self.is_enabled = is_enabled
+        self.cuda = device.type == "cuda"
+        self.device = str(device)
         self.annotate = False  #: also open torch.profiler ranges named after the phases
         self._pending: collections.deque[tuple] = collections.deque()
 
@@ -72,8 +79,7 @@ class PhaseTimer:
         return _Phase(self, name, step)
 
     def finish(self, ph: _Phase) -> None:
-        rec = self.recorder
-        if not rec.enabled:
+        if not self.is_enabled():
             return
         if self.cuda:
             if ph.ev0 is None:
@@ -82,12 +88,12 @@ class PhaseTimer:
             ev1.record()
             self._pending.append((ph.name, ph.step, ph.t0_wall, ph.ev0, ev1))
             return
-        rec._emit(self._record(ph.name, ph.step, ph.t0_wall, time.perf_counter_ns() - ph.t0,
+        self.emit(self._record(ph.name, ph.step, ph.t0_wall, time.perf_counter_ns() - ph.t0,
                                "perf_counter"))
 
     def record_host(self, name: str, step: int, t_start_ns: int, duration_ns: int) -> None:
         """A phase timed on the host clock by the caller (adapters that cannot wrap it)."""
-        self.recorder._emit(self._record(name, step, t_start_ns, duration_ns, "perf_counter"))
+        self.emit(self._record(name, step, t_start_ns, duration_ns, "perf_counter"))
 
     def resolve(self, wait: bool) -> None:
         """Turn completed CUDA event pairs into records (drain side only)."""
@@ -99,11 +105,10 @@ class PhaseTimer:
                 ev1.synchronize()
             self._pending.popleft()
             duration_ns = int(ev0.elapsed_time(ev1) * 1e6)
-            self.recorder._out.append(self._record(name, step, t0_wall, duration_ns, "cuda_event"))
+            self.emit(self._record(name, step, t0_wall, duration_ns, "cuda_event"))
 
     def _record(self, name: str, step: int, t0_wall: int, duration_ns: int,
                 clock: str) -> schema.PhaseRecord:
-        rec = self.recorder
-        return schema.PhaseRecord(run_id=rec.run.run_id, rank=rec.rank, step=step, phase=name,
+        return schema.PhaseRecord(run_id=self.run_id, rank=self.rank, step=step, phase=name,
                                   device=self.device, t_start_ns=t0_wall, duration_ns=duration_ns,
                                   clock=clock)

@@ -100,7 +100,7 @@ def detect(path: str | os.PathLike) -> str:
 
 
 def _specscope(path: Path, run_id: str) -> ImportResult:
-    from ..exporters.trace import read_trace
+    from ..io.trace import read_trace
 
     trace = read_trace(path)
     res = ImportResult("specscope", problems=trace.problems)
@@ -159,10 +159,10 @@ def import_file(path: str | os.PathLike, *, format: str | None = None,
 def import_files(paths: list[str | os.PathLike], out: str | os.PathLike, *,
                  format: str | None = None, run: str | None = None) -> list[ImportResult]:
     """Import several files into one trace: one run each, or all under ``run``."""
-    from ..exporters.trace import TraceWriter
+    from ..io.trace import open_writer
 
     results = []
-    with TraceWriter(out) as writer:
+    with open_writer(out) as writer:
         for p in paths:
             results.append(import_file(p, format=format, run_id=run, emit=writer.write))
     return results

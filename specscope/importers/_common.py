@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import schema
-from ..exporters.trace import Problem
+from ..schema import Problem
 
 
 @dataclass

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from .. import schema
-from ..exporters.trace import Problem
+from ..schema import Problem
 from ._common import ImportResult, load_json, run_record
 
 LAT = ("ttft", "tpot", "itl", "e2el")

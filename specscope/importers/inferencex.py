@@ -14,7 +14,7 @@ import os
 import re
 
 from .. import schema
-from ..exporters.trace import Problem
+from ..schema import Problem
 from ._common import ImportResult, load_json, run_record
 from .bench import STATS
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from .. import schema
-from ..exporters.trace import Problem
+from ..schema import Problem
 from ._common import ImportResult, load_json, run_record
 
 DEVICE_CATS = {"kernel": "gpu_kernel", "gpu_memcpy": "gpu_memcpy", "gpu_memset": "gpu_memset"}

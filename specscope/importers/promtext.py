@@ -15,7 +15,7 @@ import re
 from collections import defaultdict
 
 from .. import schema
-from ..exporters.trace import Problem
+from ..schema import Problem
 from ._common import ImportResult, run_record
 
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(?:\s+(-?\d+))?\s*$")

@@ -18,7 +18,7 @@ import datetime as _dt
 import os
 import re
 from .. import schema
-from ..exporters.trace import Problem
+from ..schema import Problem
 from ._common import ImportResult, file_year, num, run_record, to_ns
 
 PREFIX = re.compile(r"^\((?P<proc>[A-Za-z][A-Za-z0-9]*)(?:_TP(?P<tp>\d+))?(?:_\w+)?"

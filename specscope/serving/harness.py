@@ -132,7 +132,7 @@ def client_check(server_args: list[str], *, tokenizer: str | Path, out_dir: str 
     """
     from .. import schema
     from ..collector.agreement import client_agreement
-    from ..exporters.trace import read_trace
+    from ..io.trace import read_trace
     from ..importers import import_file
 
     out = Path(out_dir)

@@ -49,20 +49,20 @@ class Engine:
         pair = load_pair(opts.model, opts.draft, seed=opts.seed, tokenizer=opts.tokenizer)
         cfg = opts.config
         self.run_id = opts.run_id or f"serve-{cfg.config_id}-{uuid.uuid4().hex[:8]}"
-        self.collector = None if opts.collector_url else Collector()
+        self.collector = None if opts.collector_url else Collector().start()
         self.recorder = None
         self.writer = None
         if opts.hooks:
             if opts.collector_url:
-                from ..collector.transport import ZmqSink
+                from ..io.wire import ZmqSink
 
                 sinks: list[Any] = [ZmqSink(opts.collector_url)]
             else:
                 sinks = [self.collector]
             if opts.trace:
-                from ..exporters.trace import TraceWriter
+                from ..io.trace import open_writer
 
-                self.writer = TraceWriter(Path(opts.trace))
+                self.writer = open_writer(Path(opts.trace))
                 sinks.append(self.writer)
             run = run_record(self.run_id, pair, cfg, "served", dict(opts.labels))
             self.recorder = Recorder(run, sinks=sinks,

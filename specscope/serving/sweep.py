@@ -24,7 +24,7 @@ from typing import Any, Iterable
 from .. import schema
 from ..collector import evalgate
 from ..collector.report import build_report
-from ..exporters.trace import TraceWriter, read_trace
+from ..io.trace import TraceWriter, read_trace
 from .harness import ServerProcess
 
 FILLER = ("The following notes are background material and can be ignored when answering. ")

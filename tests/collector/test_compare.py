@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specscope.collector.compare import compare, regression_series, run_sample
-from specscope.exporters.trace import read_trace
+from specscope.io.trace import read_trace
 from tests.conftest import run_cli
 
 COMMON = ["record", "--model", "tiny", "--requests", "16", "--concurrency", "8",

@@ -8,7 +8,7 @@ from specscope.collector.detectors import run_detectors
 from specscope.collector.stats import SpecStats
 from specscope.engine.decoder import SpecConfig
 from specscope.engine.workload import WorkloadSpec, run_workload
-from specscope.exporters.trace import read_trace
+from specscope.io.trace import read_trace
 
 CLEAN = [(0.0, 1.0, 0), (0.5, 1.0, 0), (0.7, 1.0, 0), (1.0, 1.0, 0), (0.7, 0.9, 0),
          (0.9, 1.0, 20), (1.3, 0.8, 0), (0.7, 1.0, 0)]

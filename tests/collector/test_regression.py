@@ -12,7 +12,7 @@ from specscope.collector.stats import SpecStats
 from specscope.engine.decoder import SpecConfig
 from specscope.engine.models import tiny_pair
 from specscope.engine.workload import WorkloadSpec, run_workload
-from specscope.exporters.trace import read_trace
+from specscope.io.trace import read_trace
 from tests.conftest import run_cli
 
 

@@ -12,7 +12,7 @@ from specscope import schema
 from specscope.collector.service import Collector
 from specscope.dashboard import LiveSource, MetricsSource, TraceSource, create_app
 from specscope.dashboard.data import PathNotAllowed, allowed, load_accuracy
-from specscope.exporters.trace import read_trace
+from specscope.io.trace import read_trace
 
 
 def test_trace_source_reads_runs_with_their_gates_and_anomalies(dash_traces):
@@ -48,7 +48,7 @@ def test_a_trace_that_changes_is_reloaded(tmp_path, dash_traces):
     path.write_text("")
     src = TraceSource([path])
     assert src.runs() == [] and "empty file" in src.problems[0]  # reported, not fatal
-    from specscope.exporters.trace import write_trace
+    from specscope.io.trace import write_trace
 
     write_trace(path, clean)
     os.utime(path, (1e9, 2e9))  # a new mtime even on coarse clocks

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from specscope.collector.stats import SpecStats
-from specscope.exporters.trace import read_trace
+from specscope.io.trace import read_trace
 from specscope.importers import import_file
 from tests.conftest import run_cli
 

@@ -42,6 +42,7 @@ def _collector() -> Collector:
                              num_prompt_tokens=5, num_output_tokens=11,
                              chunk_times_ns=(20_000_000, 70_000_000, 120_000_000),
                              chunk_num_tokens=(1, 5, 5))])
+    c.tick()  # the detectors' pass, as the collector's ticker would run it
     c.health.clear()  # volatile counters aside, the text is exact
     c._pids.clear()
     return c

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from specscope.collector.stats import SpecStats
-from specscope.exporters.trace import read_trace
+from specscope.io.trace import read_trace
 from specscope.serving.harness import free_port as _free_port
 from tests.conftest import ROOT
 

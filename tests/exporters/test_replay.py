@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from specscope.collector.service import Collector
-from specscope.exporters._parquet import compact
+from specscope.io.trace import compact
 from specscope.exporters.prometheus import render
 from specscope.exporters.replay import replay
 from tests.conftest import ROOT
@@ -73,7 +73,7 @@ def test_parquet_replay_equals_jsonl_replay(live, tmp_path):
 
 
 def test_paced_replay_sleeps_at_recorded_pace(live):
-    from specscope.exporters.trace import read_trace
+    from specscope.io.trace import read_trace
     from specscope.exporters.replay import _record_time
 
     trace, _ = live
@@ -89,7 +89,7 @@ def test_duckdb_query_across_runs(tmp_path, tiny):
     from specscope.collector.stats import SpecStats
     from specscope.engine.decoder import SpecConfig
     from specscope.engine.workload import WorkloadSpec, run_workload
-    from specscope.exporters.trace import read_trace
+    from specscope.io.trace import read_trace
 
     traces = []
     for i, steps in enumerate((2, 3, 4)):

@@ -96,7 +96,7 @@ def test_patches_are_removed_and_errors_never_escape(pair, run_record):
 def test_smollm2_assisted_generation(run_record, tmp_path):
     from specscope.collector.report import build_report
     from specscope.engine.models import load_smollm2
-    from specscope.exporters.trace import TraceWriter, read_trace
+    from specscope.io.trace import TraceWriter, read_trace
 
     smol = load_smollm2("int:4")
     ids = smol.tokenizer.apply_chat_template([{"role": "user", "content": "Write a haiku about winter."}],
@@ -117,7 +117,7 @@ def test_smollm2_assisted_generation(run_record, tmp_path):
 def test_an_hf_trace_opens_in_the_dashboard_and_the_report(pair, run_record, tmp_path):
     from specscope.collector.report import build_report, format_report
     from specscope.dashboard import TraceSource
-    from specscope.exporters.trace import TraceWriter, read_trace
+    from specscope.io.trace import TraceWriter, read_trace
 
     rec = Recorder(run_record, sinks=[TraceWriter(tmp_path / "hf.jsonl")]).start()
     with hf.attach(rec, pair.target):

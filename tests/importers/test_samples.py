@@ -34,9 +34,24 @@ def test_every_sample_is_detected_and_imports(samples):
         "vllm_bench_1.json": "vllm-bench",
         "vllm_bench_serve_specdecode_1.log": "bench-console",
         "vllm_server_specdecode_log_1.txt": "vllm-log",
+        "vllm_bench_serve_specdecode_2_conc64.log": "bench-console",
+        "vllm_bench_serve_specdecode_3_glm5.txt": "bench-console",
+        "sglang_bench_serving_specdecode_1.txt": "bench-console",
+        "sglang_bench_serving_specdecode_2.txt": "bench-console",
+        "vllm_metrics_scrape_specdecode_1.txt": "prometheus-text",
+        "sglang_metrics_scrape_1.txt": "prometheus-text",
+        "sglang_metrics_scrape_2.txt": "prometheus-text",
     }
+    # formats no importer reads yet (Spec-Bench answers, llama.cpp statistics lines): refused
+    # with an error that names the file, never imported as something else
+    not_read = {"specbench_eagle_answers_excerpt.jsonl", "specbench_sps68m_answers_excerpt.jsonl",
+                "specbench_vanilla_answers_excerpt.jsonl", "llamacpp_spec_stats_docs_excerpt.txt"}
     present = {p.name for p in samples.iterdir() if p.name != "SOURCES.md"}
-    assert present == set(expected), "a new sample needs an expectation here"
+    assert present == set(expected) | not_read, "a new sample needs an expectation here"
+    for name in not_read:
+        with pytest.raises(ValueError, match="unknown format") as err:
+            detect(samples / name)
+        assert name in str(err.value)
     for name, fmt in expected.items():
         assert detect(samples / name) == fmt, name
         res = import_file(samples / name)

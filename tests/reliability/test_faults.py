@@ -15,9 +15,9 @@ import pytest
 
 from specscope import schema
 from specscope.collector.service import Collector
-from specscope.collector.transport import ZmqReceiver, ZmqSink
+from specscope.io.wire import ZmqReceiver, ZmqSink
 from specscope.engine.decoder import Request, SpecConfig, SpeculativeDecoder
-from specscope.exporters.trace import read_trace
+from specscope.io.trace import read_trace
 from specscope.hooks import Recorder
 from tests.conftest import ROOT
 
@@ -167,7 +167,7 @@ from specscope import schema
 from specscope.collector.service import Collector
 from specscope.engine.decoder import Request, SpecConfig, SpeculativeDecoder
 from specscope.engine.models import tiny_pair
-from specscope.exporters.trace import TraceWriter
+from specscope.io.trace import TraceWriter
 from specscope.hooks import Recorder
 pair = tiny_pair()
 run = schema.RunRecord(run_id="full", config_id="c", algorithm="a", num_steps=3, topk=1,

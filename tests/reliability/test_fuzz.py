@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from specscope import schema
 from specscope.collector.service import Collector
-from specscope.collector.transport import decode_batch
-from specscope.exporters.trace import TraceError, read_trace
+from specscope.io.wire import decode_batch
+from specscope.io.trace import TraceError, read_trace
 
 from .conftest import FUZZ_EXAMPLES
 
@@ -26,7 +26,7 @@ STEP = schema.VerifyStepRecord(
         mode_requested="speculative-sampling", mode_used="speculative-sampling"),))
 SEED_LINES = [json.dumps({"kind": "header", "schema_version": schema.SCHEMA_VERSION}),
               json.dumps(schema.to_dict(RUN)), json.dumps(schema.to_dict(STEP))]
-COUNTS = {"trace": 0, "collector": 0, "api": 0}
+COUNTS = {"trace": 0, "collector": 0, "columnar": 0, "api": 0}
 
 
 def _mutate(data: bytes, ops: list[tuple[int, int, int]]) -> bytes:
@@ -74,7 +74,7 @@ def test_trace_reader_never_crashes(tmp_path_factory, ops, lines):
 @SETTINGS
 @given(ops=MUTATIONS, n=st.integers(0, 5), junk=st.one_of(st.none(), st.binary(max_size=300)))
 def test_collector_network_input_never_crashes(ops, n, junk):
-    from specscope.collector.transport import ZmqReceiver
+    from specscope.io.wire import ZmqReceiver
 
     COUNTS["collector"] += 1
     msg = junk if junk is not None else _mutate(json.dumps(
@@ -92,6 +92,36 @@ def test_collector_network_input_never_crashes(ops, n, junk):
         accepted = False
     assert accepted == (h.get("batches_received", 0) == 1)  # each batch counted one way or other
     collector.snapshot()  # and the state stays consistent
+
+
+def _columnar_seed(n: int) -> bytes:
+    from specscope.io.columns import VerifyColumns
+    from specscope.io.wire import encode
+
+    cols = VerifyColumns.from_records([STEP] * max(n, 1), detail=True)
+    (msg,) = encode([RUN, *cols], pid=1)
+    return msg
+
+
+@SETTINGS
+@given(ops=MUTATIONS, n=st.integers(0, 5))
+def test_collector_columnar_input_never_crashes(ops, n):
+    from specscope.io.wire import WireError, ZmqReceiver
+
+    COUNTS["columnar"] += 1
+    msg = _mutate(_columnar_seed(n), ops)
+    collector = Collector()
+    receiver = ZmqReceiver.__new__(ZmqReceiver)  # the handler alone, no socket
+    receiver.collector, receiver.max_bytes = collector, 1 << 20
+    receiver.handle(msg)  # never raises
+    try:
+        decode_batch(msg)
+        accepted = True
+    except WireError:
+        accepted = False  # any other exception fails the test: a crash
+    assert accepted == (collector.health.get("batches_received", 0) == 1)
+    collector.tick()
+    collector.snapshot()
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +162,7 @@ def test_api_answers_bad_requests_without_a_server_error(api, body, path):
 
 def test_fuzz_counts_recorded(figure):
     figure("fuzz: trace reader", inputs=COUNTS["trace"], crashes=0)
-    figure("fuzz: collector network input", inputs=COUNTS["collector"], crashes=0)
+    figure("fuzz: collector network input (JSON)", inputs=COUNTS["collector"], crashes=0)
+    figure("fuzz: collector network input (columnar)", inputs=COUNTS["columnar"], crashes=0)
     figure("fuzz: OpenAI API request bodies", inputs=COUNTS["api"], crashes=0)
     assert all(COUNTS.values()) or FUZZ_EXAMPLES == 0

@@ -9,7 +9,7 @@ import pytest
 
 from specscope import schema
 from specscope.collector.agreement import format_agreement
-from specscope.exporters.trace import read_trace
+from specscope.io.trace import read_trace
 from specscope.importers import import_file
 from specscope.serving.harness import client_check, find_aiperf
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from specscope import schema
-from specscope.exporters.trace import read_trace
+from specscope.io.trace import read_trace
 from specscope.serving.sweep import Setting, format_sweep, plan, run_sweep
 
 

@@ -8,12 +8,13 @@ outside ``COVERED`` gets a clear warning and no patching: the engine runs untouc
 
 from __future__ import annotations
 
-import contextlib
 import os
 import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
+
+from ..guard import SPECSCOPE_ERRORS, count, guarded_phase
 
 
 @dataclass(frozen=True)
@@ -80,11 +81,11 @@ def default_recorder(engine: str, **run_fields: Any):
     sinks: list[Any] = []
     endpoint = os.environ.get("SPECSCOPE_COLLECTOR")
     if endpoint:
-        from ...collector.transport import ZmqSink
+        from ...io.wire import ZmqSink
 
         sinks.append(ZmqSink(endpoint))
     else:
-        from ...exporters.trace import TraceWriter
+        from ...io.trace import TraceWriter
 
         folder = os.environ.get("SPECSCOPE_TRACE_DIR", ".")
         sinks.append(TraceWriter(os.path.join(folder, f"{engine}-{os.getpid()}.jsonl")))
@@ -93,42 +94,45 @@ def default_recorder(engine: str, **run_fields: Any):
 
 class LazyRecorder:
     """An engine process's recorder, made on the first verify call (when the configuration is
-    known); every failure is counted on it and never reaches the engine."""
+    known). Every failure is counted and never reaches the engine, ``SystemExit`` included; a
+    recorder that could not be built is remembered (``failed``) and not retried on every step,
+    and the failures are counted here (``num_errors``) as well as on the recorder, if any."""
 
     def __init__(self, recorder: Any = None) -> None:
         self.recorder = recorder
+        self.failed: str | None = None  #: why the recorder could not be built
+        self.num_errors = 0
+
+    def get(self, make: Any) -> Any:
+        """The recorder, built on first use; None once building it has failed."""
+        if self.recorder is None and self.failed is None:
+            try:
+                self.recorder = make()
+            except SPECSCOPE_ERRORS as exc:
+                self.failed = f"{type(exc).__name__}: {exc}"
+                self.count_error()
+        return self.recorder
+
+    def count_error(self) -> None:
+        self.num_errors += 1
+        if self.recorder is not None:
+            count(self.recorder.count_error)
 
     def record(self, make: Any, write: Any) -> None:
         try:
-            if self.recorder is None:
-                self.recorder = make()
-            write(self.recorder)
-        except Exception:
-            if self.recorder is not None:
-                self.recorder._hook_error()
+            recorder = self.get(make)
+            if recorder is not None:
+                write(recorder)
+        except SPECSCOPE_ERRORS:
+            self.count_error()
 
-    @contextlib.contextmanager
     def phase(self, make: Any, name: str):
         """Time the engine code inside as phase ``name``; a timer failure is counted, never
         raised, and never stops the engine code from running."""
-        timer = None
-        try:
-            if self.recorder is None:
-                self.recorder = make()
-            timer = self.recorder.phase(name)
-            timer.__enter__()
-        except Exception:
-            timer = None
-            if self.recorder is not None:
-                self.recorder._hook_error()
-        try:
-            yield
-        finally:
-            if timer is not None:
-                try:
-                    timer.__exit__(None, None, None)
-                except Exception:
-                    self.recorder._hook_error()
+        def open_timer():
+            recorder = self.get(make)
+            return None if recorder is None else recorder.phase(name)
+        return guarded_phase(open_timer, self.count_error)
 
 
 def _cuda() -> bool:

@@ -70,5 +70,6 @@ def install(recorder: Any = None) -> list[str]:
         return result
 
     eagle_sample._specscope = True
+    eagle_sample._specscope_recorder = lazy
     module.eagle_sample = eagle_sample
     return ["sglang.srt.speculative.eagle_utils.eagle_sample"]

@@ -80,6 +80,7 @@ def record_rejection(recorder: Any, metadata: Any, sampling_metadata: Any, outpu
 def install(recorder: Any = None) -> list[str]:
     from vllm.v1.sample import rejection_sampler as module  # type: ignore
 
+    from ..guard import SPECSCOPE_ERRORS
     from . import LazyRecorder, default_recorder
 
     cls = module.RejectionSampler
@@ -101,6 +102,7 @@ def install(recorder: Any = None) -> list[str]:
         return out
 
     forward._specscope = True
+    forward._specscope_recorder = lazy
     cls.forward = forward
     patched = ["vllm.v1.sample.rejection_sampler.RejectionSampler.forward"]
     try:
@@ -114,8 +116,12 @@ def install(recorder: Any = None) -> list[str]:
         def _sample(self, logits, spec_decode_metadata, *args, **kwargs):
             token = None
             if spec_decode_metadata is not None:
-                facts = batch_facts(self.input_batch, len(spec_decode_metadata.num_draft_tokens))
-                token = _BATCH.set(facts)
+                try:
+                    facts = batch_facts(self.input_batch,
+                                        len(spec_decode_metadata.num_draft_tokens))
+                    token = _BATCH.set(facts)
+                except SPECSCOPE_ERRORS:
+                    lazy.count_error()
             try:
                 return sample(self, logits, spec_decode_metadata, *args, **kwargs)
             finally:
@@ -123,6 +129,7 @@ def install(recorder: Any = None) -> list[str]:
                     _BATCH.reset(token)
 
         _sample._specscope = True
+        _sample._specscope_recorder = lazy
         runner._sample = _sample
         patched.append("vllm.v1.worker.gpu_model_runner.GPUModelRunner._sample")
     return patched

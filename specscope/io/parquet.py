@@ -14,13 +14,15 @@ import json
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from .. import schema
-from .trace import TraceError, read_trace
+from ..schema import TraceError
+from .columns import HAS_HIST, HAS_TRUTH, VerifyColumns, expand
 
 _VERSION_KEY = b"specscope_schema_version"
-_STEP_FIELDS = ("run_id", "config_id", "rank", "step", "t_ns", "batch_size")
+_STEP_FIELDS = ("run_id", "config_id", "rank", "step", "t_ns", "batch_size", "draft_depth",
+                "depth_reason")
 _SEQ = "record_seq"
 ROW_GROUP = 1 << 15  #: rows per row group: what a reader holds in memory at once
 _JSON_FIELDS = {"env_flags", "host", "labels", "evidence", "values", "metrics", "config"}
@@ -30,15 +32,16 @@ def _pa():
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
-    except ImportError:  # pragma: no cover - depends on the install
-        raise SystemExit("Parquet needs pyarrow: pip install 'specscope[parquet]'") from None
+    except ImportError as exc:  # depends on the install
+        raise ImportError("Parquet traces need pyarrow: pip install 'specscope[parquet]'",
+                          name=exc.name) from None
     return pa, pq
 
 
 def _rows(records: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     seq = 0
-    for r in records:
+    for r in expand(records):
         kind = schema.KIND_OF[type(r)]
         if kind == "verify":
             base = {f: getattr(r, f) for f in _STEP_FIELDS}
@@ -69,34 +72,151 @@ def _safe(value: Any) -> str:
 
 
 def write_parquet(records: Iterable[Any], out_dir: str | os.PathLike) -> Path:
-    """Write records as a partitioned dataset per kind under ``out_dir``."""
+    """Write records (and VerifyColumns) as a partitioned dataset per kind under ``out_dir``.
+
+    Each call adds new part files; a part is written under a temporary name and renamed when
+    complete, so a reader (or a writer killed mid-way) never sees half a file.
+    """
     pa, pq = _pa()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    items = list(records)
+    columns = [r for r in items if isinstance(r, VerifyColumns)]
     configs: dict[str, str] = {}
-    rows_by_kind = _rows(records)
+    rows_by_kind = _rows(r for r in items if not isinstance(r, VerifyColumns))
     for row in rows_by_kind.get("run", []):
         configs[row["run_id"]] = row.get("config_id", "")
+    parts: list[tuple[str, str, str, Any]] = []
     for kind, rows in rows_by_kind.items():
         groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for row in rows:
             run_id = row.get("run_id", "")
             config = row.get("config_id", configs.get(run_id, ""))
             groups.setdefault((_safe(config), _safe(run_id)), []).append(row)
-        meta = {_VERSION_KEY: str(schema.SCHEMA_VERSION).encode(), b"specscope_kind": kind.encode()}
         for (config, run), part in groups.items():
-            folder = out / kind / f"config={config}" / f"run={run}"
-            folder.mkdir(parents=True, exist_ok=True)
-            n = len(list(folder.glob("part-*.parquet")))
-            table = pa.Table.from_pylist(part).replace_schema_metadata(meta)
-            pq.write_table(table, folder / f"part-{n}.parquet", compression="zstd",
-                           row_group_size=ROW_GROUP)
+            parts.append((kind, config, run, pa.Table.from_pylist(part)))
+    for c in columns:
+        if len(c):
+            parts.append(("verify", _safe(c.config_id), _safe(c.run_id), _columns_table(c, pa)))
+    for kind, config, run, table in parts:
+        meta = {_VERSION_KEY: str(schema.SCHEMA_VERSION).encode(), b"specscope_kind": kind.encode()}
+        _write_part(out / kind / f"config={config}" / f"run={run}",
+                    table.replace_schema_metadata(meta), pq)
     return out
 
 
-def compact(paths: str | os.PathLike | list, out_dir: str | os.PathLike) -> Path:
-    """Compact JSONL traces into a Parquet trace directory."""
-    return write_parquet(read_trace(paths).records, out_dir)
+def _write_part(folder: Path, table: Any, pq: Any) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    n = len(list(folder.glob("part-*.parquet")))
+    while (folder / f"part-{n}.parquet").exists():
+        n += 1
+    final = folder / f"part-{n}.parquet"
+    tmp = folder / f".part-{n}.parquet.tmp"
+    pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP)
+    os.replace(tmp, final)
+    return final
+
+
+def _columns_table(c: VerifyColumns, pa: Any) -> Any:
+    """A verify table straight from columns: the same layout ``_rows`` gives, no row objects."""
+    import numpy as np
+
+    if not c.has_detail:
+        raise ValueError("verify columns without per-entry detail cannot be stored as a trace")
+    n = len(c)
+    drafted = c.num_drafted
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(drafted, out=offsets[1:])
+    pos = np.arange(int(offsets[-1]), dtype=np.int64) - np.repeat(offsets[:-1], drafted)
+    per_pos = (pos < np.repeat(c.num_accepted, drafted)).astype(np.int64)
+    has_hist = (c.flags & HAS_HIST) != 0
+    truth = (c.flags & HAS_TRUTH) != 0
+    bins = schema.DRAFT_HIST_BINS
+    hist_off = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.where(has_hist, bins, 0), out=hist_off[1:])
+    names = np.asarray(c.mode_names, dtype=object)
+    depth = c.draft_depth
+    zero_f = np.zeros(n)
+    data = {
+        "run_id": pa.array([c.run_id] * n, pa.string()),
+        "config_id": pa.array([c.config_id] * n, pa.string()),
+        "rank": pa.array(np.full(n, c.rank, dtype=np.int64)),
+        "step": pa.array(c.step), "t_ns": pa.array(c.t_ns), "batch_size": pa.array(c.batch_size),
+        "draft_depth": pa.array(depth, mask=depth < 0),
+        "depth_reason": pa.array([(c.depth_reasons or {}).get(q, "") for q in c.seq.tolist()]
+                                 if c.depth_reasons else [""] * n, pa.string()),
+        _SEQ: pa.array(c.seq),
+        "request_id": pa.array(c.request_ids.tolist(), pa.string()),
+        "num_drafted": pa.array(drafted), "num_draft_tokens": pa.array(c.num_draft_tokens),
+        "num_accepted": pa.array(c.num_accepted),
+        "accepted_per_pos": pa.ListArray.from_arrays(pa.array(offsets), pa.array(per_pos)),
+        "temperature": pa.array(c.temperature), "top_p": pa.array(c.top_p),
+        "top_k": pa.array(c.top_k),
+        "mode_requested": pa.array(names[c.mode_requested.astype(np.int64)].tolist(), pa.string()),
+        "mode_used": pa.array(names[c.mode_used.astype(np.int64)].tolist(), pa.string()),
+        "num_verified": pa.array(np.where(truth, c.num_verified, 0)),
+        "num_top1": pa.array(np.where(truth, c.num_top1, 0)),
+        "expected_top1": pa.array(np.where(truth, c.expected_top1, zero_f)),
+        "var_top1": pa.array(np.where(truth, c.var_top1, zero_f)),
+        "draft_top1_hist": pa.ListArray.from_arrays(
+            pa.array(hist_off), pa.array(c.draft_hist[has_hist].ravel().astype(np.int64))),
+    }
+    return pa.table(data)
+
+
+class ParquetTraceWriter:
+    """A streaming Parquet trace: a directory of closed part files, rolled every
+    ``roll_records`` records or ``roll_s`` seconds. A Recorder or Collector sink; thread-safe.
+
+    What a ``kill -9`` loses is the part not yet rolled; every closed part stays readable.
+    """
+
+    accepts_columns = True
+
+    def __init__(self, path: str | os.PathLike, *, roll_records: int = 50_000,
+                 roll_s: float = 10.0) -> None:
+        import threading
+        import time
+
+        _pa()  # fail at construction, not on the first roll
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.roll_records = roll_records
+        self.roll_s = roll_s
+        self._clock = time.monotonic
+        self._lock = threading.Lock()
+        self._buf: list[Any] = []
+        self._buffered = 0
+        self._last_roll = self._clock()
+        self.num_written = 0
+        self.num_parts = 0
+
+    def write(self, records: Sequence[Any]) -> None:
+        with self._lock:
+            self._buf.extend(records)
+            self._buffered += sum(len(r) if isinstance(r, VerifyColumns) else 1 for r in records)
+            if self._buffered >= self.roll_records or self._clock() - self._last_roll >= self.roll_s:
+                self._roll()
+
+    def _roll(self) -> None:
+        if self._buf:
+            write_parquet(self._buf, self.path)
+            self.num_written += self._buffered
+            self.num_parts += 1
+        self._buf, self._buffered, self._last_roll = [], 0, self._clock()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._roll()
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self) -> "ParquetTraceWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def _files(path: Path) -> list[Path]:
@@ -138,8 +258,6 @@ def read_parquet(path: str | os.PathLike) -> list[Any]:
 def iter_verify_columns(path: str | os.PathLike):
     """Verify entries of a Parquet trace as VerifyColumns, one row group at a time."""
     import numpy as np
-
-    from ..collector.columns import VerifyColumns
 
     pa, pq = _pa()
     cols = ["run_id", "config_id", "rank", "step", "t_ns", "num_drafted", "num_draft_tokens",
@@ -217,11 +335,11 @@ def _hist_matrix(column, n: int, np):
 def _unflatten_verify(rows: list[dict[str, Any]]) -> list[schema.VerifyStepRecord]:
     steps: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        key = (row.get(_SEQ),) + tuple(row[f] for f in _STEP_FIELDS)
+        key = (row.get(_SEQ),) + tuple(row.get(f) for f in _STEP_FIELDS)
         steps.setdefault(key, []).append(row)
     out = []
     for key, group in steps.items():
-        base = dict(zip(_STEP_FIELDS, key[1:]))
+        base = {k: v for k, v in zip(_STEP_FIELDS, key[1:]) if v is not None}
         entries = [{k: v for k, v in row.items() if k not in _STEP_FIELDS and k != _SEQ}
                    for row in group]
         out.append(schema.from_dict({"kind": "verify", **base, "entries": entries}))

@@ -1,4 +1,4 @@
-"""Trace files: a crash-safe JSONL stream, compaction to Parquet, and one reader for both.
+"""Trace files: a crash-safe JSONL stream, and one reader for JSONL and Parquet traces.
 
 Imports only stdlib and the schema at module level; pyarrow is imported when Parquet is used.
 A JSONL trace is one header line then one record per line, flushed per batch, so a writer
@@ -17,24 +17,9 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from .. import schema
+from ..schema import Problem, TraceError
 
 HEADER_KIND = "header"
-
-
-class TraceError(ValueError):
-    """A trace that cannot be read at all (wrong version, not a trace)."""
-
-
-@dataclass
-class Problem:
-    """A line or record that was skipped, with where it was."""
-
-    file: str
-    line: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.message}"
 
 
 @dataclass
@@ -54,10 +39,13 @@ class Trace:
 
 
 class TraceWriter:
-    """Appends records to a JSONL trace; a Sink for the Recorder. Thread-safe.
+    """Appends records (and VerifyColumns, expanded) to a JSONL trace; a Recorder or Collector
+    sink. Thread-safe.
 
     ``fsync=True`` also forces each batch to disk (survives power loss, not only kill -9).
     """
+
+    accepts_columns = True
 
     def __init__(self, path: str | os.PathLike, *, fsync: bool = False) -> None:
         self.path = Path(path)
@@ -70,7 +58,9 @@ class TraceWriter:
                                        "created_ns": time.time_ns()})])
 
     def write(self, records: Sequence[Any]) -> None:
-        lines = [json.dumps(schema.to_dict(r), separators=(",", ":")) for r in records]
+        from .columns import expand
+
+        lines = [json.dumps(schema.to_dict(r), separators=(",", ":")) for r in expand(records)]
         self._write_lines(lines)
         self.num_written += len(lines)
 
@@ -99,8 +89,29 @@ class TraceWriter:
         self.close()
 
 
+def is_parquet_path(path: str | os.PathLike) -> bool:
+    """Whether a trace at ``path`` is (or is to be) Parquet: a ``.parquet`` name or a directory."""
+    p = Path(path)
+    return p.suffix == ".parquet" or p.is_dir()
+
+
+def open_writer(path: str | os.PathLike, **options: Any) -> Any:
+    """A streaming trace writer whose format follows the name: a rolling Parquet directory for
+    ``.parquet`` (or an existing directory), crash-safe JSONL otherwise. ``options`` go to the
+    Parquet writer (``roll_records``, ``roll_s``)."""
+    if is_parquet_path(path):
+        from .parquet import ParquetTraceWriter
+
+        return ParquetTraceWriter(path, **options)
+    return TraceWriter(path)
+
+
 def write_trace(path: str | os.PathLike, records: Iterable[Any]) -> Path:
-    """Write records to a new JSONL trace in one go."""
+    """Write records to a new trace in one go: Parquet for ``.parquet``, JSONL otherwise."""
+    if is_parquet_path(path):
+        from .parquet import write_parquet
+
+        return write_parquet(records, path)
     with TraceWriter(path) as w:
         w.write(list(records))
     return Path(path)
@@ -161,12 +172,40 @@ def read_trace(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> Trace:
     trace = Trace()
     for p in paths:
         p = Path(p)
-        if p.is_dir() or p.suffix == ".parquet":
-            from ._parquet import read_parquet
+        if sniff(p) == "parquet":
+            from .parquet import read_parquet
             trace.records.extend(read_parquet(p))
         else:
             trace.records.extend(iter_jsonl(p, trace.problems, trace))
     return trace
+
+
+def compact(paths: str | os.PathLike | Sequence[str | os.PathLike],
+            out_dir: str | os.PathLike) -> Path:
+    """Compact traces (JSONL or Parquet) into a Parquet trace directory."""
+    from .parquet import write_parquet
+
+    return write_parquet(read_trace(paths).records, out_dir)
+
+
+def sniff(path: Path) -> str:
+    """"parquet" or "jsonl" by content; a name that says otherwise is a TraceError naming it."""
+    path = Path(path)
+    if path.is_dir():
+        return "parquet"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    kind = "parquet" if head == b"PAR1" else "jsonl"
+    if path.suffix == ".parquet" and kind != "parquet":
+        raise TraceError(f"{path}: named .parquet but it is not a Parquet file (it starts like "
+                         "text; a JSONL trace?): rename it to .jsonl to read it")
+    if path.suffix in (".jsonl", ".json") and kind == "parquet":
+        raise TraceError(f"{path}: named {path.suffix} but it is a Parquet file: rename it to "
+                         ".parquet to read it")
+    return kind
 
 
 def dumps_records(records: Iterable[Any]) -> str:

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from specscope import schema
-from specscope.exporters.trace import TraceError, TraceWriter, read_trace, write_trace
+from specscope.io.trace import TraceError, TraceWriter, read_trace, write_trace
 
 
 def _phase(i: int) -> schema.PhaseRecord:
@@ -23,7 +23,7 @@ def _phase(i: int) -> schema.PhaseRecord:
 WRITER = """
 import sys, time
 from specscope import schema
-from specscope.exporters.trace import TraceWriter
+from specscope.io.trace import TraceWriter
 w = TraceWriter(sys.argv[1])
 i = 0
 while True:
@@ -94,7 +94,7 @@ def test_parquet_version_checked(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from specscope.exporters._parquet import compact
+    from specscope.io.trace import compact
 
     src = tmp_path / "t.jsonl"
     write_trace(src, [_phase(i) for i in range(3)])

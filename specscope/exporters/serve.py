@@ -1,12 +1,15 @@
-"""``specscope serve``: the collector as a standalone service. Never imports torch or dash."""
+"""``specscope serve``: the collector as a standalone service (wire in, /metrics and a trace out).
+
+Never imports torch or dash.
+"""
 
 from __future__ import annotations
 
 import signal
 import threading
 
-from .service import Collector
-from .transport import ZmqReceiver
+from ..collector.service import Collector
+from ..io.wire import ZmqReceiver
 
 
 def serve(*, listen: str, metrics_host: str = "127.0.0.1", metrics_port: int = 9400,
@@ -14,14 +17,14 @@ def serve(*, listen: str, metrics_host: str = "127.0.0.1", metrics_port: int = 9
           tls: tuple[str, str] | None = None, max_label_sets: int = 64,
           stop: threading.Event | None = None) -> int:
     """Receive, aggregate and export until SIGINT/SIGTERM (or ``stop`` is set)."""
-    from ..exporters.http import MetricsServer
+    from .http import MetricsServer
 
     sinks = []
     if trace:
-        from ..exporters.trace import TraceWriter
+        from ..io.trace import open_writer
 
-        sinks.append(TraceWriter(trace))
-    collector = Collector(sinks=sinks, max_label_sets=max_label_sets)
+        sinks.append(open_writer(trace))
+    collector = Collector(sinks=sinks, max_label_sets=max_label_sets).start()
     receiver = ZmqReceiver(collector, listen).start()
     server = MetricsServer(collector, host=metrics_host, port=metrics_port,
                            basic_auth=basic_auth, tls=tls).start()

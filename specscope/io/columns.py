@@ -1,0 +1,246 @@
+"""Verify steps as columns: the form they take between the recorder, the wire and the collector.
+
+Imports only numpy and the schema. One ``VerifyColumns`` holds N request-step entries of one
+(run, config, rank) as arrays, so nothing on the way builds one Python object per entry. It is
+the columnar twin of a run of ``VerifyStepRecord``s: ``to_records()`` rebuilds them exactly
+(the per-position acceptance of a chain is the prefix its accepted count implies).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .. import schema
+
+MODES = schema.SAMPLING_MODES
+MODE_CODE = {m: i for i, m in enumerate(MODES)}
+
+#: entry flags: which optional statistics the entry carries
+HAS_TRUTH = 1
+HAS_HIST = 2
+
+SEP = "\x00"
+
+
+class Strings:
+    """N strings kept as one UTF-8 blob until somebody asks for them as Python objects."""
+
+    __slots__ = ("blob", "n", "_list")
+
+    def __init__(self, blob: bytes, n: int, values: list[str] | None = None) -> None:
+        self.blob = blob
+        self.n = n
+        self._list = values
+
+    @classmethod
+    def of(cls, values: Sequence[str]) -> "Strings":
+        values = [str(v) for v in values] if not isinstance(values, list) else values
+        joined = SEP.join(values)
+        if joined.count(SEP) != max(len(values) - 1, 0):  # an id holding the separator
+            values = [v.replace(SEP, "\ufffd") for v in values]
+            joined = SEP.join(values)
+        return cls(joined.encode("utf-8"), len(values), values)
+
+    def tolist(self) -> list[str]:
+        if self._list is None:
+            self._list = self.blob.decode("utf-8").split(SEP) if self.n else []
+            if len(self._list) != self.n:
+                raise ValueError(f"{self.n} strings expected, {len(self._list)} found")
+        return self._list
+
+    def take(self, index: np.ndarray) -> "Strings":
+        values = self.tolist()
+        return Strings.of([values[i] for i in np.asarray(index).tolist()])
+
+    def __len__(self) -> int:
+        return self.n
+
+
+@dataclass
+class VerifyColumns:
+    """N verify entries of one (run_id, config_id, rank); array fields are [N] unless noted.
+
+    The first block is what aggregation needs. The detail block (``seq`` onwards) is present
+    when the entries came from a recorder or a trace and lets ``to_records()`` rebuild the
+    records; it is None where only aggregates are wanted.
+    """
+
+    run_id: str
+    config_id: str
+    rank: int
+    num_steps: int  #: verify-step records these entries came from
+    t_ns: np.ndarray  #: int64, the step's host time per entry
+    num_drafted: np.ndarray  #: int64
+    num_draft_tokens: np.ndarray  #: int64
+    num_accepted: np.ndarray  #: int64, bonus excluded
+    mode_requested: np.ndarray  #: int8, index into ``mode_names``
+    mode_used: np.ndarray  #: int8
+    num_verified: np.ndarray  #: int64
+    num_top1: np.ndarray  #: int64
+    expected_top1: np.ndarray  #: float64
+    var_top1: np.ndarray  #: float64
+    draft_hist: np.ndarray  #: int64 [N, DRAFT_HIST_BINS] (zeros where not sampled)
+    mode_names: tuple[str, ...] = MODES
+    # ---- detail, for rebuilding records
+    seq: np.ndarray | None = None  #: int64, which step record (0..num_steps-1) each entry is of
+    step: np.ndarray | None = None  #: int64, the step number
+    batch_size: np.ndarray | None = None  #: int64, the step's batch size
+    draft_depth: np.ndarray | None = None  #: int64, k of the step (-1 = not given)
+    request_ids: Strings | None = None
+    temperature: np.ndarray | None = None  #: float64
+    top_p: np.ndarray | None = None  #: float64
+    top_k: np.ndarray | None = None  #: int64
+    flags: np.ndarray | None = None  #: int8, HAS_TRUTH | HAS_HIST
+    depth_reasons: dict[int, str] | None = None  #: seq -> why k changed at that step (sparse)
+
+    def __len__(self) -> int:
+        return int(self.num_drafted.shape[0])
+
+    @property
+    def has_detail(self) -> bool:
+        return self.seq is not None and self.request_ids is not None
+
+    @classmethod
+    def from_records(cls, records: Iterable[schema.VerifyStepRecord], *,
+                     detail: bool = False) -> list["VerifyColumns"]:
+        """Group verify-step records by (run, config, rank) into columns."""
+        groups: dict[tuple, list] = {}
+        steps: dict[tuple, int] = {}
+        extra: dict[tuple, list] = {}
+        reasons: dict[tuple, dict[int, str]] = {}
+        zeros = (0,) * schema.DRAFT_HIST_BINS
+        names = list(MODES)
+        codes = dict(MODE_CODE)
+
+        def code(mode: str) -> int:
+            c = codes.get(mode)
+            if c is None:
+                c = codes[mode] = len(names)
+                names.append(mode)
+            return c
+
+        for r in records:
+            key = (r.run_id, r.config_id, r.rank)
+            rows = groups.setdefault(key, [])
+            seq = steps.get(key, 0)
+            steps[key] = seq + 1
+            depth = -1 if r.draft_depth is None else r.draft_depth
+            for e in r.entries:
+                hist = e.draft_top1_hist if len(e.draft_top1_hist) == schema.DRAFT_HIST_BINS \
+                    else zeros
+                rows.append((r.t_ns, e.num_drafted, e.num_draft_tokens, e.num_accepted,
+                             code(e.mode_requested), code(e.mode_used),
+                             e.num_verified, e.num_top1, e.expected_top1, e.var_top1, hist))
+                if detail and r.depth_reason and seq not in reasons.setdefault(key, {}):
+                    reasons[key][seq] = r.depth_reason
+                if detail:
+                    flags = (HAS_TRUTH if e.num_verified else 0) | \
+                        (HAS_HIST if len(e.draft_top1_hist) == schema.DRAFT_HIST_BINS else 0)
+                    extra.setdefault(key, []).append(
+                        (seq, r.step, r.batch_size, depth, e.request_id, e.temperature, e.top_p,
+                         e.top_k, flags))
+        out = []
+        for key, rows in groups.items():
+            cols = list(zip(*rows)) if rows else [()] * 11
+            c = cls(
+                run_id=key[0], config_id=key[1], rank=key[2], num_steps=steps[key],
+                t_ns=np.asarray(cols[0], dtype=np.int64),
+                num_drafted=np.asarray(cols[1], dtype=np.int64),
+                num_draft_tokens=np.asarray(cols[2], dtype=np.int64),
+                num_accepted=np.asarray(cols[3], dtype=np.int64),
+                mode_requested=np.asarray(cols[4], dtype=np.int8),
+                mode_used=np.asarray(cols[5], dtype=np.int8),
+                num_verified=np.asarray(cols[6], dtype=np.int64),
+                num_top1=np.asarray(cols[7], dtype=np.int64),
+                expected_top1=np.asarray(cols[8], dtype=np.float64),
+                var_top1=np.asarray(cols[9], dtype=np.float64),
+                draft_hist=np.asarray(cols[10], dtype=np.int64).reshape(-1, schema.DRAFT_HIST_BINS),
+                mode_names=tuple(names))
+            if detail:
+                x = list(zip(*extra.get(key, []))) or [()] * 9
+                c.seq = np.asarray(x[0], dtype=np.int64)
+                c.step = np.asarray(x[1], dtype=np.int64)
+                c.batch_size = np.asarray(x[2], dtype=np.int64)
+                c.draft_depth = np.asarray(x[3], dtype=np.int64)
+                c.request_ids = Strings.of(list(x[4]))
+                c.temperature = np.asarray(x[5], dtype=np.float64)
+                c.top_p = np.asarray(x[6], dtype=np.float64)
+                c.top_k = np.asarray(x[7], dtype=np.int64)
+                c.flags = np.asarray(x[8], dtype=np.int8)
+                c.depth_reasons = reasons.get(key) or None
+            out.append(c)
+        return out
+
+    def to_records(self) -> list[schema.VerifyStepRecord]:
+        """The verify-step records these columns hold (needs the detail block)."""
+        if not self.has_detail:
+            raise ValueError("these verify columns carry no per-entry detail; records cannot "
+                             "be rebuilt from aggregates")
+        n = len(self)
+        if not n:
+            return []
+        ids = self.request_ids.tolist()
+        names = self.mode_names
+        cols = [a.tolist() for a in (self.num_drafted, self.num_draft_tokens, self.num_accepted,
+                                     self.mode_requested, self.mode_used, self.num_verified,
+                                     self.num_top1, self.expected_top1, self.var_top1,
+                                     self.temperature, self.top_p, self.top_k, self.flags)]
+        hist = self.draft_hist.tolist()
+        seq = self.seq
+        bounds = np.flatnonzero(np.diff(seq)) + 1
+        starts = [0] + bounds.tolist()
+        ends = bounds.tolist() + [n]
+        out = []
+        reasons = self.depth_reasons or {}
+        for s, e in zip(starts, ends):
+            entries = []
+            for i in range(s, e):
+                drafted, accepted, flags = cols[0][i], cols[2][i], cols[12][i]
+                truth = bool(flags & HAS_TRUTH)
+                entries.append(schema.VerifyEntry(
+                    request_id=ids[i], num_drafted=drafted, num_draft_tokens=cols[1][i],
+                    num_accepted=accepted,
+                    accepted_per_pos=tuple(1 if p < accepted else 0 for p in range(drafted)),
+                    temperature=cols[9][i], top_p=cols[10][i], top_k=cols[11][i],
+                    mode_requested=names[cols[3][i]], mode_used=names[cols[4][i]],
+                    num_verified=cols[5][i] if truth else 0, num_top1=cols[6][i] if truth else 0,
+                    expected_top1=cols[7][i] if truth else 0.0,
+                    var_top1=cols[8][i] if truth else 0.0,
+                    draft_top1_hist=tuple(hist[i]) if flags & HAS_HIST else ()))
+            depth = int(self.draft_depth[s])
+            out.append(schema.VerifyStepRecord(
+                run_id=self.run_id, config_id=self.config_id, rank=self.rank,
+                step=int(self.step[s]), t_ns=int(self.t_ns[s]),
+                batch_size=int(self.batch_size[s]), entries=tuple(entries),
+                draft_depth=None if depth < 0 else depth,
+                depth_reason=reasons.get(int(seq[s]), "")))
+        return out
+
+    def select(self, mask: np.ndarray) -> "VerifyColumns":
+        """The entries where ``mask`` holds (aggregation fields only; num_steps unknown = 0)."""
+        arrays = {f.name: getattr(self, f.name)[mask] for f in dataclasses.fields(self)
+                  if f.name in AGGREGATE_ARRAYS}
+        return VerifyColumns(run_id=self.run_id, config_id=self.config_id, rank=self.rank,
+                             num_steps=0, mode_names=self.mode_names, **arrays)
+
+
+AGGREGATE_ARRAYS = ("t_ns", "num_drafted", "num_draft_tokens", "num_accepted", "mode_requested",
+                    "mode_used", "num_verified", "num_top1", "expected_top1", "var_top1",
+                    "draft_hist")
+DETAIL_ARRAYS = ("seq", "step", "batch_size", "draft_depth", "temperature", "top_p", "top_k",
+                 "flags")
+
+
+def expand(items: Iterable[Any]) -> list[Any]:
+    """Records, with every VerifyColumns among them rebuilt as verify-step records."""
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, VerifyColumns):
+            out.extend(item.to_records())
+        else:
+            out.append(item)
+    return out

@@ -1,0 +1,428 @@
+"""Record batches between engine processes and a collector over ZeroMQ (PUSH -> PULL).
+
+Imports stdlib, numpy and the schema; pyzmq when a socket is made. Never torch or dash.
+
+A message is columnar (format 3): ``MAGIC``, a little-endian uint32 header length, a JSON
+header, then raw array buffers. The header carries the sender pid, the non-verify records as
+JSON objects (few: runs, requests, phases) and, per VerifyColumns, where each array lies in
+the payload. Verify entries therefore cross as a handful of numpy buffers, decoded with
+``np.frombuffer``: no Python object per entry on either side. numpy buffers rather than Arrow
+IPC keep pyarrow out of the engine process. The JSON format of schema versions 1-2
+(``{"v": .., "pid": .., "records": [..]}``) is still accepted, so an engine and its collector
+can be upgraded one at a time.
+
+The engine side never blocks: a full send queue drops the message and counts its records and
+verify entries. The receiver rejects oversized, malformed or unknown-version messages, counts
+them by reason (and the entries they held, where the header says), and goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import schema
+from .columns import AGGREGATE_ARRAYS, DETAIL_ARRAYS, Strings, VerifyColumns
+
+MAX_MESSAGE_BYTES = 16 * 2**20
+MAX_ENTRIES = 1 << 16  #: verify entries per message (~9 MiB with every array)
+MAGIC = b"SSW\x03"
+WIRE_VERSION = 3  #: the columnar format; the JSON format carried schema versions 1-2
+JSON_VERSIONS = (1, 2, 3)
+
+#: array -> dtype on the wire; receivers widen to the VerifyColumns dtypes
+WIRE_DTYPES = {
+    "t_ns": "<i8", "num_drafted": "<i4", "num_draft_tokens": "<i4", "num_accepted": "<i4",
+    "mode_requested": "i1", "mode_used": "i1", "num_verified": "<i4", "num_top1": "<i4",
+    "expected_top1": "<f8", "var_top1": "<f8", "draft_hist": "<i4",
+    "seq": "<i4", "step": "<i8", "batch_size": "<i4", "draft_depth": "<i4",
+    "temperature": "<f8", "top_p": "<f8", "top_k": "<i4", "flags": "i1",
+}
+LOCAL_DTYPES = {
+    "mode_requested": np.int8, "mode_used": np.int8, "flags": np.int8,
+    "expected_top1": np.float64, "var_top1": np.float64, "temperature": np.float64,
+    "top_p": np.float64,
+}
+_HEADER = struct.Struct("<I")
+
+
+def _zmq():
+    try:
+        import zmq
+    except ImportError as exc:
+        raise ImportError("the collector transport needs pyzmq: pip install 'specscope[collector]'",
+                          name=exc.name) from None
+    return zmq
+
+
+class WireError(ValueError):
+    """A message the receiver cannot use; ``reason`` is the counter it is filed under."""
+
+    def __init__(self, reason: str, entries: int = 0) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.entries = entries
+
+
+# ----------------------------------------------------------------------------- encoding
+def encode(items: Sequence[Any], pid: int | None = None) -> list[bytes]:
+    """Records and VerifyColumns as columnar messages (verify entries chunked by MAX_ENTRIES)."""
+    pid = os.getpid() if pid is None else pid
+    records = [schema.to_dict(r) for r in items if not isinstance(r, VerifyColumns)]
+    chunks: list[VerifyColumns] = []
+    for c in items:
+        if isinstance(c, VerifyColumns) and len(c):
+            chunks.extend(_chunks(c))
+    messages = []
+    first = True
+    for c in chunks or [None]:
+        header: dict[str, Any] = {"v": WIRE_VERSION, "pid": pid, "records": records if first else []}
+        buffers: list[bytes] = []
+        if c is not None:
+            header["columns"] = [_column_header(c, buffers)]
+        first = False
+        messages.append(_frame(header, buffers))
+    return messages
+
+
+def _chunks(c: VerifyColumns) -> list[VerifyColumns]:
+    n = len(c)
+    if n <= MAX_ENTRIES:
+        return [c]
+    out = []
+    for start in range(0, n, MAX_ENTRIES):
+        sl = slice(start, start + MAX_ENTRIES)
+        part = VerifyColumns(
+            run_id=c.run_id, config_id=c.config_id, rank=c.rank, num_steps=0,
+            mode_names=c.mode_names,
+            **{a: getattr(c, a)[sl] for a in AGGREGATE_ARRAYS},
+            **{a: (None if getattr(c, a) is None else getattr(c, a)[sl]) for a in DETAIL_ARRAYS})
+        if c.request_ids is not None:
+            part.request_ids = Strings.of(c.request_ids.tolist()[sl])
+        if c.depth_reasons:
+            part.depth_reasons = dict(c.depth_reasons)
+        if c.seq is not None:
+            steps = np.unique(part.seq)
+            part.num_steps = int(steps.size)
+        out.append(part)
+    if c.seq is None:  # aggregates only: keep the step count on the first chunk
+        out[0].num_steps = c.num_steps
+    return out
+
+
+def _column_header(c: VerifyColumns, buffers: list[bytes]) -> dict[str, Any]:
+    offset = sum(len(b) for b in buffers)
+    arrays: dict[str, list] = {}
+    has_hist = bool(c.draft_hist.any())
+    names = list(AGGREGATE_ARRAYS) + [a for a in DETAIL_ARRAYS if getattr(c, a) is not None]
+    for name in names:
+        if name == "draft_hist" and not has_hist:
+            continue  # all zeros: the receiver fills them
+        arr = np.ascontiguousarray(getattr(c, name), dtype=WIRE_DTYPES[name])
+        data = arr.tobytes()
+        arrays[name] = [WIRE_DTYPES[name], offset, len(data)]
+        buffers.append(data)
+        offset += len(data)
+    head: dict[str, Any] = {"run_id": c.run_id, "config_id": c.config_id, "rank": c.rank,
+                            "num_steps": c.num_steps, "n": len(c), "modes": list(c.mode_names),
+                            "arrays": arrays}
+    if c.depth_reasons:
+        head["depth_reasons"] = {str(k): v for k, v in c.depth_reasons.items()}
+    if c.request_ids is not None:
+        head["ids"] = [offset, len(c.request_ids.blob)]
+        buffers.append(c.request_ids.blob)
+    return head
+
+
+def _frame(header: dict[str, Any], buffers: list[bytes]) -> bytes:
+    head = json.dumps(header, separators=(",", ":")).encode()
+    return b"".join([MAGIC, _HEADER.pack(len(head)), head, *buffers])
+
+
+def encode_json(items: Sequence[Any], pid: int | None = None) -> bytes:
+    """The previous format: one JSON message, every record an object (verify columns expanded)."""
+    from .columns import expand
+
+    return json.dumps({"v": 2, "pid": os.getpid() if pid is None else pid,
+                       "records": [schema.to_dict(r) for r in expand(items)]},
+                      separators=(",", ":")).encode()
+
+
+# ----------------------------------------------------------------------------- decoding
+def decode_batch(msg: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[int, list[Any], int]:
+    """(sender pid, records and VerifyColumns, records skipped) of one message, either format;
+    raises WireError (a ValueError) naming the reason when the message is unusable."""
+    if len(msg) > max_bytes:
+        raise WireError("oversized")
+    if msg[:4] == MAGIC:
+        return _decode_columnar(msg)
+    return _decode_json(msg)
+
+
+def _decode_json(msg: bytes) -> tuple[int, list[Any], int]:
+    try:
+        data = json.loads(msg)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise WireError("malformed") from None
+    if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+        raise WireError("malformed")
+    if data.get("v") not in JSON_VERSIONS:
+        raise WireError("version")
+    pid = data.get("pid") if isinstance(data.get("pid"), int) else 0
+    records, skipped = _records(data["records"])
+    return pid, records, skipped
+
+
+def _records(items: list) -> tuple[list[Any], int]:
+    records, skipped = [], 0
+    for item in items:
+        try:
+            records.append(schema.from_dict(item))
+        except (schema.SchemaError, TypeError, ValueError):
+            skipped += 1
+    return records, skipped
+
+
+def _decode_columnar(msg: bytes) -> tuple[int, list[Any], int]:
+    if len(msg) < 8:
+        raise WireError("malformed")
+    (head_len,) = _HEADER.unpack_from(msg, 4)
+    start = 8 + head_len
+    if start > len(msg):
+        raise WireError("malformed")
+    try:
+        header = json.loads(msg[8:start])
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise WireError("malformed") from None
+    if not isinstance(header, dict):
+        raise WireError("malformed")
+    if header.get("v") != WIRE_VERSION:
+        raise WireError("version")
+    payload = memoryview(msg)[start:]
+    pid = header.get("pid") if isinstance(header.get("pid"), int) else 0
+    items = header.get("records", [])
+    columns = header.get("columns", [])
+    if not isinstance(items, list) or not isinstance(columns, list):
+        raise WireError("malformed")
+    decoded = []
+    for head in columns:  # all or nothing: a message is rejected whole
+        decoded.append(_columns(head, payload))
+    records, skipped = _records(items)
+    return pid, records + decoded, skipped
+
+
+def _columns(head: Any, payload: memoryview) -> VerifyColumns:
+    if not isinstance(head, dict):
+        raise WireError("malformed")
+    n = head.get("n")
+    if not isinstance(n, int) or n < 0 or n > MAX_ENTRIES:
+        raise WireError("malformed")
+    try:
+        arrays = head["arrays"]
+        modes = tuple(str(m) for m in head["modes"])
+        run_id, config_id = str(head["run_id"]), str(head["config_id"])
+        rank, num_steps = int(head["rank"]), int(head["num_steps"])
+        if not isinstance(arrays, dict) or not modes or len(modes) > 127:
+            raise TypeError
+    except (KeyError, TypeError, ValueError):
+        raise WireError("malformed", n) from None
+    fields: dict[str, Any] = {}
+    for name, spec in arrays.items():
+        if name not in WIRE_DTYPES or not isinstance(spec, list) or len(spec) != 3 \
+                or spec[0] != WIRE_DTYPES[name]:
+            raise WireError("malformed", n)
+        _, offset, nbytes = spec
+        width = schema.DRAFT_HIST_BINS if name == "draft_hist" else 1
+        dtype = np.dtype(spec[0])
+        if not (isinstance(offset, int) and isinstance(nbytes, int)) or offset < 0 \
+                or nbytes != n * width * dtype.itemsize or offset + nbytes > len(payload):
+            raise WireError("malformed", n)
+        arr = np.frombuffer(payload, dtype=dtype, count=n * width, offset=offset)
+        local = LOCAL_DTYPES.get(name, np.int64)
+        arr = arr.astype(local)
+        fields[name] = arr.reshape(n, width) if width > 1 else arr
+    if "draft_hist" not in fields:
+        fields["draft_hist"] = np.zeros((n, schema.DRAFT_HIST_BINS), dtype=np.int64)
+    missing = [a for a in AGGREGATE_ARRAYS if a not in fields]
+    if missing:
+        raise WireError("malformed", n)
+    for code in ("mode_requested", "mode_used"):
+        if n and (fields[code].min() < 0 or fields[code].max() >= len(modes)):
+            raise WireError("malformed", n)
+    cols = VerifyColumns(run_id=run_id, config_id=config_id, rank=rank, num_steps=num_steps,
+                         mode_names=modes, **{a: fields[a] for a in AGGREGATE_ARRAYS})
+    detail = [a for a in DETAIL_ARRAYS if a in fields]
+    if detail:
+        if len(detail) != len(DETAIL_ARRAYS) or not isinstance(head.get("ids"), list):
+            raise WireError("malformed", n)
+        try:
+            offset, nbytes = (int(v) for v in head["ids"])
+        except (TypeError, ValueError):
+            raise WireError("malformed", n) from None
+        if offset < 0 or nbytes < 0 or offset + nbytes > len(payload):
+            raise WireError("malformed", n)
+        blob = bytes(payload[offset:offset + nbytes])
+        ids = Strings(blob, n)
+        try:
+            ids.tolist()  # the collector keeps them for traces; check their count now
+        except (UnicodeDecodeError, ValueError):
+            raise WireError("malformed", n) from None
+        for a in detail:
+            setattr(cols, a, fields[a])
+        cols.request_ids = ids
+        reasons = head.get("depth_reasons")
+        if reasons is not None:
+            try:
+                cols.depth_reasons = {int(k): str(v) for k, v in dict(reasons).items()}
+            except (TypeError, ValueError):
+                raise WireError("malformed", n) from None
+    return cols
+
+
+# ----------------------------------------------------------------------------- sockets
+class ZmqSink:
+    """Recorder sink that pushes records to a collector; never blocks, drops and counts.
+
+    ``format="json"`` sends the previous JSON format (for a collector not yet upgraded).
+    """
+
+    accepts_columns = True
+
+    def __init__(self, endpoint: str, *, high_water_mark: int = 1000,
+                 format: str = "columnar") -> None:
+        if format not in ("columnar", "json"):
+            raise ValueError(f"unknown wire format {format!r}: columnar or json")
+        zmq = _zmq()
+        self._zmq = zmq
+        self.format = format
+        self._ctx = zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.PUSH)
+        self._sock.setsockopt(zmq.SNDHWM, high_water_mark)
+        self._sock.setsockopt(zmq.LINGER, 2000)  # on close, up to 2 s to flush what is queued
+        self._sock.connect(endpoint)
+        self._lock = threading.Lock()
+        self.num_sent = 0  #: records and verify entries handed to the socket
+        self.num_dropped = 0  #: records and verify entries dropped on a full queue
+
+    def write(self, records: Sequence[Any]) -> None:
+        if not records:
+            return
+        if self.format == "json":
+            messages = [(encode_json(records), _count(records))]
+        else:
+            messages = [(m, None) for m in encode(records)]
+            if len(messages) == 1:
+                messages = [(messages[0][0], _count(records))]
+            else:  # chunked: count each message by what it holds
+                messages = [(m, _count_message(m)) for m, _ in messages]
+        with self._lock:
+            for msg, n in messages:
+                try:
+                    self._sock.send(msg, flags=self._zmq.NOBLOCK, copy=False)
+                    self.num_sent += n
+                except self._zmq.Again:
+                    self.num_dropped += n
+
+    def close(self) -> None:
+        with self._lock:
+            self._sock.close()
+
+
+def _count(items: Sequence[Any]) -> int:
+    return sum(len(r) if isinstance(r, VerifyColumns) else 1 for r in items)
+
+
+def _count_message(msg: bytes) -> int:
+    (head_len,) = _HEADER.unpack_from(msg, 4)
+    header = json.loads(msg[8:8 + head_len])
+    return len(header["records"]) + sum(c["n"] for c in header.get("columns", []))
+
+
+class ZmqReceiver:
+    """Pulls batches on ``endpoint`` and feeds a Collector, on a background thread."""
+
+    def __init__(self, collector: Any, endpoint: str = "tcp://127.0.0.1:5557",
+                 max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        zmq = _zmq()
+        self._zmq = zmq
+        self.collector = collector
+        self.max_bytes = max_bytes
+        self._ctx = zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.PULL)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, max_bytes + 1024)
+        if endpoint.endswith(":0"):
+            port = self._sock.bind_to_random_port(endpoint.rsplit(":", 1)[0])
+            endpoint = f"{endpoint.rsplit(':', 1)[0]}:{port}"
+        else:
+            self._bind(endpoint)
+        self.endpoint = endpoint
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _bind(self, endpoint: str, wait_s: float = 5.0) -> None:
+        """Bind, retrying while a previous collector's socket on the endpoint is released
+        (ZeroMQ closes listeners asynchronously, so a restart can race its predecessor)."""
+        import errno
+        import time
+
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self._sock.bind(endpoint)
+                return
+            except self._zmq.ZMQError as exc:
+                if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    self._sock.close(linger=0)
+                    raise
+                time.sleep(0.05)
+
+    def start(self) -> "ZmqReceiver":
+        self._thread = threading.Thread(target=self._loop, name="specscope-receiver", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        poller = self._zmq.Poller()
+        poller.register(self._sock, self._zmq.POLLIN)
+        while not self._stop.is_set():
+            if not dict(poller.poll(100)):
+                continue
+            while not self._stop.is_set():  # a backlog must not hold up close()
+                try:
+                    msg = self._sock.recv(flags=self._zmq.NOBLOCK, copy=False)
+                except self._zmq.Again:
+                    break
+                self.handle(msg.buffer if hasattr(msg, "buffer") else msg)
+
+    def handle(self, msg: bytes | memoryview) -> None:
+        """Decode one message into the collector; bad input is counted, never raised."""
+        health = self.collector.health
+        try:
+            pid, items, skipped = decode_batch(msg if isinstance(msg, bytes) else bytes(msg),
+                                               self.max_bytes)
+        except WireError as exc:
+            health[f"batches_rejected_{exc.reason}"] += 1
+            health["entries_rejected"] += exc.entries
+            return
+        except Exception:
+            health["batches_rejected_malformed"] += 1
+            return
+        if pid:
+            self.collector.note_process(pid, "engine")
+        health["records_rejected"] += skipped
+        health["batches_received"] += 1
+        try:
+            self.collector.observe(items)
+        except Exception:
+            health["batches_rejected_malformed"] += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._sock.close(linger=0)

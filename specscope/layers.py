@@ -1,0 +1,43 @@
+"""The architecture, written down once: which part sits on which floor. Stdlib only, imports
+nothing of specscope.
+
+A module may import from its own part or from a part on a lower floor, lazily or not; parts on
+the same floor sit side by side and never import each other. ``tests/architecture`` reads every
+module's imports with ``ast`` and holds the code to this table.
+"""
+
+from __future__ import annotations
+
+#: part (first component below ``specscope``; a top-level module is its own part) -> floor
+FLOORS: dict[str, int] = {
+    "layers": 0,
+    "schema": 0,
+    "io": 1,
+    "hooks": 2,
+    "importers": 2,
+    "collector": 2,
+    "exporters": 3,
+    "engine": 4,
+    "serving": 5,
+    "dashboard": 5,
+    "demo": 6,
+    "cli": 7,
+    "__main__": 8,
+    "__init__": 8,  #: the public API re-exports lazily from anywhere
+}
+
+
+def part_of(module: str) -> str:
+    """The part a dotted module name belongs to ("specscope.io.wire" -> "io")."""
+    parts = module.split(".")
+    if parts[0] != "specscope":
+        raise ValueError(f"{module} is not a specscope module")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def allowed(importer: str, imported: str) -> bool:
+    """Whether module ``importer`` may import module ``imported`` (both under specscope)."""
+    a, b = part_of(importer), part_of(imported)
+    if imported == "specscope":  # `from specscope import x` reaches the public API
+        return a in ("__init__", "__main__")
+    return a == b or FLOORS[b] < FLOORS[a]
