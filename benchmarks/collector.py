@@ -37,10 +37,9 @@ def bench_collector(reps: int) -> list[Row]:
     cols = _synthetic_columns(1 << 21)
     n = len(cols)
     batch = 1 << 16
-    from specscope.collector.service import _select
     import numpy as np
 
-    batches = [_select(cols, np.arange(n) // batch == i) for i in range(n // batch)]
+    batches = [cols.select(np.arange(n) // batch == i) for i in range(n // batch)]
     run = schema.RunRecord(run_id="bench", config_id="bench", algorithm="eagle", num_steps=4,
                            topk=1, num_draft_tokens=5, backend="cpu", model="m")
 

@@ -16,12 +16,13 @@ from .dashboard import bench_dashboard
 from .engine import bench_decoder, bench_drafts, bench_hf, bench_hooks
 from .reliability import bench_reliability
 from .serving import bench_serve
+from .wire import bench_wire
 
 
 BENCHES = {"dashboard": bench_dashboard, "serve": bench_serve, "hooks": bench_hooks,
            "decoder": bench_decoder, "drafts": bench_drafts,
            "collector": bench_collector, "import": bench_import, "hf": bench_hf,
-           "reliability": bench_reliability}
+           "wire": bench_wire, "reliability": bench_reliability}
 
 
 def main() -> int:

@@ -53,8 +53,8 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
     for code, n in enumerate(np.bincount(pair, minlength=n_modes * n_modes).tolist()):
         if n:
             stats.modes[(modes[code // n_modes], modes[code % n_modes])] += n
-    sampled = c.num_verified > 0
-    if sampled.any():
+    sampled = c.num_verified > 0 if c.num_verified is not None else None
+    if sampled is not None and sampled.any():
         req = c.mode_requested
         if req.min() == req.max():  # the usual batch: one requested mode, no grouping needed
             all_rows = bool(sampled.all())
@@ -72,9 +72,10 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
             t.num_top1 += int(nt)
             t.expected_top1 += float(ex)
             t.var_top1 += float(var)
-    hist = c.draft_hist.sum(axis=0)
-    if hist.any():
-        stats.draft_hist = _add_lists(stats.draft_hist, hist.tolist())
+    if c.draft_hist is not None:
+        hist = c.draft_hist.sum(axis=0)
+        if hist.any():
+            stats.draft_hist = _add_lists(stats.draft_hist, hist.tolist())
     t0, t1 = int(c.t_ns.min()), int(c.t_ns.max())
     stats.t_first_ns = t0 if stats.t_first_ns is None else min(stats.t_first_ns, t0)
     stats.t_last_ns = t1 if stats.t_last_ns is None else max(stats.t_last_ns, t1)

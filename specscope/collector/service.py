@@ -125,12 +125,14 @@ class Collector:
         self._totals[key] = self._stats_for(key).merge(batch)
         if not len(cols):
             return
-        buckets = cols.t_ns // self.window_ns
+        buckets = cols.t_ns // self.window_ns  # per step or per entry: the same buckets
         if buckets.min() == buckets.max():
             self._merge_window(key, int(cols.t_ns[0]), batch)
             return
         import numpy as np
 
+        cols = cols.per_entry()
+        buckets = cols.t_ns // self.window_ns
         for b in np.unique(buckets).tolist():
             part = SpecStats(keep_samples=False)
             observe_columns(part, cols.select(buckets == b))

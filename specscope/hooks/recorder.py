@@ -74,6 +74,7 @@ class Recorder:
         sinks: Iterable[Sink] = (),
         max_errors: int = 100,
         clock_ns: Callable[[], int] = time.time_ns,
+        max_columns_entries: int = 1 << 16,
     ) -> None:
         self.run = run
         self.rank = rank
@@ -85,10 +86,16 @@ class Recorder:
         self.enabled = True
         self.max_batch = max_batch
         self.max_pending_records = max_pending_records
+        self.max_columns_entries = max_columns_entries  #: entries per drained VerifyColumns
         self._cuda = self.device.type == "cuda"
         self._host = torch.zeros(ring_slots, max_batch, _stats.ROW_WIDTH, dtype=torch.float32,
                                  pin_memory=self._cuda)
         self._host_np = self._host.numpy()  # the same memory, read by the drain side
+        # the common step (no statistics, draft counts known on the host) sends only the
+        # accepted counts: one small copy instead of a packed row per request
+        self._acc = torch.zeros(ring_slots, max_batch, dtype=torch.int64, pin_memory=self._cuda)
+        self._acc_np = self._acc.numpy()
+        self._acc_slots = list(self._acc.unbind(0))  # per-slot views, made once
         self._free: collections.deque[int] = collections.deque(range(ring_slots))
         self._pending: collections.deque[tuple] = collections.deque()
         self._out: collections.deque[Any] = collections.deque()
@@ -173,24 +180,42 @@ class Recorder:
             else:
                 stat_t, stat_p, stat_k = temperature, top_p, top_k
             sampled = bool(self.stats_policy(step))
-            packed = self._pack(batch, num_accepted, num_drafted, num_draft_tokens, stat_t,
-                                stat_p, stat_k, committed_tokens, target_logits, draft_top1_probs,
-                                sampled)
-            self._host[idx, :batch].copy_(packed, non_blocking=True)
+            has_truth = sampled and committed_tokens is not None and target_logits is not None
+            has_hist = sampled and draft_top1_probs is not None
+            lite = None
+            if not (has_truth or has_hist) and isinstance(num_drafted, int) and \
+                    (num_draft_tokens is None or isinstance(num_draft_tokens, int)):
+                lite = (num_drafted, num_drafted if num_draft_tokens is None else num_draft_tokens)
+                on_device = num_accepted.is_cuda
+                if num_accepted.device.type == "cpu":
+                    # host memory already: a plain numpy copy, no torch dispatch (which would
+                    # release and retake the GIL). No device exists on this branch, so nothing
+                    # here can wait on one; the sync guard, which flags .numpy() to catch device
+                    # reads, is told so.
+                    with torch._C.DisableTorchFunction():
+                        self._acc_np[idx, :batch] = num_accepted.numpy()
+                else:
+                    src = num_accepted if num_accepted.dtype == torch.int64 \
+                        else num_accepted.to(torch.int64)  # convert on the device, then copy
+                    self._acc_slots[idx][:batch].copy_(src, non_blocking=True)
+            else:
+                packed = self._pack(batch, num_accepted, num_drafted, num_draft_tokens, stat_t,
+                                    stat_p, stat_k, committed_tokens, target_logits,
+                                    draft_top1_probs, sampled)
+                self._host[idx, :batch].copy_(packed, non_blocking=True)
+                on_device = packed.is_cuda
             event = None
-            if packed.is_cuda:
+            if on_device:
                 event = torch.cuda.Event()
                 event.record()
         except BaseException:
             self._free.append(idx)
             raise
-        meta = (step, self.clock_ns(), tuple(request_ids), tuple(temperature),
-                tuple(top_p) if top_p is not None else None,
-                tuple(top_k) if top_k is not None else None,
+        meta = (step, self.clock_ns(), tuple(request_ids), _host_copy(temperature),
+                _host_copy(top_p), _host_copy(top_k),
                 mode_used if isinstance(mode_used, (str, type(None))) else tuple(mode_used),
-                sampled and committed_tokens is not None and target_logits is not None,
-                sampled and draft_top1_probs is not None,
-                -1 if draft_depth is None else int(draft_depth), depth_reason)
+                has_truth, has_hist, -1 if draft_depth is None else int(draft_depth),
+                depth_reason, lite)
         self._pending.append((idx, batch, event, meta))
 
     def _pack(self, batch, num_accepted, num_drafted, num_draft_tokens, temperature, top_p,
@@ -256,88 +281,121 @@ class Recorder:
             self.enabled = False
 
     # ----------------------------------------------------------------- drain side
-    def drain_columns(self, wait: bool = False) -> tuple[list[Any], VerifyColumns | None]:
-        """Records ready so far and the verify steps among them as one VerifyColumns.
+    def drain_columns(self, wait: bool = False) -> tuple[list[Any], list[VerifyColumns]]:
+        """Records ready so far, and the verify steps among them as VerifyColumns (one per
+        ``max_columns_entries`` entries, in the compact step-level form).
 
         Polls device events; ``wait`` blocks until all are complete. Nothing here builds a
         Python object per request entry.
         """
         with self._drain_lock:
-            rows, metas = [], []
+            ready = []
             while self._pending:
                 idx, batch, event, meta = self._pending[0]
                 if event is not None and not event.query():
                     if not wait:
                         break
                     event.synchronize()
-                self._pending.popleft()
-                try:
-                    rows.append(self._host_np[idx, :batch].copy())
-                finally:
-                    self._free.append(idx)
-                metas.append(meta)
-                self.num_recorded += 1
+                ready.append(self._pending.popleft())
+            try:
+                cols = [self._columns(part) for part in _parts(ready, self.max_columns_entries)]
+            finally:  # the slots are free once their contents are copied out
+                self._free.extend(idx for idx, _, _, _ in ready)
+                self.num_recorded += len(ready)
             self.phases.resolve(wait)
             out = []
             while self._out:
                 out.append(self._out.popleft())
-        return out, (self._columns(rows, metas) if rows else None)
+        return out, cols
 
     def drain(self, wait: bool = False) -> list[Any]:
         """Records ready so far, verify steps as VerifyStepRecords (see ``drain_columns``)."""
         out, cols = self.drain_columns(wait)
-        return out + cols.to_records() if cols is not None else out
+        for c in cols:
+            out.extend(c.to_records())
+        return out
 
-    def _columns(self, rows: list[np.ndarray], metas: list[tuple]) -> VerifyColumns:
-        data = np.concatenate(rows) if len(rows) > 1 else rows[0]
-        n = data.shape[0]
-        sizes = [r.shape[0] for r in rows]
-        chain = itertools.chain.from_iterable
-        temps = np.fromiter(chain(m[3] for m in metas), dtype=np.float64, count=n)
-        top_p = np.fromiter(chain(m[4] if m[4] is not None else itertools.repeat(1.0, k)
-                                  for m, k in zip(metas, sizes)), dtype=np.float64, count=n)
-        top_k = np.fromiter(chain(m[5] if m[5] is not None else itertools.repeat(0, k)
-                                  for m, k in zip(metas, sizes)), dtype=np.int64, count=n)
+    def _columns(self, ready: list[tuple]) -> VerifyColumns:
+        """One VerifyColumns from the ready ring slots: a few array copies per step, nothing
+        per request entry but what numpy does in C."""
+        metas = [m for _, _, _, m in ready]
+        sizes = [b for _, b, _, _ in ready]
+        step_sizes = np.asarray(sizes, dtype=np.int64)
+        n = int(step_sizes.sum())
+        f64, i64 = np.float64, np.int64
+        cat = np.concatenate
+        lites = [m[11] for m in metas]
+        per_step = np.asarray([lt if lt is not None else (0, 0) for lt in lites], dtype=i64)
+        drafted = np.repeat(per_step[:, 0], sizes)
+        draft_tokens = np.repeat(per_step[:, 1], sizes)
+        full_rows, full_at = [], []
+        if None not in lites and min(sizes) == max(sizes):  # the usual drain: one gather
+            idxs = np.fromiter((idx for idx, _, _, _ in ready), dtype=i64, count=len(ready))
+            accepted = self._acc_np[idxs, :sizes[0]].reshape(-1)
+        else:
+            parts, at = [], 0
+            for (idx, b, _, m), lite in zip(ready, lites):
+                if lite is not None:
+                    parts.append(self._acc_np[idx, :b])
+                else:
+                    row = self._host_np[idx, :b]
+                    parts.append(row[:, _stats.COL_NUM_ACCEPTED].astype(i64))
+                    drafted[at:at + b] = row[:, _stats.COL_NUM_DRAFTED]
+                    draft_tokens[at:at + b] = row[:, _stats.COL_NUM_DRAFT_TOKENS]
+                    full_rows.append(row[:, _stats.COL_NUM_VERIFIED:])
+                    full_at.append((at, b))
+                at += b
+            accepted = cat(parts)
+        temps = cat(_arrays([m[3] for m in metas], sizes, f64, 0.0))
+        top_p = cat(_arrays([m[4] for m in metas], sizes, f64, 1.0))
+        top_k = cat(_arrays([m[5] for m in metas], sizes, i64, 0))
         names = list(schema.SAMPLING_MODES)
         configured = self.run.verify_mode or schema.SPECULATIVE_SAMPLING
         code = _coder(names)
         requested = np.where(temps > 0, code(configured), code(schema.GREEDY)).astype(np.int8)
         used = requested.copy()
         start = 0
-        for m, k in zip(metas, sizes):
+        for m, b in zip(metas, sizes):
             modes = m[6]
             if isinstance(modes, str) and modes:
-                used[start:start + k] = code(modes)
+                used[start:start + b] = code(modes)
             elif modes:
                 for i, mode in enumerate(modes):
                     if mode:
                         used[start + i] = code(mode)
-            start += k
-        flags = np.repeat(np.fromiter(((_HAS_TRUTH if m[7] else 0) | (_HAS_HIST if m[8] else 0)
-                                       for m in metas), dtype=np.int8, count=len(metas)), sizes)
+            start += b
+        step_flags = np.fromiter(((_HAS_TRUTH if m[7] else 0) | (_HAS_HIST if m[8] else 0)
+                                  for m in metas), dtype=np.int8, count=len(metas))
+        flags = np.repeat(step_flags, sizes)
         truth = (flags & _HAS_TRUTH) != 0
-        hist = data[:, _stats.COL_HIST:].astype(np.int64)
-        hist[(flags & _HAS_HIST) == 0] = 0
-        ids = list(chain(m[2] for m in metas))
+        base = _stats.COL_NUM_VERIFIED
+        if full_rows:
+            stats = np.zeros((n, _stats.ROW_WIDTH - base), dtype=np.float32)
+            for (start, b), rows in zip(full_at, full_rows):
+                stats[start:start + b] = rows
+            hist = stats[:, _stats.COL_HIST - base:].astype(i64)
+            hist[(flags & _HAS_HIST) == 0] = 0
+            verified = np.where(truth, stats[:, _stats.COL_NUM_VERIFIED - base], 0).astype(i64)
+            top1 = np.where(truth, stats[:, _stats.COL_NUM_TOP1 - base], 0).astype(i64)
+            expected = np.where(truth, stats[:, _stats.COL_EXPECTED_TOP1 - base], 0).astype(f64)
+            var = np.where(truth, stats[:, _stats.COL_VAR_TOP1 - base], 0).astype(f64)
+        else:  # no statistics in this drain
+            hist = verified = top1 = expected = var = None
+        ids = list(itertools.chain.from_iterable(m[2] for m in metas))
         cols = VerifyColumns(
             run_id=self.run.run_id, config_id=self.run.config_id, rank=self.rank,
             num_steps=len(metas),
-            t_ns=np.repeat(np.fromiter((m[1] for m in metas), dtype=np.int64), sizes),
-            num_drafted=data[:, _stats.COL_NUM_DRAFTED].astype(np.int64),
-            num_draft_tokens=data[:, _stats.COL_NUM_DRAFT_TOKENS].astype(np.int64),
-            num_accepted=data[:, _stats.COL_NUM_ACCEPTED].astype(np.int64),
+            t_ns=np.fromiter((m[1] for m in metas), dtype=i64, count=len(metas)),
+            num_drafted=drafted, num_draft_tokens=draft_tokens, num_accepted=accepted,
             mode_requested=requested, mode_used=used,
-            num_verified=np.where(truth, data[:, _stats.COL_NUM_VERIFIED], 0).astype(np.int64),
-            num_top1=np.where(truth, data[:, _stats.COL_NUM_TOP1], 0).astype(np.int64),
-            expected_top1=np.where(truth, data[:, _stats.COL_EXPECTED_TOP1], 0).astype(np.float64),
-            var_top1=np.where(truth, data[:, _stats.COL_VAR_TOP1], 0).astype(np.float64),
+            num_verified=verified, num_top1=top1, expected_top1=expected, var_top1=var,
             draft_hist=hist, mode_names=tuple(names),
-            seq=np.repeat(np.arange(len(metas), dtype=np.int64), sizes),
-            step=np.repeat(np.fromiter((m[0] for m in metas), dtype=np.int64), sizes),
-            batch_size=np.repeat(np.asarray(sizes, dtype=np.int64), sizes),
-            draft_depth=np.repeat(np.fromiter((m[9] for m in metas), dtype=np.int64), sizes),
-            request_ids=Strings.of([str(i) for i in ids]),
-            temperature=temps, top_p=top_p, top_k=top_k, flags=flags)
+            seq=np.arange(len(metas), dtype=i64),
+            step=np.fromiter((m[0] for m in metas), dtype=i64, count=len(metas)),
+            batch_size=step_sizes,
+            draft_depth=np.fromiter((m[9] for m in metas), dtype=i64, count=len(metas)),
+            step_sizes=step_sizes,
+            request_ids=Strings.of(ids), temperature=temps, top_p=top_p, top_k=top_k, flags=flags)
         reasons = {i: m[10] for i, m in enumerate(metas) if m[10]}
         if reasons:
             cols.depth_reasons = reasons
@@ -346,9 +404,9 @@ class Recorder:
     def flush(self, wait: bool = False) -> int:
         """Drain into every sink; returns the number of records and verify steps handed over."""
         out, cols = self.drain_columns(wait=wait)
-        if not out and cols is None:
+        if not out and not cols:
             return 0
-        columnar = out + [cols] if cols is not None else out
+        columnar = out + cols
         expanded = None
         for sink in self.sinks:
             try:
@@ -356,11 +414,11 @@ class Recorder:
                     sink.write(columnar)
                 else:
                     if expanded is None:
-                        expanded = out + cols.to_records() if cols is not None else out
+                        expanded = out + [r for c in cols for r in c.to_records()]
                     sink.write(expanded)
             except (Exception, SystemExit):
                 self.num_sink_errors += 1
-        return len(out) + (cols.num_steps if cols is not None else 0)
+        return len(out) + sum(c.num_steps for c in cols)
 
     def start(self, interval_s: float = 0.05) -> "Recorder":
         """Start a daemon thread that flushes to the sinks every ``interval_s``."""
@@ -409,6 +467,51 @@ class Recorder:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _host_copy(values: Any) -> Any:
+    """A copy the engine cannot change under us: numpy arrays stay arrays (vLLM keeps its
+    sampling parameters in host arrays; an array copy is one memcpy), anything else a tuple."""
+    if values is None:
+        return None
+    if isinstance(values, np.ndarray):
+        return values.copy()
+    return tuple(values)
+
+
+def _parts(ready: list[tuple], limit: int) -> list[list[tuple]]:
+    """Ready steps in groups of at most ``limit`` entries (a larger single step alone)."""
+    parts: list[list[tuple]] = []
+    current: list[tuple] = []
+    size = 0
+    for item in ready:
+        if current and size + item[1] > limit:
+            parts.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += item[1]
+    if current:
+        parts.append(current)
+    return parts
+
+
+def _arrays(seqs: list, sizes: list[int], dtype: Any, default: float) -> list[np.ndarray]:
+    """Per-step host sequences as arrays; a step whose values equal the step before reuses its
+    array (continuous batching keeps a batch's parameters from step to step)."""
+    out: list[np.ndarray] = []
+    prev, prev_arr = None, None
+    for seq, size in zip(seqs, sizes):
+        if seq is None:
+            arr = np.full(size, default, dtype=dtype)
+        elif isinstance(seq, np.ndarray):
+            arr = seq.astype(dtype, copy=False)
+        elif prev_arr is not None and not isinstance(prev, np.ndarray) and seq == prev:
+            arr = prev_arr
+        else:
+            arr = np.asarray(seq, dtype=dtype)
+        out.append(arr)
+        prev, prev_arr = seq, arr
+    return out
 
 
 def _coder(names: list[str]) -> Callable[[str], int]:

@@ -38,16 +38,27 @@ class Strings:
 
     @classmethod
     def of(cls, values: Sequence[str]) -> "Strings":
-        values = [str(v) for v in values] if not isinstance(values, list) else values
-        joined = SEP.join(values)
+        values = values if isinstance(values, list) else list(values)
+        try:
+            joined = SEP.join(values)
+        except TypeError:  # ids that are not strings (ints, ...)
+            values = [str(v) for v in values]
+            joined = SEP.join(values)
         if joined.count(SEP) != max(len(values) - 1, 0):  # an id holding the separator
             values = [v.replace(SEP, "\ufffd") for v in values]
             joined = SEP.join(values)
         return cls(joined.encode("utf-8"), len(values), values)
 
+    def check(self) -> None:
+        """Raise ValueError unless the blob holds exactly ``n`` strings (one scan of the bytes,
+        no object per string; bytes that are not UTF-8 become U+FFFD when read)."""
+        found = self.blob.count(b"\x00") + 1 if self.n else (0 if not self.blob else 1)
+        if found != self.n:
+            raise ValueError(f"{self.n} strings expected, {found} found")
+
     def tolist(self) -> list[str]:
         if self._list is None:
-            self._list = self.blob.decode("utf-8").split(SEP) if self.n else []
+            self._list = self.blob.decode("utf-8", errors="replace").split(SEP) if self.n else []
             if len(self._list) != self.n:
                 raise ValueError(f"{self.n} strings expected, {len(self._list)} found")
         return self._list
@@ -79,11 +90,13 @@ class VerifyColumns:
     num_accepted: np.ndarray  #: int64, bonus excluded
     mode_requested: np.ndarray  #: int8, index into ``mode_names``
     mode_used: np.ndarray  #: int8
-    num_verified: np.ndarray  #: int64
-    num_top1: np.ndarray  #: int64
-    expected_top1: np.ndarray  #: float64
-    var_top1: np.ndarray  #: float64
-    draft_hist: np.ndarray  #: int64 [N, DRAFT_HIST_BINS] (zeros where not sampled)
+    #: sampling-truth statistics; all four None when no entry carries them
+    num_verified: np.ndarray | None  #: int64
+    num_top1: np.ndarray | None  #: int64
+    expected_top1: np.ndarray | None  #: float64
+    var_top1: np.ndarray | None  #: float64
+    #: int64 [N, DRAFT_HIST_BINS] (zeros where not sampled); None when no entry carries one
+    draft_hist: np.ndarray | None
     mode_names: tuple[str, ...] = MODES
     # ---- detail, for rebuilding records
     seq: np.ndarray | None = None  #: int64, which step record (0..num_steps-1) each entry is of
@@ -96,6 +109,10 @@ class VerifyColumns:
     top_k: np.ndarray | None = None  #: int64
     flags: np.ndarray | None = None  #: int8, HAS_TRUTH | HAS_HIST
     depth_reasons: dict[int, str] | None = None  #: seq -> why k changed at that step (sparse)
+    #: entries per verify step, in order. When set, the step-level fields (STEP_ARRAYS) hold one
+    #: value per step rather than per entry: the compact form the recorder and the wire use,
+    #: expanded by ``per_entry()`` where a consumer needs entry-aligned arrays.
+    step_sizes: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.num_drafted.shape[0])
@@ -103,6 +120,15 @@ class VerifyColumns:
     @property
     def has_detail(self) -> bool:
         return self.seq is not None and self.request_ids is not None
+
+    def per_entry(self) -> "VerifyColumns":
+        """These columns with every step-level field one value per entry."""
+        if self.step_sizes is None:
+            return self
+        sizes = self.step_sizes
+        expanded = {name: np.repeat(getattr(self, name), sizes) for name in STEP_ARRAYS
+                    if getattr(self, name) is not None}
+        return dataclasses.replace(self, step_sizes=None, **expanded)
 
     @classmethod
     def from_records(cls, records: Iterable[schema.VerifyStepRecord], *,
@@ -180,16 +206,20 @@ class VerifyColumns:
         if not self.has_detail:
             raise ValueError("these verify columns carry no per-entry detail; records cannot "
                              "be rebuilt from aggregates")
+        if self.step_sizes is not None:
+            return self.per_entry().to_records()
         n = len(self)
         if not n:
             return []
         ids = self.request_ids.tolist()
         names = self.mode_names
-        cols = [a.tolist() for a in (self.num_drafted, self.num_draft_tokens, self.num_accepted,
-                                     self.mode_requested, self.mode_used, self.num_verified,
-                                     self.num_top1, self.expected_top1, self.var_top1,
-                                     self.temperature, self.top_p, self.top_k, self.flags)]
-        hist = self.draft_hist.tolist()
+        zeros = [0] * n
+        cols = [a.tolist() if a is not None else zeros
+                for a in (self.num_drafted, self.num_draft_tokens, self.num_accepted,
+                          self.mode_requested, self.mode_used, self.num_verified,
+                          self.num_top1, self.expected_top1, self.var_top1,
+                          self.temperature, self.top_p, self.top_k, self.flags)]
+        hist = self.draft_hist.tolist() if self.draft_hist is not None else None
         seq = self.seq
         bounds = np.flatnonzero(np.diff(seq)) + 1
         starts = [0] + bounds.tolist()
@@ -210,7 +240,8 @@ class VerifyColumns:
                     num_verified=cols[5][i] if truth else 0, num_top1=cols[6][i] if truth else 0,
                     expected_top1=cols[7][i] if truth else 0.0,
                     var_top1=cols[8][i] if truth else 0.0,
-                    draft_top1_hist=tuple(hist[i]) if flags & HAS_HIST else ()))
+                    draft_top1_hist=tuple(hist[i]) if hist is not None and flags & HAS_HIST
+                    else ()))
             depth = int(self.draft_depth[s])
             out.append(schema.VerifyStepRecord(
                 run_id=self.run_id, config_id=self.config_id, rank=self.rank,
@@ -222,8 +253,10 @@ class VerifyColumns:
 
     def select(self, mask: np.ndarray) -> "VerifyColumns":
         """The entries where ``mask`` holds (aggregation fields only; num_steps unknown = 0)."""
-        arrays = {f.name: getattr(self, f.name)[mask] for f in dataclasses.fields(self)
-                  if f.name in AGGREGATE_ARRAYS}
+        if self.step_sizes is not None:
+            return self.per_entry().select(mask)
+        arrays = {name: None if getattr(self, name) is None else getattr(self, name)[mask]
+                  for name in AGGREGATE_ARRAYS}
         return VerifyColumns(run_id=self.run_id, config_id=self.config_id, rank=self.rank,
                              num_steps=0, mode_names=self.mode_names, **arrays)
 
@@ -231,6 +264,8 @@ class VerifyColumns:
 AGGREGATE_ARRAYS = ("t_ns", "num_drafted", "num_draft_tokens", "num_accepted", "mode_requested",
                     "mode_used", "num_verified", "num_top1", "expected_top1", "var_top1",
                     "draft_hist")
+#: fields with one value per verify step (compact when ``step_sizes`` is set)
+STEP_ARRAYS = ("t_ns", "seq", "step", "batch_size", "draft_depth")
 DETAIL_ARRAYS = ("seq", "step", "batch_size", "draft_depth", "temperature", "top_p", "top_k",
                  "flags")
 

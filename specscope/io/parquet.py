@@ -123,43 +123,52 @@ def _columns_table(c: VerifyColumns, pa: Any) -> Any:
 
     if not c.has_detail:
         raise ValueError("verify columns without per-entry detail cannot be stored as a trace")
+    c = c.per_entry()
     n = len(c)
     drafted = c.num_drafted
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(drafted, out=offsets[1:])
     pos = np.arange(int(offsets[-1]), dtype=np.int64) - np.repeat(offsets[:-1], drafted)
     per_pos = (pos < np.repeat(c.num_accepted, drafted)).astype(np.int64)
-    has_hist = (c.flags & HAS_HIST) != 0
-    truth = (c.flags & HAS_TRUTH) != 0
+    has_hist = ((c.flags & HAS_HIST) != 0) & (c.draft_hist is not None)
+    truth = ((c.flags & HAS_TRUTH) != 0) & (c.num_verified is not None)
+    zero_i = np.zeros(n, dtype=np.int64)
     bins = schema.DRAFT_HIST_BINS
     hist_off = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.where(has_hist, bins, 0), out=hist_off[1:])
     names = np.asarray(c.mode_names, dtype=object)
     depth = c.draft_depth
     zero_f = np.zeros(n)
+    hist_values = (c.draft_hist[has_hist].ravel().astype(np.int64) if c.draft_hist is not None
+                   else np.zeros(0, dtype=np.int64))
+
+    def ints(a):
+        return pa.array(np.asarray(a, dtype=np.int64))
+
+    def stat(a, zero):
+        return np.where(truth, a, zero) if a is not None else zero
     data = {
         "run_id": pa.array([c.run_id] * n, pa.string()),
         "config_id": pa.array([c.config_id] * n, pa.string()),
         "rank": pa.array(np.full(n, c.rank, dtype=np.int64)),
-        "step": pa.array(c.step), "t_ns": pa.array(c.t_ns), "batch_size": pa.array(c.batch_size),
-        "draft_depth": pa.array(depth, mask=depth < 0),
+        "step": ints(c.step), "t_ns": ints(c.t_ns), "batch_size": ints(c.batch_size),
+        "draft_depth": pa.array(np.asarray(depth, dtype=np.int64), mask=depth < 0),
         "depth_reason": pa.array([(c.depth_reasons or {}).get(q, "") for q in c.seq.tolist()]
                                  if c.depth_reasons else [""] * n, pa.string()),
-        _SEQ: pa.array(c.seq),
+        _SEQ: ints(c.seq),
         "request_id": pa.array(c.request_ids.tolist(), pa.string()),
-        "num_drafted": pa.array(drafted), "num_draft_tokens": pa.array(c.num_draft_tokens),
-        "num_accepted": pa.array(c.num_accepted),
+        "num_drafted": ints(drafted), "num_draft_tokens": ints(c.num_draft_tokens),
+        "num_accepted": ints(c.num_accepted),
         "accepted_per_pos": pa.ListArray.from_arrays(pa.array(offsets), pa.array(per_pos)),
         "temperature": pa.array(c.temperature), "top_p": pa.array(c.top_p),
-        "top_k": pa.array(c.top_k),
+        "top_k": ints(c.top_k),
         "mode_requested": pa.array(names[c.mode_requested.astype(np.int64)].tolist(), pa.string()),
         "mode_used": pa.array(names[c.mode_used.astype(np.int64)].tolist(), pa.string()),
-        "num_verified": pa.array(np.where(truth, c.num_verified, 0)),
-        "num_top1": pa.array(np.where(truth, c.num_top1, 0)),
-        "expected_top1": pa.array(np.where(truth, c.expected_top1, zero_f)),
-        "var_top1": pa.array(np.where(truth, c.var_top1, zero_f)),
-        "draft_top1_hist": pa.ListArray.from_arrays(
-            pa.array(hist_off), pa.array(c.draft_hist[has_hist].ravel().astype(np.int64))),
+        "num_verified": ints(stat(c.num_verified, zero_i)),
+        "num_top1": ints(stat(c.num_top1, zero_i)),
+        "expected_top1": pa.array(stat(c.expected_top1, zero_f)),
+        "var_top1": pa.array(stat(c.var_top1, zero_f)),
+        "draft_top1_hist": pa.ListArray.from_arrays(pa.array(hist_off), pa.array(hist_values)),
     }
     return pa.table(data)
 

@@ -27,7 +27,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import schema
-from .columns import AGGREGATE_ARRAYS, DETAIL_ARRAYS, Strings, VerifyColumns
+from .columns import (AGGREGATE_ARRAYS, DETAIL_ARRAYS, HAS_HIST, HAS_TRUTH, STEP_ARRAYS,
+                      Strings, VerifyColumns)
 
 MAX_MESSAGE_BYTES = 16 * 2**20
 MAX_ENTRIES = 1 << 16  #: verify entries per message (~9 MiB with every array)
@@ -41,8 +42,9 @@ WIRE_DTYPES = {
     "mode_requested": "i1", "mode_used": "i1", "num_verified": "<i4", "num_top1": "<i4",
     "expected_top1": "<f8", "var_top1": "<f8", "draft_hist": "<i4",
     "seq": "<i4", "step": "<i8", "batch_size": "<i4", "draft_depth": "<i4",
-    "temperature": "<f8", "top_p": "<f8", "top_k": "<i4", "flags": "i1",
+    "temperature": "<f8", "top_p": "<f8", "top_k": "<i4", "flags": "i1", "step_sizes": "<i4",
 }
+TRUTH_ARRAYS = ("num_verified", "num_top1", "expected_top1", "var_top1")
 LOCAL_DTYPES = {
     "mode_requested": np.int8, "mode_used": np.int8, "flags": np.int8,
     "expected_top1": np.float64, "var_top1": np.float64, "temperature": np.float64,
@@ -94,42 +96,64 @@ def _chunks(c: VerifyColumns) -> list[VerifyColumns]:
     n = len(c)
     if n <= MAX_ENTRIES:
         return [c]
+    c = c.per_entry()
     out = []
     for start in range(0, n, MAX_ENTRIES):
         sl = slice(start, start + MAX_ENTRIES)
         part = VerifyColumns(
             run_id=c.run_id, config_id=c.config_id, rank=c.rank, num_steps=0,
             mode_names=c.mode_names,
-            **{a: getattr(c, a)[sl] for a in AGGREGATE_ARRAYS},
+            **{a: (None if getattr(c, a) is None else getattr(c, a)[sl])
+               for a in AGGREGATE_ARRAYS},
             **{a: (None if getattr(c, a) is None else getattr(c, a)[sl]) for a in DETAIL_ARRAYS})
         if c.request_ids is not None:
             part.request_ids = Strings.of(c.request_ids.tolist()[sl])
         if c.depth_reasons:
             part.depth_reasons = dict(c.depth_reasons)
         if c.seq is not None:
-            steps = np.unique(part.seq)
-            part.num_steps = int(steps.size)
+            part.num_steps = int(np.count_nonzero(np.diff(part.seq))) + 1
         out.append(part)
     if c.seq is None:  # aggregates only: keep the step count on the first chunk
         out[0].num_steps = c.num_steps
     return out
 
 
-def _column_header(c: VerifyColumns, buffers: list[bytes]) -> dict[str, Any]:
-    offset = sum(len(b) for b in buffers)
+def _column_header(c: VerifyColumns, buffers: list) -> dict[str, Any]:
+    """Describe ``c`` and append its buffers. Step-level fields (one value per verify step) go
+    once per step with the step sizes; all-zero statistics blocks are left out."""
+    offset = sum(memoryview(b).nbytes for b in buffers)
+    n = len(c)
     arrays: dict[str, list] = {}
-    has_hist = bool(c.draft_hist.any())
+    flags = c.flags
+    has_truth = c.num_verified is not None and (
+        bool((flags & HAS_TRUTH).any()) if flags is not None else bool(c.num_verified.any()))
+    has_hist = c.draft_hist is not None and (
+        bool((flags & HAS_HIST).any()) if flags is not None else bool(c.draft_hist.any()))
+    starts = None
+    if c.step_sizes is not None:
+        starts = slice(None)  # already one value per step
+        sizes = np.ascontiguousarray(c.step_sizes, dtype=WIRE_DTYPES["step_sizes"])
+    elif c.seq is not None and n:
+        starts = np.flatnonzero(np.concatenate(([True], c.seq[1:] != c.seq[:-1])))
+        sizes = np.diff(np.append(starts, n)).astype(WIRE_DTYPES["step_sizes"])
+    if starts is not None:
+        arrays["step_sizes"] = [WIRE_DTYPES["step_sizes"], offset, sizes.nbytes]
+        buffers.append(sizes)
+        offset += sizes.nbytes
     names = list(AGGREGATE_ARRAYS) + [a for a in DETAIL_ARRAYS if getattr(c, a) is not None]
     for name in names:
-        if name == "draft_hist" and not has_hist:
+        if (name == "draft_hist" and not has_hist) or (name in TRUTH_ARRAYS and not has_truth):
             continue  # all zeros: the receiver fills them
-        arr = np.ascontiguousarray(getattr(c, name), dtype=WIRE_DTYPES[name])
-        data = arr.tobytes()
-        arrays[name] = [WIRE_DTYPES[name], offset, len(data)]
-        buffers.append(data)
-        offset += len(data)
+        arr = getattr(c, name)
+        per_step = starts is not None and name in STEP_ARRAYS
+        if per_step and c.step_sizes is None:
+            arr = arr[starts]
+        arr = np.ascontiguousarray(arr, dtype=WIRE_DTYPES[name])
+        arrays[name] = [WIRE_DTYPES[name], offset, arr.nbytes] + (["step"] if per_step else [])
+        buffers.append(arr)
+        offset += arr.nbytes
     head: dict[str, Any] = {"run_id": c.run_id, "config_id": c.config_id, "rank": c.rank,
-                            "num_steps": c.num_steps, "n": len(c), "modes": list(c.mode_names),
+                            "num_steps": c.num_steps, "n": n, "modes": list(c.mode_names),
                             "arrays": arrays}
     if c.depth_reasons:
         head["depth_reasons"] = {str(k): v for k, v in c.depth_reasons.items()}
@@ -139,29 +163,52 @@ def _column_header(c: VerifyColumns, buffers: list[bytes]) -> dict[str, Any]:
     return head
 
 
-def _frame(header: dict[str, Any], buffers: list[bytes]) -> bytes:
+def _frame(header: dict[str, Any], buffers: list) -> bytes:
     head = json.dumps(header, separators=(",", ":")).encode()
+    # numpy arrays join through the buffer protocol: one copy into the message
     return b"".join([MAGIC, _HEADER.pack(len(head)), head, *buffers])
 
 
-def encode_json(items: Sequence[Any], pid: int | None = None) -> bytes:
-    """The previous format: one JSON message, every record an object (verify columns expanded)."""
+JSON_ENTRIES = 1 << 13  #: verify entries per JSON message (~2 MiB)
+
+
+def encode_json(items: Sequence[Any], pid: int | None = None) -> list[bytes]:
+    """The previous format: JSON messages, every record an object (verify columns expanded),
+    split so that no message holds more than JSON_ENTRIES verify entries."""
+    return [m for m, _ in _json_messages(items, pid)]
+
+
+def _json_messages(items: Sequence[Any], pid: int | None) -> list[tuple[bytes, int]]:
+    """(message, records and entries it holds) of the JSON format."""
     from .columns import expand
 
-    return json.dumps({"v": 2, "pid": os.getpid() if pid is None else pid,
-                       "records": [schema.to_dict(r) for r in expand(items)]},
-                      separators=(",", ":")).encode()
+    pid = os.getpid() if pid is None else pid
+    messages, batch, entries, count = [], [], 0, 0
+    for r in expand(items):
+        n = len(r.entries) if isinstance(r, schema.VerifyStepRecord) else 1
+        if batch and entries + n > JSON_ENTRIES:
+            messages.append((batch, count))
+            batch, entries, count = [], 0, 0
+        batch.append(schema.to_dict(r))
+        entries += n
+        count += n if isinstance(r, schema.VerifyStepRecord) else 1
+    if batch:
+        messages.append((batch, count))
+    return [(json.dumps({"v": 2, "pid": pid, "records": m}, separators=(",", ":")).encode(), c)
+            for m, c in messages]
 
 
 # ----------------------------------------------------------------------------- decoding
-def decode_batch(msg: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[int, list[Any], int]:
+def decode_batch(msg: bytes | memoryview,
+                 max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[int, list[Any], int]:
     """(sender pid, records and VerifyColumns, records skipped) of one message, either format;
-    raises WireError (a ValueError) naming the reason when the message is unusable."""
+    raises WireError (a ValueError) naming the reason when the message is unusable. A
+    memoryview is read in place: the arrays decoded from it are views of the message."""
     if len(msg) > max_bytes:
         raise WireError("oversized")
-    if msg[:4] == MAGIC:
-        return _decode_columnar(msg)
-    return _decode_json(msg)
+    if bytes(msg[:4]) == MAGIC:
+        return _decode_columnar(memoryview(msg))
+    return _decode_json(bytes(msg))
 
 
 def _decode_json(msg: bytes) -> tuple[int, list[Any], int]:
@@ -188,7 +235,7 @@ def _records(items: list) -> tuple[list[Any], int]:
     return records, skipped
 
 
-def _decode_columnar(msg: bytes) -> tuple[int, list[Any], int]:
+def _decode_columnar(msg: memoryview) -> tuple[int, list[Any], int]:
     if len(msg) < 8:
         raise WireError("malformed")
     (head_len,) = _HEADER.unpack_from(msg, 4)
@@ -196,14 +243,14 @@ def _decode_columnar(msg: bytes) -> tuple[int, list[Any], int]:
     if start > len(msg):
         raise WireError("malformed")
     try:
-        header = json.loads(msg[8:start])
+        header = json.loads(bytes(msg[8:start]))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise WireError("malformed") from None
     if not isinstance(header, dict):
         raise WireError("malformed")
     if header.get("v") != WIRE_VERSION:
         raise WireError("version")
-    payload = memoryview(msg)[start:]
+    payload = msg[start:]
     pid = header.get("pid") if isinstance(header.get("pid"), int) else 0
     items = header.get("records", [])
     columns = header.get("columns", [])
@@ -214,6 +261,28 @@ def _decode_columnar(msg: bytes) -> tuple[int, list[Any], int]:
         decoded.append(_columns(head, payload))
     records, skipped = _records(items)
     return pid, records + decoded, skipped
+
+
+def _array(spec: Any, name: str, payload: memoryview, sizes: Any, n: int) -> np.ndarray:
+    """One array of a columnar block, checked against the payload, widened to its local type."""
+    if not isinstance(spec, list) or len(spec) not in (3, 4) or spec[0] != WIRE_DTYPES[name]:
+        raise WireError("malformed", n)
+    _, offset, nbytes = spec[:3]
+    count = len(sizes) if sizes is not None else n
+    if name == "step_sizes":
+        count = nbytes // 4 if isinstance(nbytes, int) else -1
+    width = schema.DRAFT_HIST_BINS if name == "draft_hist" else 1
+    dtype = np.dtype(spec[0])
+    if not (isinstance(offset, int) and isinstance(nbytes, int)) or offset < 0 or count < 0 \
+            or nbytes != count * width * dtype.itemsize or offset + nbytes > len(payload):
+        raise WireError("malformed", n)
+    arr = np.frombuffer(payload, dtype=dtype, count=count * width, offset=offset)
+    local = np.dtype(LOCAL_DTYPES.get(name, np.int64))
+    if local.kind != dtype.kind:  # integers stay as narrow as they came: no copy
+        arr = arr.astype(local)
+    elif not dtype.isnative:
+        arr = arr.astype(dtype.newbyteorder("="))
+    return arr.reshape(count, width) if width > 1 else arr
 
 
 def _columns(head: Any, payload: memoryview) -> VerifyColumns:
@@ -232,30 +301,38 @@ def _columns(head: Any, payload: memoryview) -> VerifyColumns:
     except (KeyError, TypeError, ValueError):
         raise WireError("malformed", n) from None
     fields: dict[str, Any] = {}
+    step_level: set[str] = set()
+    sizes = None
+    if "step_sizes" in arrays:
+        sizes = _array(arrays["step_sizes"], "step_sizes", payload, None, n)
+        if (sizes < 0).any() or int(sizes.sum()) != n:
+            raise WireError("malformed", n)
     for name, spec in arrays.items():
-        if name not in WIRE_DTYPES or not isinstance(spec, list) or len(spec) != 3 \
-                or spec[0] != WIRE_DTYPES[name]:
+        if name == "step_sizes":
+            continue
+        if name not in WIRE_DTYPES:
             raise WireError("malformed", n)
-        _, offset, nbytes = spec
-        width = schema.DRAFT_HIST_BINS if name == "draft_hist" else 1
-        dtype = np.dtype(spec[0])
-        if not (isinstance(offset, int) and isinstance(nbytes, int)) or offset < 0 \
-                or nbytes != n * width * dtype.itemsize or offset + nbytes > len(payload):
+        per_step = isinstance(spec, list) and len(spec) == 4 and spec[3] == "step"
+        if per_step and (sizes is None or name not in STEP_ARRAYS):
             raise WireError("malformed", n)
-        arr = np.frombuffer(payload, dtype=dtype, count=n * width, offset=offset)
-        local = LOCAL_DTYPES.get(name, np.int64)
-        arr = arr.astype(local)
-        fields[name] = arr.reshape(n, width) if width > 1 else arr
-    if "draft_hist" not in fields:
-        fields["draft_hist"] = np.zeros((n, schema.DRAFT_HIST_BINS), dtype=np.int64)
+        fields[name] = _array(spec, name, payload, sizes if per_step else None, n)
+        if per_step:
+            step_level.add(name)
+    truth = [a for a in TRUTH_ARRAYS if a in fields]
+    if truth and len(truth) != len(TRUTH_ARRAYS):
+        raise WireError("malformed", n)
+    for name in ("draft_hist",) + TRUTH_ARRAYS:
+        fields.setdefault(name, None)  # left out: all zero
     missing = [a for a in AGGREGATE_ARRAYS if a not in fields]
-    if missing:
+    if missing or (sizes is not None and
+                   step_level != {a for a in STEP_ARRAYS if a in fields}):
         raise WireError("malformed", n)
     for code in ("mode_requested", "mode_used"):
         if n and (fields[code].min() < 0 or fields[code].max() >= len(modes)):
             raise WireError("malformed", n)
     cols = VerifyColumns(run_id=run_id, config_id=config_id, rank=rank, num_steps=num_steps,
-                         mode_names=modes, **{a: fields[a] for a in AGGREGATE_ARRAYS})
+                         mode_names=modes, step_sizes=sizes,
+                         **{a: fields[a] for a in AGGREGATE_ARRAYS})
     detail = [a for a in DETAIL_ARRAYS if a in fields]
     if detail:
         if len(detail) != len(DETAIL_ARRAYS) or not isinstance(head.get("ids"), list):
@@ -269,8 +346,8 @@ def _columns(head: Any, payload: memoryview) -> VerifyColumns:
         blob = bytes(payload[offset:offset + nbytes])
         ids = Strings(blob, n)
         try:
-            ids.tolist()  # the collector keeps them for traces; check their count now
-        except (UnicodeDecodeError, ValueError):
+            ids.check()  # split into strings only when a trace needs them
+        except ValueError:
             raise WireError("malformed", n) from None
         for a in detail:
             setattr(cols, a, fields[a])
@@ -289,12 +366,15 @@ class ZmqSink:
     """Recorder sink that pushes records to a collector; never blocks, drops and counts.
 
     ``format="json"`` sends the previous JSON format (for a collector not yet upgraded).
+    ``linger_s`` bounds how long ``close()`` waits for queued messages to reach the collector,
+    so an engine never hangs at exit; what is still queued then is lost (ZeroMQ does not say
+    how much).
     """
 
     accepts_columns = True
 
     def __init__(self, endpoint: str, *, high_water_mark: int = 1000,
-                 format: str = "columnar") -> None:
+                 format: str = "columnar", linger_s: float = 2.0) -> None:
         if format not in ("columnar", "json"):
             raise ValueError(f"unknown wire format {format!r}: columnar or json")
         zmq = _zmq()
@@ -303,7 +383,7 @@ class ZmqSink:
         self._ctx = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.PUSH)
         self._sock.setsockopt(zmq.SNDHWM, high_water_mark)
-        self._sock.setsockopt(zmq.LINGER, 2000)  # on close, up to 2 s to flush what is queued
+        self._sock.setsockopt(zmq.LINGER, int(linger_s * 1000))
         self._sock.connect(endpoint)
         self._lock = threading.Lock()
         self.num_sent = 0  #: records and verify entries handed to the socket
@@ -313,7 +393,7 @@ class ZmqSink:
         if not records:
             return
         if self.format == "json":
-            messages = [(encode_json(records), _count(records))]
+            messages = _json_messages(records, None)
         else:
             messages = [(m, None) for m in encode(records)]
             if len(messages) == 1:
@@ -323,7 +403,7 @@ class ZmqSink:
         with self._lock:
             for msg, n in messages:
                 try:
-                    self._sock.send(msg, flags=self._zmq.NOBLOCK, copy=False)
+                    self._sock.send(msg, flags=self._zmq.NOBLOCK)
                     self.num_sent += n
                 except self._zmq.Again:
                     self.num_dropped += n
@@ -403,8 +483,7 @@ class ZmqReceiver:
         """Decode one message into the collector; bad input is counted, never raised."""
         health = self.collector.health
         try:
-            pid, items, skipped = decode_batch(msg if isinstance(msg, bytes) else bytes(msg),
-                                               self.max_bytes)
+            pid, items, skipped = decode_batch(msg, self.max_bytes)
         except WireError as exc:
             health[f"batches_rejected_{exc.reason}"] += 1
             health["entries_rejected"] += exc.entries

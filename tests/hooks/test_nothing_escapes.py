@@ -105,8 +105,10 @@ def test_system_exit_inside_specscope_is_caught_and_counted(run_record):
         def close(self):
             raise SystemExit("and on close")
 
-    rec = Recorder(run_record, sinks=[Exploding()])
-    rec._pack = lambda *a, **k: (_ for _ in ()).throw(SystemExit(3))  # the hot path exits
+    def exits(step):
+        raise SystemExit(3)  # something on the hot path exits
+
+    rec = Recorder(run_record, sinks=[Exploding()], stats_policy=exits)
     rec.record_verify(request_ids=["a"], num_accepted=torch.tensor([1]), num_drafted=2,
                       temperature=[0.0])
     assert rec.num_hook_errors == 1

@@ -43,7 +43,7 @@ def _recorder(run_record, steps=4, batch=3, **kw):
 def test_columns_cross_the_wire_as_the_same_records(run_record):
     a, b = _recorder(run_record), _recorder(run_record)
     expected = a.drain(wait=True)
-    out, cols = b.drain_columns(wait=True)
+    out, (cols,) = b.drain_columns(wait=True)
     assert isinstance(cols, VerifyColumns) and len(cols) == 12 and cols.num_steps == 4
     (msg,) = wire.encode(out + [cols], pid=7)
     assert msg[:4] == wire.MAGIC
@@ -58,12 +58,13 @@ def test_columns_cross_the_wire_as_the_same_records(run_record):
 
 def test_collector_totals_are_the_same_from_columns_json_and_records(run_record):
     rec = _recorder(run_record)
-    out, cols = rec.drain_columns(wait=True)
+    out, (cols,) = rec.drain_columns(wait=True)
     records = out + cols.to_records()
     by_records, by_columns, by_json = Collector(), Collector(), Collector()
     by_records.observe(records)
     by_columns.observe(wire.decode_batch(wire.encode(out + [cols])[0])[1])
-    by_json.observe(wire.decode_batch(wire.encode_json(out + [cols]))[1])
+    (msg,) = wire.encode_json(out + [cols])
+    by_json.observe(wire.decode_batch(msg)[1])
 
     def totals(c):
         return {k: (s.num_steps, s.draft_tokens, s.accepted_tokens, dict(s.modes), s.draft_hist,
@@ -77,7 +78,7 @@ def test_collector_totals_are_the_same_from_columns_json_and_records(run_record)
 def test_large_drains_are_chunked_and_counted_per_entry(run_record, monkeypatch):
     monkeypatch.setattr(wire, "MAX_ENTRIES", 5)
     rec = _recorder(run_record, steps=4, batch=3)
-    out, cols = rec.drain_columns(wait=True)
+    out, (cols,) = rec.drain_columns(wait=True)
     messages = wire.encode(out + [cols])
     assert len(messages) == 3  # 12 entries in chunks of 5
     items = [x for m in messages for x in wire.decode_batch(m)[1]]
@@ -97,7 +98,7 @@ def _reframe(header: dict, payload: bytes) -> bytes:
 
 def test_bad_messages_are_rejected_by_reason_with_their_entries_counted(run_record):
     rec = _recorder(run_record)
-    out, cols = rec.drain_columns(wait=True)
+    out, (cols,) = rec.drain_columns(wait=True)
     (msg,) = wire.encode(out + [cols])
     header, payload = _header_and_payload(msg)
     cases = {
@@ -138,7 +139,7 @@ def test_json_batches_of_the_previous_version_are_still_accepted(run_record):
 def test_parquet_from_columns_equals_parquet_from_records(run_record, tmp_path):
     pytest.importorskip("pyarrow")
     rec = _recorder(run_record)
-    out, cols = rec.drain_columns(wait=True)
+    out, (cols,) = rec.drain_columns(wait=True)
     records = out + cols.to_records()
     write_parquet(out + [cols], tmp_path / "cols")
     write_parquet(records, tmp_path / "rows")

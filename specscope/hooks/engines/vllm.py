@@ -40,17 +40,20 @@ def batch_mode(sampling_metadata: Any) -> str:
 
 def batch_facts(input_batch: Any, num_reqs: int) -> dict | None:
     """Request ids and sampling parameters of the first ``num_reqs`` rows, host values only."""
+    import numpy as np
+
     try:
         ids = [str(r) for r in list(input_batch.req_ids)[:num_reqs]]
         facts = {"ids": ids}
-        for key, attr in (("temperature", "temperature_cpu"), ("top_p", "top_p_cpu"),
-                          ("top_k", "top_k_cpu")):
+        for key, attr, dtype in (("temperature", "temperature_cpu", np.float64),
+                                 ("top_p", "top_p_cpu", np.float64), ("top_k", "top_k_cpu", np.int64)):
             arr = getattr(input_batch, attr, None)
-            if arr is not None:
-                facts[key] = [float(v) if key != "top_k" else int(v) for v in arr[:num_reqs]]
+            if arr is not None:  # host arrays: copied as arrays, no per-request Python work
+                facts[key] = np.array(arr[:num_reqs], dtype=dtype)
         vocab = getattr(input_batch, "vocab_size", None)
         if "top_k" in facts:  # vLLM stores "no top-k" as the vocabulary size
-            facts["top_k"] = [0 if k <= 0 or (vocab and k >= vocab) else k for k in facts["top_k"]]
+            k = facts["top_k"]
+            facts["top_k"] = np.where((k <= 0) | ((k >= vocab) if vocab else False), 0, k)
         return facts if len(ids) == num_reqs else None
     except Exception:
         return None
@@ -64,10 +67,13 @@ def record_rejection(recorder: Any, metadata: Any, sampling_metadata: Any, outpu
     accepted = (output_token_ids != PLACEHOLDER_TOKEN_ID).sum(dim=1) - 1  # bonus excluded
     mode = batch_mode(sampling_metadata)
     if facts is not None and len(facts["ids"]) == n:
-        ids, temps = facts["ids"], facts.get("temperature") or [math.nan] * n
+        ids, temps = facts["ids"], facts.get("temperature")
         top_p, vocab_k = facts.get("top_p"), facts.get("top_k")
-        if mode == "mixed" and facts.get("temperature"):  # vLLM picks argmax or sampling per row
-            mode = [schema.GREEDY if t <= 1e-5 else schema.SPECULATIVE_SAMPLING for t in temps]
+        if temps is None:
+            temps = [math.nan] * n
+        elif mode == "mixed":  # vLLM picks argmax or sampling per row
+            mode = [schema.GREEDY if t <= 1e-5 else schema.SPECULATIVE_SAMPLING
+                    for t in temps.tolist()]
     else:
         ids = [f"row{i}" for i in range(n)]
         temps = [0.0 if mode == schema.GREEDY else math.nan] * n
