@@ -162,7 +162,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from ..exporters.serve import serve
 
     return serve(listen=args.listen, metrics_host=args.metrics_host,
-                 metrics_port=args.metrics_port, trace=args.trace,
+                 metrics_port=args.metrics_port, trace=args.trace, trace_roll_s=args.trace_roll_s,
                  basic_auth=tuple(args.basic_auth.split(":", 1)) if args.basic_auth else None,
                  tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
                  max_label_sets=args.max_label_sets)
@@ -288,7 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep /metrics up this many seconds after the run (for a final scrape)")
     r.add_argument("--collector", default=None,
                    help="also send records to a running `specscope serve` (tcp://HOST:PORT)")
-    r.add_argument("-o", "--output", default="specscope-trace.jsonl")
+    r.add_argument("-o", "--output", default="specscope-trace.jsonl",
+                   help="the trace: Parquet (a directory) for a .parquet name, JSONL otherwise")
     r.set_defaults(func=_cmd_record)
 
     sv = sub.add_parser("serve", help="run a collector: receive records, serve /metrics",
@@ -298,7 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--listen", default="tcp://127.0.0.1:5557", help="ZeroMQ PULL endpoint")
     sv.add_argument("--metrics-host", default="127.0.0.1")
     sv.add_argument("--metrics-port", type=int, default=9400)
-    sv.add_argument("--trace", default=None, help="also write every record to this JSONL trace")
+    sv.add_argument("--trace", default=None, help="also write every record to this trace: a "
+                    "directory of Parquet parts for a .parquet name, JSONL otherwise")
+    sv.add_argument("--trace-roll-s", type=float, default=10.0, metavar="S",
+                    help="Parquet traces: close a part file every S seconds (a killed collector "
+                    "loses at most the open part)")
     sv.add_argument("--basic-auth", default=None, metavar="USER:PASSWORD")
     sv.add_argument("--tls-cert", default=None)
     sv.add_argument("--tls-key", default=None)
@@ -355,7 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "forces one. Lines that do not parse are reported with file and line "
                         "and skipped.")
     im.add_argument("files", nargs="+")
-    im.add_argument("-o", "--output", required=True)
+    im.add_argument("-o", "--output", required=True,
+                    help="the trace: Parquet (a directory) for a .parquet name, JSONL otherwise")
     im.add_argument("--format", default=None, help="force a format (see specscope.importers)")
     im.add_argument("--run", default=None, help="put every file's records under this run id")
     im.set_defaults(func=_cmd_import)

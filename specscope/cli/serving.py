@@ -20,7 +20,7 @@ def _cmd_serve_engine(args: argparse.Namespace) -> int:
     opts = EngineOptions(model=args.model, draft=args.draft, tokenizer=args.tokenizer,
                          config=_spec_config(args), max_batch=args.max_batch,
                          max_queue=args.max_queue, seed=args.seed, stats_every=args.stats_every,
-                         hooks=not args.no_hooks, trace=args.trace, run_id=args.run_id or "",
+                         hooks=not args.no_hooks, trace=args.trace, trace_roll_s=args.trace_roll_s, run_id=args.run_id or "",
                          collector_url=args.collector,
                          labels=dict(kv.split("=", 1) for kv in args.label))
     return serve_engine(opts, host=args.host, port=args.port)
@@ -79,7 +79,10 @@ def add_parsers(sub, add_model_flags) -> None:
                     help="sampling-truth statistics on one verify step in N (default 8)")
     se.add_argument("--no-hooks", action="store_true", help="serve without the recorder "
                     "(the hooks-off baseline)")
-    se.add_argument("--trace", default=None, help="write every record to this JSONL trace")
+    se.add_argument("--trace", default=None, help="write every record to this trace: a "
+                    "directory of Parquet parts for a .parquet name, JSONL otherwise")
+    se.add_argument("--trace-roll-s", type=float, default=10.0, metavar="S",
+                    help="Parquet traces: close a part file every S seconds")
     se.add_argument("--collector", default=None, metavar="tcp://HOST:PORT",
                     help="send records to a running `specscope serve` instead of aggregating "
                     "them here (its /metrics then serves them)")

@@ -13,7 +13,7 @@ from ..io.wire import ZmqReceiver
 
 
 def serve(*, listen: str, metrics_host: str = "127.0.0.1", metrics_port: int = 9400,
-          trace: str | None = None, basic_auth: tuple[str, str] | None = None,
+          trace: str | None = None, trace_roll_s: float = 10.0, basic_auth: tuple[str, str] | None = None,
           tls: tuple[str, str] | None = None, max_label_sets: int = 64,
           stop: threading.Event | None = None) -> int:
     """Receive, aggregate and export until SIGINT/SIGTERM (or ``stop`` is set)."""
@@ -23,7 +23,7 @@ def serve(*, listen: str, metrics_host: str = "127.0.0.1", metrics_port: int = 9
     if trace:
         from ..io.trace import open_writer
 
-        sinks.append(open_writer(trace))
+        sinks.append(open_writer(trace, roll_s=trace_roll_s))
     collector = Collector(sinks=sinks, max_label_sets=max_label_sets).start()
     receiver = ZmqReceiver(collector, listen).start()
     server = MetricsServer(collector, host=metrics_host, port=metrics_port,

@@ -103,7 +103,7 @@ def open_writer(path: str | os.PathLike, **options: Any) -> Any:
         from .parquet import ParquetTraceWriter
 
         return ParquetTraceWriter(path, **options)
-    return TraceWriter(path)
+    return TraceWriter(path)  # JSONL is flushed per batch already: nothing to roll
 
 
 def write_trace(path: str | os.PathLike, records: Iterable[Any]) -> Path:

@@ -31,7 +31,8 @@ class EngineOptions:
     seed: int = 0
     stats_every: int = 8  #: sampling-truth statistics on one verify step in N
     hooks: bool = True  #: False serves with no recorder at all (the hooks-off baseline)
-    trace: str | None = None  #: JSONL trace of everything recorded
+    trace: str | None = None  #: trace of everything recorded (Parquet for a .parquet name)
+    trace_roll_s: float = 10.0  #: Parquet traces: seconds between closed part files
     #: send records to a running `specscope serve` (tcp://HOST:PORT) instead of aggregating
     #: them in this process; /metrics is then served by that collector
     collector_url: str | None = None
@@ -62,7 +63,7 @@ class Engine:
             if opts.trace:
                 from ..io.trace import open_writer
 
-                self.writer = open_writer(Path(opts.trace))
+                self.writer = open_writer(Path(opts.trace), roll_s=opts.trace_roll_s)
                 sinks.append(self.writer)
             run = run_record(self.run_id, pair, cfg, "served", dict(opts.labels))
             self.recorder = Recorder(run, sinks=sinks,

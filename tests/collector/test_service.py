@@ -113,3 +113,51 @@ def test_columnar_ingest_equals_record_ingest(steps):
     assert _key(by_column) == _key(by_record)
     assert by_column.num_clamped == by_record.num_clamped
     assert dict(by_column.modes) == dict(by_record.modes)
+
+
+def _greedy_under_sampling(run_id: str, n: int, t_ns: int) -> schema.VerifyStepRecord:
+    """A step whose temperature-0.8 requests committed the argmax every time (silent greedy)."""
+    entry = schema.VerifyEntry(request_id="q", num_drafted=3, num_draft_tokens=3, num_accepted=2,
+                               accepted_per_pos=(1, 1, 0), temperature=0.8,
+                               mode_requested=schema.SPECULATIVE_SAMPLING,
+                               mode_used=schema.SPECULATIVE_SAMPLING, num_verified=n,
+                               num_top1=n, expected_top1=0.4 * n, var_top1=0.24 * n)
+    return schema.VerifyStepRecord(run_id=run_id, config_id="c3", rank=0, step=0, t_ns=t_ns,
+                                   batch_size=1, entries=(entry,))
+
+
+def test_scraping_never_changes_what_the_metrics_say():
+    from specscope.exporters.prometheus import render
+
+    def fed() -> Collector:
+        c = Collector()
+        c.observe([_run("r"), _greedy_under_sampling("r", 400, 1)])
+        return c
+
+    once, often = fed(), fed()
+    assert not once.snapshot().anomalies  # nothing has ticked yet: no detector ran on a scrape
+    for _ in range(100):
+        render(often.snapshot())
+    once.tick()
+    often.tick()
+    for c in (once, often):
+        c.health.clear()
+        c._pids.clear()
+    a, b = render(once.snapshot()), render(often.snapshot())
+    assert a == b and 'kind="silent_greedy"} 1' in a
+    # a transition counts once however often it is looked at, and again when it recurs
+    often.tick()
+    assert often.snapshot().anomaly_counts == once.snapshot().anomaly_counts
+
+
+def test_the_ticker_runs_the_detectors_on_its_own():
+    c = Collector(tick_s=0.05).start()
+    try:
+        c.observe([_run("r"), _greedy_under_sampling("r", 400, 1)])
+        deadline = time.time() + 10
+        while time.time() < deadline and not c.snapshot().anomalies:
+            time.sleep(0.02)
+        assert {a.kind for _, a in c.snapshot().anomalies} == {"silent_greedy"}
+        assert c.num_ticks >= 1
+    finally:
+        c.close()
