@@ -8,51 +8,59 @@ them). Latency percentiles come from the exported histograms' buckets.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 import urllib.parse
 import urllib.request
 from collections import defaultdict
+from typing import Any
 from dataclasses import dataclass, field
 
 from .. import schema
+from ..io import promtext
 from ..collector.histogram import Histogram
 from ..collector.report import stats_section, window_figures
 from ..collector.service import LABELS
 from ..collector.stats import SpecStats, TruthStats
+from ..exporters.prometheus import METRICS, Metric
 from .data import RunView
 
-SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(?:\s+(-?\d+))?\s*$")
-LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-COUNTERS = ("specscope_drafts_total", "specscope_draft_tokens_total",
-            "specscope_accepted_tokens_total", "specscope_accepted_tokens_per_position_total",
-            "specscope_drafted_tokens_per_position_total", "specscope_sampling_top1_total",
-            "specscope_sampling_top1_expected_total", "specscope_sampling_top1_variance_total",
-            "specscope_sampling_verified_positions_total", "specscope_fallbacks_total",
-            "specscope_requests_total", "specscope_output_tokens_total",
-            "specscope_anomaly_active", "specscope_verify_steps_total")
-LATENCY = {"specscope_ttft_seconds": "ttft_s", "specscope_tpot_seconds": "tpot_s",
-           "specscope_itl_seconds": "itl_token_s", "specscope_itl_chunk_seconds": "itl_chunk_s",
-           "specscope_e2e_seconds": "e2e_s"}
+#: the series read from Prometheus: every counter of the exporter's table that comes from a
+#: SpecStats field, and the active anomalies
+COUNTERS = tuple(n for n, m in METRICS.items() if m.field is not None and m.kind == "counter") \
+    + ("specscope_anomaly_active",)
+#: latency histograms by the SpecStats histogram they come from (the exporter's table)
+LATENCY = {name: m.field[6:] for name, m in METRICS.items()
+           if m.field is not None and m.field.startswith("hists.")}
 
 Sample = tuple[str, dict[str, str], float]
 
 
 def parse_text(text: str) -> list[Sample]:
-    out = []
-    for line in text.splitlines():
-        m = SAMPLE.match(line.strip()) if line and not line.startswith("#") else None
-        if m:
-            try:
-                out.append((m.group(1), dict(LABEL.findall(m.group(2) or "")), float(m.group(3))))
-            except ValueError:
-                continue
-    return out
+    """(name, labels, value) of every sample of a page; lines that do not parse are skipped."""
+    return [(s.name, s.labels, s.value) for s in promtext.parse(text).samples]
 
 
 def _key(labels: dict[str, str]) -> tuple:
     return tuple(labels.get(k, "") for k in LABELS)
+
+
+def _read_field(s: SpecStats, m: Metric, labels: Any, v: float) -> None:
+    """Add one sample back into the SpecStats field the exporter rendered it from."""
+    if m.field.startswith("truth."):
+        t = s.truth.setdefault(labels.get(m.label, ""), TruthStats())
+        attr = m.field[6:]
+        current = getattr(t, attr)
+        setattr(t, attr, current + (v if isinstance(current, float) else int(v)))
+    elif m.label == "position":
+        pos = int(labels.get("position", 0))
+        arr = getattr(s, m.field)
+        arr.extend([0] * (pos + 1 - len(arr)))
+        arr[pos] += int(v)
+    elif m.label is not None:
+        getattr(s, m.field)[labels.get(m.label, "")] += int(v)
+    else:
+        setattr(s, m.field, getattr(s, m.field) + int(v))
 
 
 def stats_from_samples(samples: list[Sample]) -> tuple[dict[tuple, SpecStats], dict[tuple, list]]:
@@ -64,36 +72,9 @@ def stats_from_samples(samples: list[Sample]) -> tuple[dict[tuple, SpecStats], d
         if not name.startswith("specscope_") or "algorithm" not in labels:
             continue
         key, s = _key(labels), stats[_key(labels)]
-        n = int(v)
-        if name == "specscope_drafts_total":
-            s.num_drafts += n
-        elif name == "specscope_draft_tokens_total":
-            s.draft_tokens += n
-        elif name == "specscope_accepted_tokens_total":
-            s.accepted_tokens += n
-        elif name == "specscope_verify_steps_total":
-            s.num_steps += n
-        elif name.endswith("_per_position_total"):
-            pos = int(labels.get("position", 0))
-            arr = s.accepted_per_pos if "accepted" in name else s.drafted_per_pos
-            arr.extend([0] * (pos + 1 - len(arr)))
-            arr[pos] += n
-        elif name.startswith("specscope_sampling_"):
-            t = s.truth.setdefault(labels.get("mode_requested", ""), TruthStats())
-            if name.endswith("verified_positions_total"):
-                t.num_verified += n
-            elif name.endswith("top1_total"):
-                t.num_top1 += n
-            elif name.endswith("expected_total"):
-                t.expected_top1 += v
-            elif name.endswith("variance_total"):
-                t.var_top1 += v
-        elif name == "specscope_fallbacks_total":
-            s.fallbacks[labels.get("reason", "")] += n
-        elif name == "specscope_requests_total":
-            s.num_requests += n
-        elif name == "specscope_output_tokens_total":
-            s.output_tokens += n
+        m = METRICS.get(name)
+        if m is not None and m.field is not None and m.kind != "histogram":
+            _read_field(s, m, labels, v)
         elif name == "specscope_anomaly_active" and v > 0:
             active[key].append(labels.get("kind", ""))
         elif name.endswith("_bucket") and name[:-7] in LATENCY:

@@ -29,7 +29,7 @@ PromQL recipes:
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from ..collector.histogram import Histogram
 from ..collector.service import LABELS, Snapshot
@@ -37,38 +37,56 @@ from ..collector.service import LABELS, Snapshot
 ACCEPT_LENGTH_BUCKETS = tuple(float(i) for i in range(1, 17))
 DRAFT_PROB_BOUNDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
-#: name -> (type, help). Every metric the exporter can emit (tests hold Grafana and rules to it).
-METRICS = {
-    "specscope_verify_steps_total": ("counter", "Verify-step records (one per engine step and rank)."),
-    "specscope_request_steps_total": ("counter", "Request-steps by requested and effectively used sampling mode."),
-    "specscope_drafts_total": ("counter", "Request-steps that drafted at least one token."),
-    "specscope_draft_tokens_total": ("counter", "Drafted tokens (chain length / tree depth per request-step)."),
-    "specscope_accepted_tokens_total": ("counter", "Accepted draft tokens, bonus token excluded."),
-    "specscope_drafted_tokens_per_position_total": ("counter", "Request-steps that drafted position N."),
-    "specscope_accepted_tokens_per_position_total": ("counter", "Request-steps whose draft token at position N was accepted."),
-    "specscope_sampling_verified_positions_total": ("counter", "Verified positions with sampling-truth statistics."),
-    "specscope_sampling_top1_total": ("counter", "Committed tokens equal to the target argmax."),
-    "specscope_sampling_top1_expected_total": ("counter", "Expected count of the above under the requested sampling (sum of p_max)."),
-    "specscope_sampling_top1_variance_total": ("counter", "Variance of that count (sum of p_max * (1 - p_max))."),
-    "specscope_draft_top1_at_one_total": ("counter", "Drafted positions whose draft top-1 probability is exactly 1.0."),
-    "specscope_fallbacks_total": ("counter", "Verify fell back from the requested mode to argmax, by reason."),
-    "specscope_anomalies_total": ("counter", "Times a detector started firing, by kind."),
-    "specscope_anomaly_active": ("gauge", "1 while a detector fires, by kind."),
-    "specscope_requests_total": ("counter", "Finished requests."),
-    "specscope_output_tokens_total": ("counter", "Output tokens of finished requests."),
-    "specscope_clamped_entries_total": ("counter", "Impossible verify entries (accepted > drafted, negative) clamped."),
-    "specscope_accept_length": ("histogram", "Tokens committed per request-step, bonus token included."),
-    "specscope_draft_top1_probability": ("histogram", "Draft top-1 probability per drafted position."),
-    "specscope_ttft_seconds": ("histogram", "Time to first token."),
-    "specscope_tpot_seconds": ("histogram", "Time per output token after the first, per request."),
-    "specscope_itl_seconds": ("histogram", "Inter-token latency per token (chunk gap over the tokens it carries)."),
-    "specscope_itl_chunk_seconds": ("histogram", "Gap between streamed chunks (one per verify step)."),
-    "specscope_e2e_seconds": ("histogram", "Request end-to-end latency."),
-    "specscope_phase_duration_seconds": ("histogram", "Duration of a verify-path phase."),
-    "specscope_collector_events_total": ("counter", "The collector's own accounting, by event."),
-    "specscope_process_cpu_seconds_total": ("counter", "CPU time of the collector and the engine processes it serves."),
-    "specscope_process_resident_memory_bytes": ("gauge", "Resident memory of those processes."),
+class Metric(NamedTuple):
+    """One exported metric: its type and help text, and the SpecStats field it comes from.
+
+    ``field`` is a SpecStats attribute (``"draft_tokens"``), a list indexed by ``label``
+    (``"accepted_per_pos"`` by ``position``), a dict keyed by ``label`` (``"fallbacks"`` by
+    ``reason``), a TruthStats attribute per ``label`` (``"truth.num_top1"`` by
+    ``mode_requested``) or a latency histogram (``"hists.ttft_s"``); None for metrics that are
+    not a SpecStats figure. The renderer writes from it and the dashboard's /metrics reader
+    reads back into it, so the two cannot drift apart.
+    """
+
+    kind: str
+    help: str
+    field: str | None = None
+    label: str | None = None
+
+
+#: Every metric the exporter can emit (tests hold Grafana and the rules to it).
+METRICS: dict[str, Metric] = {
+    "specscope_verify_steps_total": Metric("counter", "Verify-step records (one per engine step and rank).", "num_steps"),
+    "specscope_request_steps_total": Metric("counter", "Request-steps by requested and effectively used sampling mode."),
+    "specscope_drafts_total": Metric("counter", "Request-steps that drafted at least one token.", "num_drafts"),
+    "specscope_draft_tokens_total": Metric("counter", "Drafted tokens (chain length / tree depth per request-step).", "draft_tokens"),
+    "specscope_accepted_tokens_total": Metric("counter", "Accepted draft tokens, bonus token excluded.", "accepted_tokens"),
+    "specscope_drafted_tokens_per_position_total": Metric("counter", "Request-steps that drafted position N.", "drafted_per_pos", "position"),
+    "specscope_accepted_tokens_per_position_total": Metric("counter", "Request-steps whose draft token at position N was accepted.", "accepted_per_pos", "position"),
+    "specscope_sampling_verified_positions_total": Metric("counter", "Verified positions with sampling-truth statistics.", "truth.num_verified", "mode_requested"),
+    "specscope_sampling_top1_total": Metric("counter", "Committed tokens equal to the target argmax.", "truth.num_top1", "mode_requested"),
+    "specscope_sampling_top1_expected_total": Metric("counter", "Expected count of the above under the requested sampling (sum of p_max).", "truth.expected_top1", "mode_requested"),
+    "specscope_sampling_top1_variance_total": Metric("counter", "Variance of that count (sum of p_max * (1 - p_max)).", "truth.var_top1", "mode_requested"),
+    "specscope_draft_top1_at_one_total": Metric("counter", "Drafted positions whose draft top-1 probability is exactly 1.0."),
+    "specscope_fallbacks_total": Metric("counter", "Verify fell back from the requested mode to argmax, by reason.", "fallbacks", "reason"),
+    "specscope_anomalies_total": Metric("counter", "Times a detector started firing, by kind."),
+    "specscope_anomaly_active": Metric("gauge", "1 while a detector fires, by kind."),
+    "specscope_requests_total": Metric("counter", "Finished requests.", "num_requests"),
+    "specscope_output_tokens_total": Metric("counter", "Output tokens of finished requests.", "output_tokens"),
+    "specscope_clamped_entries_total": Metric("counter", "Impossible verify entries (accepted > drafted, negative) clamped.", "num_clamped"),
+    "specscope_accept_length": Metric("histogram", "Tokens committed per request-step, bonus token included."),
+    "specscope_draft_top1_probability": Metric("histogram", "Draft top-1 probability per drafted position."),
+    "specscope_ttft_seconds": Metric("histogram", "Time to first token.", "hists.ttft_s"),
+    "specscope_tpot_seconds": Metric("histogram", "Time per output token after the first, per request.", "hists.tpot_s"),
+    "specscope_itl_seconds": Metric("histogram", "Inter-token latency per token (chunk gap over the tokens it carries).", "hists.itl_token_s"),
+    "specscope_itl_chunk_seconds": Metric("histogram", "Gap between streamed chunks (one per verify step).", "hists.itl_chunk_s"),
+    "specscope_e2e_seconds": Metric("histogram", "Request end-to-end latency.", "hists.e2e_s"),
+    "specscope_phase_duration_seconds": Metric("histogram", "Duration of a verify-path phase."),
+    "specscope_collector_events_total": Metric("counter", "The collector's own accounting, by event."),
+    "specscope_process_cpu_seconds_total": Metric("counter", "CPU time of the collector and the engine processes it serves."),
+    "specscope_process_resident_memory_bytes": Metric("gauge", "Resident memory of those processes."),
 }
+
 
 _ESC = str.maketrans({"\\": r"\\", '"': r"\"", "\n": r"\n"})
 
@@ -103,53 +121,54 @@ def _hist(lines: list[str], name: str, base: str, h: Histogram, extra: str = "")
     lines.append(f"{name}_count{_labels(base, extra)} {h.count}")
 
 
+#: metrics written straight from a SpecStats field, in table order
+FIELD_METRICS = [(n, m) for n, m in METRICS.items() if m.field is not None]
+
+
+def _render_field(lines: list[str], name: str, m: Metric, base: str, s: Any) -> None:
+    if m.field.startswith("hists."):
+        h = s.hists.get(m.field[6:])
+        if h is not None:
+            _hist(lines, name, base, h)
+    elif m.field.startswith("truth."):
+        attr = m.field[6:]
+        for mode, t in sorted(s.truth.items()):
+            lines.append(f"{name}{_labels(base, _lv(**{m.label: mode}))} {_fmt(getattr(t, attr))}")
+    elif m.label == "position":
+        for pos, n in enumerate(_per_position(s, m.field)):
+            lines.append(f"{name}{_labels(base, _lv(position=pos))} {n}")
+    elif m.label is not None:
+        for value, n in sorted(getattr(s, m.field).items()):
+            lines.append(f"{name}{_labels(base, _lv(**{m.label: value}))} {n}")
+    else:
+        lines.append(f"{name}{_labels(base)} {getattr(s, m.field)}")
+
+
+def _per_position(s: Any, field: str) -> list[int]:
+    """Per-position counts over the positions both lists cover (drafted and accepted pair up)."""
+    n = min(len(s.drafted_per_pos), len(s.accepted_per_pos))
+    return list(getattr(s, field)[:n])
+
+
 def render(snap: Snapshot) -> str:
     """The exposition text (format 0.0.4) of one snapshot."""
     out: dict[str, list[str]] = {name: [] for name in METRICS}
     for key, s in snap.totals.items():
         b = _base(key)
-        out["specscope_verify_steps_total"].append(f"specscope_verify_steps_total{_labels(b)} {s.num_steps}")
         for (req, used), n in sorted(s.modes.items()):
             out["specscope_request_steps_total"].append(
                 f"specscope_request_steps_total{_labels(b, _lv(mode_requested=req, mode_used=used))} {n}")
-        out["specscope_drafts_total"].append(f"specscope_drafts_total{_labels(b)} {s.num_drafts}")
-        out["specscope_draft_tokens_total"].append(f"specscope_draft_tokens_total{_labels(b)} {s.draft_tokens}")
-        out["specscope_accepted_tokens_total"].append(f"specscope_accepted_tokens_total{_labels(b)} {s.accepted_tokens}")
-        for pos, (dn, an) in enumerate(zip(s.drafted_per_pos, s.accepted_per_pos)):
-            pl = _labels(b, _lv(position=pos))
-            out["specscope_drafted_tokens_per_position_total"].append(
-                f"specscope_drafted_tokens_per_position_total{pl} {dn}")
-            out["specscope_accepted_tokens_per_position_total"].append(
-                f"specscope_accepted_tokens_per_position_total{pl} {an}")
-        for mode, t in sorted(s.truth.items()):
-            ml = _labels(b, _lv(mode_requested=mode))
-            out["specscope_sampling_verified_positions_total"].append(
-                f"specscope_sampling_verified_positions_total{ml} {t.num_verified}")
-            out["specscope_sampling_top1_total"].append(f"specscope_sampling_top1_total{ml} {t.num_top1}")
-            out["specscope_sampling_top1_expected_total"].append(
-                f"specscope_sampling_top1_expected_total{ml} {_fmt(t.expected_top1)}")
-            out["specscope_sampling_top1_variance_total"].append(
-                f"specscope_sampling_top1_variance_total{ml} {_fmt(t.var_top1)}")
+        for name, m in FIELD_METRICS:
+            _render_field(out[name], name, m, b, s)
         out["specscope_draft_top1_at_one_total"].append(
             f"specscope_draft_top1_at_one_total{_labels(b)} {s.draft_hist[-1]}")
         dp = Histogram(DRAFT_PROB_BOUNDS, list(s.draft_hist[:-2]) + [s.draft_hist[-2] + s.draft_hist[-1]],
                        0.0, sum(s.draft_hist))
         _hist(out["specscope_draft_top1_probability"], "specscope_draft_top1_probability", b, dp)
-        for reason, n in sorted(s.fallbacks.items()):
-            out["specscope_fallbacks_total"].append(
-                f"specscope_fallbacks_total{_labels(b, _lv(reason=reason))} {n}")
-        out["specscope_requests_total"].append(f"specscope_requests_total{_labels(b)} {s.num_requests}")
-        out["specscope_output_tokens_total"].append(f"specscope_output_tokens_total{_labels(b)} {s.output_tokens}")
-        out["specscope_clamped_entries_total"].append(f"specscope_clamped_entries_total{_labels(b)} {s.num_clamped}")
         al = Histogram(ACCEPT_LENGTH_BUCKETS)
         for length, n in s.accept_len_hist.items():
             al.observe(float(length), n)
         _hist(out["specscope_accept_length"], "specscope_accept_length", b, al)
-        for src, name in (("ttft_s", "specscope_ttft_seconds"), ("tpot_s", "specscope_tpot_seconds"),
-                          ("itl_token_s", "specscope_itl_seconds"),
-                          ("itl_chunk_s", "specscope_itl_chunk_seconds"), ("e2e_s", "specscope_e2e_seconds")):
-            if src in s.hists:
-                _hist(out[name], name, b, s.hists[src])
         for hname, h in sorted(s.hists.items()):
             if hname.startswith("phase:"):
                 _hist(out["specscope_phase_duration_seconds"], "specscope_phase_duration_seconds", b, h,
@@ -174,7 +193,7 @@ def render(snap: Snapshot) -> str:
     for name, samples in out.items():
         if not samples:
             continue
-        kind, help_text = METRICS[name]
+        kind, help_text = METRICS[name].kind, METRICS[name].help
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} {kind}")
         lines.extend(samples)

@@ -11,15 +11,13 @@ or a ``# TYPE`` line for a family already seen in the current snapshot.
 from __future__ import annotations
 
 import os
-import re
 from collections import defaultdict
 
 from .. import schema
+from ..io.promtext import ExpositionError, Parser
 from ..schema import Problem
 from ._common import ImportResult, run_record
 
-SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(?:\s+(-?\d+))?\s*$")
-LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 VLLM = "vllm:spec_decode_"
 COUNTERS = {"num_drafts_total": "drafts", "num_draft_tokens_total": "draft_tokens",
             "num_accepted_tokens_total": "accepted"}
@@ -31,6 +29,7 @@ def sniff(head: str) -> bool:
 
 def _snapshots(path: str | os.PathLike, res: ImportResult):
     name = str(path)
+    parser = Parser()
     snap: dict = {"t": 0, "samples": []}
     families: set[str] = set()
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -54,19 +53,16 @@ def _snapshots(path: str | os.PathLike, res: ImportResult):
                 elif len(parts) >= 3 and parts[1] == "TYPE":
                     families.add(parts[2])
                 continue
-            m = SAMPLE.match(line)
-            if not m:
-                res.problems.append(Problem(name, lineno, "not a Prometheus sample line"))
-                continue
             try:
-                value = float(m.group(3))
-            except ValueError:
-                res.problems.append(Problem(name, lineno, f"bad value {m.group(3)!r}"))
+                sample = parser.line(line)
+            except ExpositionError as exc:
+                res.problems.append(Problem(name, lineno, str(exc)))
                 continue
-            labels = dict(LABEL.findall(m.group(2) or ""))
-            if m.group(4) and not snap["t"]:
-                snap["t"] = int(m.group(4)) * 1_000_000
-            snap["samples"].append((m.group(1), labels, value))
+            if sample is None:
+                continue
+            if sample.timestamp_ms is not None and not snap["t"]:
+                snap["t"] = sample.timestamp_ms * 1_000_000
+            snap["samples"].append((sample.name, sample.labels, sample.value))
     if snap["samples"]:
         yield snap
 

@@ -105,7 +105,8 @@ def test_metrics_server_tls(tmp_path):
 
 def _emitted_names() -> set[str]:
     names = set()
-    for name, (kind, _) in METRICS.items():
+    for name, m in METRICS.items():
+        kind = m.kind
         names.add(name)
         if kind == "histogram":
             names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
