@@ -9,7 +9,7 @@ import statistics
 import tempfile
 import time
 
-from specscope.dashboard.browser import chromium, paths, wait_settled
+from tests.browser import chromium, paths, wait_settled
 
 from .collector import _synthetic_verify_parquet
 from .common import Row

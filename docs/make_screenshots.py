@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
-from specscope.dashboard.browser import chromium, select_runs, wait_settled
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests.browser
+
+from tests.browser import chromium, select_runs, wait_settled
 
 
 def main(url: str, page: str, out: str, *runs: str) -> None:

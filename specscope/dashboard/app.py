@@ -11,7 +11,7 @@ import hmac
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from dash import Dash, Input, Output, State, dcc, html
+from dash import Dash, Input, Output, State, callback_context, dcc, html, no_update
 
 from . import ids
 from .data import PathNotAllowed, RunView
@@ -61,6 +61,20 @@ class Context:
         return [by_id[s] for s in selected if s in by_id]
 
 
+def selection_from_search(search: str | None) -> list[str]:
+    """The runs a URL's query string names (``?run=A&run=B``), in order."""
+    from urllib.parse import parse_qs
+
+    return parse_qs((search or "").lstrip("?")).get("run", [])
+
+
+def search_for_selection(runs: Sequence[str]) -> str:
+    """The query string that names ``runs``."""
+    from urllib.parse import urlencode
+
+    return "?" + urlencode([("run", r) for r in runs]) if runs else ""
+
+
 def _banner(views: Sequence[RunView]) -> Any:
     from .figures.live import anomalies
 
@@ -97,7 +111,7 @@ def create_app(source: Any, *, title: str = "specscope", refresh_s: float = 2.0,
         html.Button("open", id=ids.OPEN_BUTTON),
         html.Span(id=ids.OPEN_STATUS, style={"marginLeft": "8px"})], className="selector")]
     app.layout = html.Div([
-        dcc.Location(id=ids.URL),
+        dcc.Location(id=ids.URL, refresh="callback-nav"),
         dcc.Interval(id=ids.TICK, interval=int(refresh_s * 1000), disabled=not live),
         html.Div([html.H2(title), html.Nav(nav),
                   html.Div(dcc.Dropdown(id=ids.RUNS, multi=True, placeholder="select runs"),
@@ -114,19 +128,30 @@ def create_app(source: Any, *, title: str = "specscope", refresh_s: float = 2.0,
         page = layouts.get(path or "/")
         return page() if page else html.Div(f"no page at {path}", className="card")
 
+    inputs = [Input(ids.TICK, "n_intervals"), Input(ids.URL, "search"), Input(ids.RUNS, "value")]
+    if opener:
+        inputs.append(Input(ids.OPEN_STATUS, "children"))
+
     @app.callback(Output(ids.RUNS, "options"), Output(ids.RUNS, "value"),
-                  Output(ids.SOURCE_INFO, "children"), Input(ids.TICK, "n_intervals"),
-                  Input(ids.OPEN_STATUS, "children") if opener else Input(ids.URL, "search"),
-                  State(ids.RUNS, "value"))
-    def runs(_tick, _status, value):
+                  Output(ids.SOURCE_INFO, "children"), Output(ids.URL, "search"), *inputs)
+    def runs(_tick, search, value, *_opened):
+        # the selection lives in the URL (?run=A&run=B), so a link reproduces the view: a URL
+        # that names runs wins when it changes; a change of the selector rewrites the URL
         views = ctx.all_views()
         options = [{"label": v.label, "value": v.run_id} for v in views]
         known = {o["value"] for o in options}
-        value = [v for v in (value or []) if v in known] or [o["value"] for o in options][:max_selected]
+        from_url = selection_from_search(search)
+        trigger = callback_context.triggered_id
+        if trigger in (ids.URL, None) and from_url:
+            value = from_url
+        value = [v for v in (value or []) if v in known]
+        if not value and trigger != ids.RUNS:  # the user's own empty selection stays empty
+            value = [o["value"] for o in options][:max_selected]
         problems = getattr(source, "problems", [])
         info = f"{len(views)} run(s) from {getattr(source, 'kind', 'source')}" + (
             f"; {len(problems)} unreadable line(s) skipped, first: {problems[0]}" if problems else "")
-        return options, value, info
+        wanted = search_for_selection(value) if known else no_update
+        return options, value, info, (no_update if wanted == (search or "") else wanted)
 
     @app.callback(Output(ids.BANNER, "children"), Input(ids.RUNS, "value"),
                   Input(ids.TICK, "n_intervals"))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specscope.dashboard.browser import chromium, paths, select_runs, wait_settled
+from tests.browser import chromium, paths, select_runs, wait_settled
 from specscope.serving.harness import free_port
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
@@ -88,3 +88,39 @@ def test_anomaly_banner_appears_for_the_faulted_run(server, browser):
     assert "silent_greedy" in banner and "faulted-s2" in banner
     select_runs(browser, ["clean-s3"])
     assert browser.find_elements(By.ID, "banner-ok")
+
+
+def test_a_link_with_a_run_selection_opens_that_view_in_a_fresh_browser(server, browser):
+    from urllib.parse import parse_qs, urlparse
+
+    from selenium.webdriver.common.by import By
+
+    browser.get(server + "/")
+    _settle(browser)
+    select_runs(browser, ["faulted-s2"])
+    deadline = time.time() + 10
+    while "run=" not in browser.current_url and time.time() < deadline:
+        time.sleep(0.1)
+    shared = urlparse(browser.current_url)
+    (run,) = parse_qs(shared.query)["run"]
+    assert run.startswith("faulted-s2")
+    browser.find_element(By.ID, "nav-truth").click()  # moving between pages keeps it
+    deadline = time.time() + 10
+    while not ("/truth" in browser.current_url and "run=" in browser.current_url) \
+            and time.time() < deadline:
+        time.sleep(0.1)
+    assert parse_qs(urlparse(browser.current_url).query)["run"] == [run]
+    fresh = chromium()
+    try:
+        fresh.get(f"{server}/compare?{shared.query}")
+        _settle(fresh)
+        deadline = time.time() + 10
+        while not fresh.find_elements(By.ID, "banner-anomalies") and time.time() < deadline:
+            time.sleep(0.1)
+        fresh.save_screenshot(str(ARTIFACTS / "shared-link.png"))
+        chips = fresh.find_element(By.ID, "runs").text
+        assert "faulted-s2" in chips and "clean-s3" not in chips  # the shared selection only
+        assert "silent_greedy" in fresh.find_element(By.ID, "banner-anomalies").text
+        assert urlparse(fresh.current_url).path == "/compare"
+    finally:
+        fresh.quit()

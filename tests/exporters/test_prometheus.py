@@ -18,7 +18,8 @@ from specscope.collector.service import Collector
 from specscope.exporters.grafana import dashboard_json
 from specscope.exporters.http import MetricsServer
 from specscope.exporters.prometheus import METRICS, PromCollector, render
-from specscope.exporters.rules import alert_rules, rule_tests
+from specscope.exporters.rules import alert_rules
+from tests.exporters.promtool_tests import rule_tests
 from tests.collector.test_stats import _step
 
 
