@@ -266,7 +266,9 @@ class SpeculativeDecoder:
                 chunk_times_ns=tuple(t for t, _ in out.chunks),
                 chunk_num_tokens=tuple(n for _, n in out.chunks), temperature=r.temperature,
                 top_p=r.top_p, top_k=r.top_k, finish_reason=out.finish_reason,
-                output_token_ids=tuple(out.token_ids))
+                output_token_ids=tuple(out.token_ids), num_verify_steps=row.verify_steps,
+                num_draft_tokens=row.drafted, num_accepted_tokens=row.accepted,
+                accept_len_hist=tuple(row.accept_len_hist))
             if self.recorder is not None:
                 self.recorder.record_request(out.record)
         return [row.out for row in finished]
@@ -328,9 +330,16 @@ class SpeculativeDecoder:
                     num_draft_tokens=cfg.budget, temperature=[r.temperature for r in rs],
                     top_p=[r.top_p for r in rs], top_k=[r.top_k for r in rs], mode_used=used,
                     committed_tokens=fixed, target_logits=path_logits, draft_top1_probs=top1,
-                    step=self.step_index)
+                    step=self.step_index, draft_depth=d)
             acc = num_acc.tolist()  # the engine's own readback: it must know what to commit
             toks = fixed.tolist()
+        for row, a in zip(rows, acc):  # the request's own figures, from the host copy above
+            row.verify_steps += 1
+            row.drafted += d
+            row.accepted += a
+            hist = row.accept_len_hist
+            hist.extend([0] * (a + 2 - len(hist)))
+            hist[a + 1] += 1
         n = tokens.shape[1]
         if keep_idx is None:
             keep = torch.arange(n, device=dev)[None, :] <= num_acc[:, None]
@@ -395,6 +404,10 @@ class _Row:
     cached_t: int = 0  #: committed tokens the target's cache holds
     cached_d: int = 0  #: committed tokens the draft's cache holds
     first_ns: int = 0
+    verify_steps: int = 0  #: verify steps this request took part in
+    drafted: int = 0  #: draft tokens proposed for it
+    accepted: int = 0  #: of those, accepted (bonus excluded)
+    accept_len_hist: list[int] = field(default_factory=list)  #: steps by tokens committed
 
 
 @dataclass

@@ -112,6 +112,8 @@ class Recorder:
                                  is_enabled=lambda: self.enabled)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()  #: set by the hot path when half the ring is waiting
+        self._wake_at = max(1, ring_slots // 2)
         self._closed = False
         self._out.append(run)
 
@@ -217,6 +219,8 @@ class Recorder:
                 has_truth, has_hist, -1 if draft_depth is None else int(draft_depth),
                 depth_reason, lite)
         self._pending.append((idx, batch, event, meta))
+        if len(self._pending) >= self._wake_at and not self._wake.is_set():
+            self._wake.set()
 
     def _pack(self, batch, num_accepted, num_drafted, num_draft_tokens, temperature, top_p,
               top_k, committed, logits, draft_top1, sampled: bool) -> torch.Tensor:
@@ -420,8 +424,9 @@ class Recorder:
                 self.num_sink_errors += 1
         return len(out) + sum(c.num_steps for c in cols)
 
-    def start(self, interval_s: float = 0.05) -> "Recorder":
-        """Start a daemon thread that flushes to the sinks every ``interval_s``."""
+    def start(self, interval_s: float = 0.25) -> "Recorder":
+        """Start a daemon thread that flushes to the sinks every ``interval_s``, and sooner
+        when half the ring is waiting (a fast engine never waits on the interval)."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, args=(interval_s,),
                                             name="specscope-drain", daemon=True)
@@ -429,7 +434,11 @@ class Recorder:
         return self
 
     def _loop(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
+        while not self._stop.is_set():
+            self._wake.wait(interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
             try:
                 self.flush()
             except (Exception, SystemExit):
@@ -451,6 +460,7 @@ class Recorder:
             return
         self._closed = True
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.flush(wait=True)

@@ -33,8 +33,8 @@ def _pa():
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as exc:  # depends on the install
-        raise ImportError("Parquet traces need pyarrow: pip install 'specscope[parquet]'",
-                          name=exc.name) from None
+        raise ModuleNotFoundError("Parquet traces need pyarrow: pip install 'specscope[parquet]'",
+                                  name=exc.name) from None
     return pa, pq
 
 

@@ -57,8 +57,9 @@ def _zmq():
     try:
         import zmq
     except ImportError as exc:
-        raise ImportError("the collector transport needs pyzmq: pip install 'specscope[collector]'",
-                          name=exc.name) from None
+        raise ModuleNotFoundError(
+            "the collector transport needs pyzmq: pip install 'specscope[collector]'",
+            name=exc.name) from None
     return zmq
 
 

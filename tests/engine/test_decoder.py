@@ -58,6 +58,16 @@ def test_hooks_inside_record_every_step_without_sync(tiny, run_record):
     assert committed >= sum(len(o.token_ids) for o in outs)  # >=: the last step may overshoot
     reqs_out = [r for r in records if isinstance(r, schema.RequestRecord)]
     assert sorted(r.request_id for r in reqs_out) == [r.request_id for r in reqs]
+    # each request's own figures are the sums of its verify entries, step by step
+    for r in reqs_out:
+        mine = [e for s in steps for e in s.entries if e.request_id == r.request_id]
+        assert r.num_verify_steps == len(mine) == sum(r.accept_len_hist)
+        assert r.num_draft_tokens == sum(e.num_drafted for e in mine)
+        assert r.num_accepted_tokens == sum(e.num_accepted for e in mine)
+        assert r.acceptance_length == pytest.approx(1 + r.num_accepted_tokens / len(mine))
+        assert sum(i * n for i, n in enumerate(r.accept_len_hist)) == \
+            r.num_accepted_tokens + r.num_verify_steps
+    assert all(s.draft_depth == 3 for s in steps)
     phases = {r.phase for r in records if isinstance(r, schema.PhaseRecord)}
     assert {"prefill", "draft_extend", "draft", "verify_forward", "verify_sample"} <= phases
 
