@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from specscope import schema
 from specscope.hooks import Recorder
-from specscope.io.wire import ZmqSink
+from specscope.io.transport import ZmqSink
 
 endpoint, fmt, steps, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(1)

@@ -31,7 +31,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
     pair = load_pair(args.model, args.draft, seed=args.seed)
     sinks, server = [], None
     if args.collector:
-        from ..io.wire import ZmqSink
+        from ..io.transport import ZmqSink
 
         sinks.append(ZmqSink(args.collector))
     if args.metrics_port is not None:

@@ -9,7 +9,7 @@ import signal
 import threading
 
 from ..collector.service import Collector
-from ..io.wire import ZmqReceiver
+from ..io.transport import ZmqReceiver
 
 
 def serve(*, listen: str, metrics_host: str = "127.0.0.1", metrics_port: int = 9400,

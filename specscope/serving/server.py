@@ -55,7 +55,7 @@ class Engine:
         self.writer = None
         if opts.hooks:
             if opts.collector_url:
-                from ..io.wire import ZmqSink
+                from ..io.transport import ZmqSink
 
                 sinks: list[Any] = [ZmqSink(opts.collector_url)]
             else:

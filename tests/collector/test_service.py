@@ -16,7 +16,7 @@ from specscope import schema
 from specscope.collector.columns import VerifyColumns, observe_columns
 from specscope.collector.service import Collector
 from specscope.collector.stats import SpecStats
-from specscope.io.wire import ZmqReceiver
+from specscope.io.transport import ZmqReceiver
 from specscope.io.trace import read_trace
 from tests.collector.test_stats import _key, _step
 from tests.conftest import ROOT

@@ -126,7 +126,7 @@ def test_a_killed_streaming_parquet_writer_keeps_every_closed_part(tmp_path):
 
 def test_serve_and_serve_engine_stream_parquet_traces(tmp_path, free_port):
     from specscope.hooks import Recorder
-    from specscope.io.wire import ZmqSink
+    from specscope.io.transport import ZmqSink
     from specscope.serving.harness import ServerProcess, free_port as pick
 
     # the collector service, killed with SIGKILL after a part has closed

@@ -13,7 +13,7 @@ import torch
 from specscope import schema
 from specscope.collector.service import Collector
 from specscope.hooks import Recorder
-from specscope.io import wire
+from specscope.io import transport, wire
 from specscope.io.columns import VerifyColumns, expand
 from specscope.io.parquet import read_parquet, write_parquet
 
@@ -83,7 +83,7 @@ def test_large_drains_are_chunked_and_counted_per_entry(run_record, monkeypatch)
     assert len(messages) == 3  # 12 entries in chunks of 5
     items = [x for m in messages for x in wire.decode_batch(m)[1]]
     assert sum(len(c) for c in items if isinstance(c, VerifyColumns)) == 12
-    assert [wire._count_message(m) for m in messages] == [len(out) + 5, 5, 2]
+    assert [transport._count_message(m) for m in messages] == [len(out) + 5, 5, 2]
 
 
 def _header_and_payload(msg: bytes) -> tuple[dict, bytes]:
@@ -111,7 +111,7 @@ def test_bad_messages_are_rejected_by_reason_with_their_entries_counted(run_reco
                          payload),
     }
     collector = Collector()
-    receiver = wire.ZmqReceiver.__new__(wire.ZmqReceiver)  # the handler alone, no socket
+    receiver = transport.ZmqReceiver.__new__(transport.ZmqReceiver)  # the handler alone, no socket
     receiver.collector, receiver.max_bytes = collector, wire.MAX_MESSAGE_BYTES
     for name, bad in cases.items():
         with pytest.raises(wire.WireError):

@@ -15,7 +15,7 @@ import pytest
 
 from specscope import schema
 from specscope.collector.service import Collector
-from specscope.io.wire import ZmqReceiver, ZmqSink
+from specscope.io.transport import ZmqReceiver, ZmqSink
 from specscope.engine.decoder import Request, SpecConfig, SpeculativeDecoder
 from specscope.io.trace import read_trace
 from specscope.hooks import Recorder

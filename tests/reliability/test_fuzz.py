@@ -74,7 +74,7 @@ def test_trace_reader_never_crashes(tmp_path_factory, ops, lines):
 @SETTINGS
 @given(ops=MUTATIONS, n=st.integers(0, 5), junk=st.one_of(st.none(), st.binary(max_size=300)))
 def test_collector_network_input_never_crashes(ops, n, junk):
-    from specscope.io.wire import ZmqReceiver
+    from specscope.io.transport import ZmqReceiver
 
     COUNTS["collector"] += 1
     msg = junk if junk is not None else _mutate(json.dumps(
@@ -106,7 +106,8 @@ def _columnar_seed(n: int) -> bytes:
 @SETTINGS
 @given(ops=MUTATIONS, n=st.integers(0, 5))
 def test_collector_columnar_input_never_crashes(ops, n):
-    from specscope.io.wire import WireError, ZmqReceiver
+    from specscope.io.transport import ZmqReceiver
+    from specscope.io.wire import WireError
 
     COUNTS["columnar"] += 1
     msg = _mutate(_columnar_seed(n), ops)

@@ -125,7 +125,7 @@ def test_a_full_queue_answers_503():
 def test_records_can_go_to_an_external_collector():
     pytest.importorskip("zmq")
     from specscope.collector.service import Collector
-    from specscope.io.wire import ZmqReceiver
+    from specscope.io.transport import ZmqReceiver
 
     collector = Collector()
     receiver = ZmqReceiver(collector, "tcp://127.0.0.1:0").start()

@@ -81,7 +81,7 @@ def default_recorder(engine: str, **run_fields: Any):
     sinks: list[Any] = []
     endpoint = os.environ.get("SPECSCOPE_COLLECTOR")
     if endpoint:
-        from ...io.wire import ZmqSink
+        from ...io.transport import ZmqSink
 
         sinks.append(ZmqSink(endpoint))
     else:

@@ -1,0 +1,163 @@
+"""The drain side of the Recorder: ready ring slots into VerifyColumns. Stdlib, numpy, torch.
+
+Runs on the drain thread, never on the engine's hot path. A few array operations per verify
+step and nothing per request entry but what numpy and ``str.join`` do in C.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import schema
+from ..io.columns import HAS_HIST as _HAS_HIST
+from ..io.columns import HAS_TRUTH as _HAS_TRUTH
+from ..io.columns import Strings, VerifyColumns
+from . import stats as _stats
+
+
+def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
+    """One VerifyColumns from a recorder's ready ring slots: a few array copies per step, nothing
+    per request entry but what numpy does in C."""
+    metas = [m for _, _, _, m in ready]
+    sizes = [b for _, b, _, _ in ready]
+    step_sizes = np.asarray(sizes, dtype=np.int64)
+    n = int(step_sizes.sum())
+    f64, i64 = np.float64, np.int64
+    cat = np.concatenate
+    lites = [m[11] for m in metas]
+    per_step = np.asarray([lt if lt is not None else (0, 0) for lt in lites], dtype=i64)
+    drafted = np.repeat(per_step[:, 0], sizes)
+    draft_tokens = np.repeat(per_step[:, 1], sizes)
+    full_rows, full_at = [], []
+    if None not in lites and min(sizes) == max(sizes):  # the usual drain: one gather
+        idxs = np.fromiter((idx for idx, _, _, _ in ready), dtype=i64, count=len(ready))
+        accepted = rec._acc_np[idxs, :sizes[0]].reshape(-1)
+    else:
+        parts, at = [], 0
+        for (idx, b, _, m), lite in zip(ready, lites):
+            if lite is not None:
+                parts.append(rec._acc_np[idx, :b])
+            else:
+                row = rec._host_np[idx, :b]
+                parts.append(row[:, _stats.COL_NUM_ACCEPTED].astype(i64))
+                drafted[at:at + b] = row[:, _stats.COL_NUM_DRAFTED]
+                draft_tokens[at:at + b] = row[:, _stats.COL_NUM_DRAFT_TOKENS]
+                full_rows.append(row[:, _stats.COL_NUM_VERIFIED:])
+                full_at.append((at, b))
+            at += b
+        accepted = cat(parts)
+    temps = cat(_arrays([m[3] for m in metas], sizes, f64, 0.0))
+    top_p = cat(_arrays([m[4] for m in metas], sizes, f64, 1.0))
+    top_k = cat(_arrays([m[5] for m in metas], sizes, i64, 0))
+    names = list(schema.SAMPLING_MODES)
+    configured = rec.run.verify_mode or schema.SPECULATIVE_SAMPLING
+    code = _coder(names)
+    requested = np.where(temps > 0, code(configured), code(schema.GREEDY)).astype(np.int8)
+    used = requested.copy()
+    start = 0
+    for m, b in zip(metas, sizes):
+        modes = m[6]
+        if isinstance(modes, str) and modes:
+            used[start:start + b] = code(modes)
+        elif modes:
+            for i, mode in enumerate(modes):
+                if mode:
+                    used[start + i] = code(mode)
+        start += b
+    step_flags = np.fromiter(((_HAS_TRUTH if m[7] else 0) | (_HAS_HIST if m[8] else 0)
+                              for m in metas), dtype=np.int8, count=len(metas))
+    flags = np.repeat(step_flags, sizes)
+    truth = (flags & _HAS_TRUTH) != 0
+    base = _stats.COL_NUM_VERIFIED
+    if full_rows:
+        stats = np.zeros((n, _stats.ROW_WIDTH - base), dtype=np.float32)
+        for (start, b), rows in zip(full_at, full_rows):
+            stats[start:start + b] = rows
+        hist = stats[:, _stats.COL_HIST - base:].astype(i64)
+        hist[(flags & _HAS_HIST) == 0] = 0
+        verified = np.where(truth, stats[:, _stats.COL_NUM_VERIFIED - base], 0).astype(i64)
+        top1 = np.where(truth, stats[:, _stats.COL_NUM_TOP1 - base], 0).astype(i64)
+        expected = np.where(truth, stats[:, _stats.COL_EXPECTED_TOP1 - base], 0).astype(f64)
+        var = np.where(truth, stats[:, _stats.COL_VAR_TOP1 - base], 0).astype(f64)
+    else:  # no statistics in this drain
+        hist = verified = top1 = expected = var = None
+    ids = list(itertools.chain.from_iterable(m[2] for m in metas))
+    cols = VerifyColumns(
+        run_id=rec.run.run_id, config_id=rec.run.config_id, rank=rec.rank,
+        num_steps=len(metas),
+        t_ns=np.fromiter((m[1] for m in metas), dtype=i64, count=len(metas)),
+        num_drafted=drafted, num_draft_tokens=draft_tokens, num_accepted=accepted,
+        mode_requested=requested, mode_used=used,
+        num_verified=verified, num_top1=top1, expected_top1=expected, var_top1=var,
+        draft_hist=hist, mode_names=tuple(names),
+        seq=np.arange(len(metas), dtype=i64),
+        step=np.fromiter((m[0] for m in metas), dtype=i64, count=len(metas)),
+        batch_size=step_sizes,
+        draft_depth=np.fromiter((m[9] for m in metas), dtype=i64, count=len(metas)),
+        step_sizes=step_sizes,
+        request_ids=Strings.of(ids), temperature=temps, top_p=top_p, top_k=top_k, flags=flags)
+    reasons = {i: m[10] for i, m in enumerate(metas) if m[10]}
+    if reasons:
+        cols.depth_reasons = reasons
+    return cols
+
+
+def host_copy(values: Any) -> Any:
+    """A copy the engine cannot change under us: numpy arrays stay arrays (vLLM keeps its
+    sampling parameters in host arrays; an array copy is one memcpy), anything else a tuple."""
+    if values is None:
+        return None
+    if isinstance(values, np.ndarray):
+        return values.copy()
+    return tuple(values)
+
+
+def parts(ready: list[tuple], limit: int) -> list[list[tuple]]:
+    """Ready steps in groups of at most ``limit`` entries (a larger single step alone)."""
+    parts: list[list[tuple]] = []
+    current: list[tuple] = []
+    size = 0
+    for item in ready:
+        if current and size + item[1] > limit:
+            parts.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += item[1]
+    if current:
+        parts.append(current)
+    return parts
+
+
+def _arrays(seqs: list, sizes: list[int], dtype: Any, default: float) -> list[np.ndarray]:
+    """Per-step host sequences as arrays; a step whose values equal the step before reuses its
+    array (continuous batching keeps a batch's parameters from step to step)."""
+    out: list[np.ndarray] = []
+    prev, prev_arr = None, None
+    for seq, size in zip(seqs, sizes):
+        if seq is None:
+            arr = np.full(size, default, dtype=dtype)
+        elif isinstance(seq, np.ndarray):
+            arr = seq.astype(dtype, copy=False)
+        elif prev_arr is not None and not isinstance(prev, np.ndarray) and seq == prev:
+            arr = prev_arr
+        else:
+            arr = np.asarray(seq, dtype=dtype)
+        out.append(arr)
+        prev, prev_arr = seq, arr
+    return out
+
+
+def _coder(names: list[str]) -> Callable[[str], int]:
+    """Code of a mode name in ``names``, appending modes it has not seen."""
+    index = {m: i for i, m in enumerate(names)}
+
+    def code(mode: str) -> int:
+        i = index.get(mode)
+        if i is None:
+            i = index[mode] = len(names)
+            names.append(mode)
+        return i
+    return code
