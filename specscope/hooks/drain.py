@@ -7,14 +7,14 @@ step and nothing per request entry but what numpy and ``str.join`` do in C.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from .. import schema
 from ..io.columns import HAS_HIST as _HAS_HIST
 from ..io.columns import HAS_TRUTH as _HAS_TRUTH
-from ..io.columns import Strings, VerifyColumns
+from ..io.columns import Strings, VerifyColumns, mode_coder
 from . import stats as _stats
 
 
@@ -54,7 +54,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
     top_k = cat(_arrays([m[5] for m in metas], sizes, i64, 0))
     names = list(schema.SAMPLING_MODES)
     configured = rec.run.verify_mode or schema.SPECULATIVE_SAMPLING
-    code = _coder(names)
+    code = mode_coder(names)
     requested = np.where(temps > 0, code(configured), code(schema.GREEDY)).astype(np.int8)
     used = requested.copy()
     start = 0
@@ -148,16 +148,3 @@ def _arrays(seqs: list, sizes: list[int], dtype: Any, default: float) -> list[np
         out.append(arr)
         prev, prev_arr = seq, arr
     return out
-
-
-def _coder(names: list[str]) -> Callable[[str], int]:
-    """Code of a mode name in ``names``, appending modes it has not seen."""
-    index = {m: i for i, m in enumerate(names)}
-
-    def code(mode: str) -> int:
-        i = index.get(mode)
-        if i is None:
-            i = index[mode] = len(names)
-            names.append(mode)
-        return i
-    return code

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -24,6 +24,20 @@ HAS_TRUTH = 1
 HAS_HIST = 2
 
 SEP = "\x00"
+
+
+def mode_coder(names: list[str]) -> Callable[[str], int]:
+    """Code of a sampling-mode name in ``names``, appending the modes it has not seen (an
+    engine may report a mode of its own)."""
+    index = {m: i for i, m in enumerate(names)}
+
+    def code(mode: str) -> int:
+        i = index.get(mode)
+        if i is None:
+            i = index[mode] = len(names)
+            names.append(mode)
+        return i
+    return code
 
 
 class Strings:
@@ -140,15 +154,7 @@ class VerifyColumns:
         reasons: dict[tuple, dict[int, str]] = {}
         zeros = (0,) * schema.DRAFT_HIST_BINS
         names = list(MODES)
-        codes = dict(MODE_CODE)
-
-        def code(mode: str) -> int:
-            c = codes.get(mode)
-            if c is None:
-                c = codes[mode] = len(names)
-                names.append(mode)
-            return c
-
+        code = mode_coder(names)
         for r in records:
             key = (r.run_id, r.config_id, r.rank)
             rows = groups.setdefault(key, [])
