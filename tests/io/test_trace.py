@@ -121,3 +121,29 @@ def test_writer_is_a_recorder_sink(tmp_path, run_record):
     rec.close()
     kinds = [type(r).__name__ for r in read_trace(path).records]
     assert kinds == ["RunRecord", "VerifyStepRecord", "HookHealthRecord"]
+
+
+def test_a_version_2_trace_reads_with_the_new_fields_unknown(tmp_path):
+    """Schema 3 added per-request figures and the draft depth; a version-2 trace (written
+    before them) reads with them None, never 0."""
+    path = tmp_path / "v2.jsonl"
+    lines = [
+        {"kind": "header", "schema_version": 2},
+        {"kind": "run", "run_id": "r", "config_id": "c", "algorithm": "eagle", "num_steps": 3,
+         "topk": 1, "num_draft_tokens": 4, "backend": "cpu", "model": "m"},
+        {"kind": "verify", "run_id": "r", "config_id": "c", "rank": 0, "step": 0, "t_ns": 1,
+         "batch_size": 1, "entries": [{"request_id": "q", "num_drafted": 3,
+                                       "num_draft_tokens": 3, "num_accepted": 1,
+                                       "accepted_per_pos": [1, 0, 0], "temperature": 0.0}]},
+        {"kind": "request", "run_id": "r", "rank": 0, "request_id": "q", "t_arrival_ns": 0,
+         "t_first_token_ns": 1, "t_finish_ns": 2, "num_prompt_tokens": 3,
+         "num_output_tokens": 2},
+    ]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    trace = read_trace(path)
+    assert not trace.problems
+    (step,) = trace.of(schema.VerifyStepRecord)
+    (req,) = trace.of(schema.RequestRecord)
+    assert step.draft_depth is None and req.num_verify_steps is None
+    assert req.num_accepted_tokens is None and req.acceptance_length is None
+    assert req.category == ""
