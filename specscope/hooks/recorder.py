@@ -323,7 +323,12 @@ class Recorder:
         out, cols = self.drain_columns(wait=wait)
         if not out and not cols:
             return 0
-        columnar = out + cols
+        # run records, then the verify steps, then the rest (phases, requests): a sink that can
+        # take only part of a batch (a full disk) keeps the steps rather than a run of phases
+        runs = [r for r in out if isinstance(r, schema.RunRecord)]
+        rest = [r for r in out if not isinstance(r, schema.RunRecord)]
+        out = runs + rest
+        columnar = runs + cols + rest
         expanded = None
         for sink in self.sinks:
             try:
@@ -331,7 +336,7 @@ class Recorder:
                     sink.write(columnar)
                 else:
                     if expanded is None:
-                        expanded = out + [r for c in cols for r in c.to_records()]
+                        expanded = runs + [r for c in cols for r in c.to_records()] + rest
                     sink.write(expanded)
             except (Exception, SystemExit):
                 self.num_sink_errors += 1
