@@ -327,7 +327,6 @@ class Recorder:
         # take only part of a batch (a full disk) keeps the steps rather than a run of phases
         runs = [r for r in out if isinstance(r, schema.RunRecord)]
         rest = [r for r in out if not isinstance(r, schema.RunRecord)]
-        out = runs + rest
         columnar = runs + cols + rest
         expanded = None
         for sink in self.sinks:

@@ -8,12 +8,10 @@ them by reason (and the entries they held, where the header says), and goes on.
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any, Sequence
 
-from .columns import VerifyColumns
-from .wire import _HEADER, MAX_MESSAGE_BYTES, WireError, _json_messages, decode_batch, encode
+from .wire import MAX_MESSAGE_BYTES, WireError, _json_messages, decode_batch, messages
 
 
 def _zmq():
@@ -56,16 +54,9 @@ class ZmqSink:
     def write(self, records: Sequence[Any]) -> None:
         if not records:
             return
-        if self.format == "json":
-            messages = _json_messages(records, None)
-        else:
-            messages = [(m, None) for m in encode(records)]
-            if len(messages) == 1:
-                messages = [(messages[0][0], _count(records))]
-            else:  # chunked: count each message by what it holds
-                messages = [(m, _count_message(m)) for m, _ in messages]
+        batch = _json_messages(records, None) if self.format == "json" else messages(records)
         with self._lock:
-            for msg, n in messages:
+            for msg, n in batch:  # dropped or sent, counted per record and per verify entry
                 try:
                     self._sock.send(msg, flags=self._zmq.NOBLOCK)
                     self.num_sent += n
@@ -75,16 +66,6 @@ class ZmqSink:
     def close(self) -> None:
         with self._lock:
             self._sock.close()
-
-
-def _count(items: Sequence[Any]) -> int:
-    return sum(len(r) if isinstance(r, VerifyColumns) else 1 for r in items)
-
-
-def _count_message(msg: bytes) -> int:
-    (head_len,) = _HEADER.unpack_from(msg, 4)
-    header = json.loads(msg[8:8 + head_len])
-    return len(header["records"]) + sum(c["n"] for c in header.get("columns", []))
 
 
 class ZmqReceiver:

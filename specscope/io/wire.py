@@ -62,22 +62,27 @@ class WireError(ValueError):
 # ----------------------------------------------------------------------------- encoding
 def encode(items: Sequence[Any], pid: int | None = None) -> list[bytes]:
     """Records and VerifyColumns as columnar messages (verify entries chunked by MAX_ENTRIES)."""
+    return [m for m, _ in messages(items, pid)]
+
+
+def messages(items: Sequence[Any], pid: int | None = None) -> list[tuple[bytes, int]]:
+    """(message, records and verify entries it holds) of the columnar format."""
     pid = os.getpid() if pid is None else pid
     records = [schema.to_dict(r) for r in items if not isinstance(r, VerifyColumns)]
     chunks: list[VerifyColumns] = []
     for c in items:
         if isinstance(c, VerifyColumns) and len(c):
             chunks.extend(_chunks(c))
-    messages = []
+    out = []
     first = True
     for c in chunks or [None]:
         header: dict[str, Any] = {"v": WIRE_VERSION, "pid": pid, "records": records if first else []}
         buffers: list[bytes] = []
         if c is not None:
             header["columns"] = [_column_header(c, buffers)]
+        out.append((_frame(header, buffers), len(header["records"]) + (len(c) if c else 0)))
         first = False
-        messages.append(_frame(header, buffers))
-    return messages
+    return out
 
 
 def _chunks(c: VerifyColumns) -> list[VerifyColumns]:

@@ -19,6 +19,7 @@ from specscope import schema
 from specscope.hooks import Recorder, forbid_sync
 from specscope.hooks.engines import CONTRACT_RELEASES, PATCH_POINTS, covered
 from tests.conftest import ROOT
+from tests.hooks.fakes import install_modules
 
 WHEELS = Path(os.environ.get("SPECSCOPE_CACHE", Path.home() / ".cache" / "specscope")) / "wheels"
 
@@ -105,10 +106,7 @@ def fake_sglang(monkeypatch):
 
     mod._verify_uses_greedy = _verify_uses_greedy
     mod.eagle_sample = eagle_sample
-    for name in ("sglang", "sglang.srt", "sglang.srt.speculative"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "sglang.srt.speculative.eagle_utils", mod)
-    sys.modules["sglang.srt.speculative"].eagle_utils = mod
+    install_modules(monkeypatch, {"sglang.srt.speculative.eagle_utils": mod})
     return mod
 
 
@@ -146,10 +144,7 @@ def test_vllm_rejection_sampler_extraction(monkeypatch, run_record):
                 [[11, 12, -1, -1], [21, 22, 23, 24], [31, -1, -1, -1]], dtype=torch.int32))
 
     mod.RejectionSampler = RejectionSampler
-    for name in ("vllm", "vllm.v1", "vllm.v1.sample"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "vllm.v1.sample.rejection_sampler", mod)
-    sys.modules["vllm.v1.sample"].rejection_sampler = mod
+    install_modules(monkeypatch, {"vllm.v1.sample.rejection_sampler": mod})
     from specscope.hooks.engines import vllm
 
     rec = Recorder(run_record)
@@ -190,12 +185,8 @@ def test_vllm_runner_names_requests_and_their_sampling_without_sync(monkeypatch,
 
     sampler_mod.RejectionSampler = RejectionSampler
     runner_mod.GPUModelRunner = GPUModelRunner
-    for name in ("vllm", "vllm.v1", "vllm.v1.sample", "vllm.v1.worker"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "vllm.v1.sample.rejection_sampler", sampler_mod)
-    monkeypatch.setitem(sys.modules, "vllm.v1.worker.gpu_model_runner", runner_mod)
-    sys.modules["vllm.v1.sample"].rejection_sampler = sampler_mod
-    sys.modules["vllm.v1.worker"].gpu_model_runner = runner_mod
+    install_modules(monkeypatch, {"vllm.v1.sample.rejection_sampler": sampler_mod,
+                                  "vllm.v1.worker.gpu_model_runner": runner_mod})
     from specscope.hooks.engines import vllm
 
     rec = Recorder(run_record)

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from specscope import schema
+from tests.hooks.fakes import install_modules
 from specscope.hooks import Recorder
 from specscope.hooks import engines
 from specscope.hooks.guard import guarded_phase
@@ -28,10 +29,7 @@ def _fake_engines(monkeypatch):
         return ("sglang-result", torch.tensor([1, 2], dtype=torch.int32), None)
 
     sg.eagle_sample = eagle_sample
-    for name in ("sglang", "sglang.srt", "sglang.srt.speculative"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "sglang.srt.speculative.eagle_utils", sg)
-    sys.modules["sglang.srt.speculative"].eagle_utils = sg
+    install_modules(monkeypatch, {"sglang.srt.speculative.eagle_utils": sg})
 
     sampler_mod = types.ModuleType("vllm.v1.sample.rejection_sampler")
     runner_mod = types.ModuleType("vllm.v1.worker.gpu_model_runner")
@@ -52,12 +50,8 @@ def _fake_engines(monkeypatch):
 
     sampler_mod.RejectionSampler = RejectionSampler
     runner_mod.GPUModelRunner = GPUModelRunner
-    for name in ("vllm", "vllm.v1", "vllm.v1.sample", "vllm.v1.worker"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "vllm.v1.sample.rejection_sampler", sampler_mod)
-    monkeypatch.setitem(sys.modules, "vllm.v1.worker.gpu_model_runner", runner_mod)
-    sys.modules["vllm.v1.sample"].rejection_sampler = sampler_mod
-    sys.modules["vllm.v1.worker"].gpu_model_runner = runner_mod
+    install_modules(monkeypatch, {"vllm.v1.sample.rejection_sampler": sampler_mod,
+                                  "vllm.v1.worker.gpu_model_runner": runner_mod})
     return sg, RejectionSampler, GPUModelRunner
 
 

@@ -79,11 +79,11 @@ def test_large_drains_are_chunked_and_counted_per_entry(run_record, monkeypatch)
     monkeypatch.setattr(wire, "MAX_ENTRIES", 5)
     rec = _recorder(run_record, steps=4, batch=3)
     out, (cols,) = rec.drain_columns(wait=True)
-    messages = wire.encode(out + [cols])
-    assert len(messages) == 3  # 12 entries in chunks of 5
-    items = [x for m in messages for x in wire.decode_batch(m)[1]]
+    counted = wire.messages(out + [cols])
+    assert len(counted) == 3  # 12 entries in chunks of 5
+    items = [x for m, _ in counted for x in wire.decode_batch(m)[1]]
     assert sum(len(c) for c in items if isinstance(c, VerifyColumns)) == 12
-    assert [transport._count_message(m) for m in messages] == [len(out) + 5, 5, 2]
+    assert [n for _, n in counted] == [len(out) + 5, 5, 2]
 
 
 def _header_and_payload(msg: bytes) -> tuple[dict, bytes]:
