@@ -175,10 +175,6 @@ class Recorder:
             self.num_dropped_ring_full += 1
             return
         try:
-            if logits_processed:  # greedy rows stay greedy; sampled rows use the logits as given
-                stat_t, stat_p, stat_k = [1.0 if t > 0 else 0.0 for t in temperature], None, None
-            else:
-                stat_t, stat_p, stat_k = temperature, top_p, top_k
             sampled = bool(self.stats_policy(step))
             has_truth = sampled and committed_tokens is not None and target_logits is not None
             has_hist = sampled and draft_top1_probs is not None
@@ -199,6 +195,10 @@ class Recorder:
                         else num_accepted.to(torch.int64)  # convert on the device, then copy
                     self._acc_slots[idx][:batch].copy_(src, non_blocking=True)
             else:
+                if logits_processed:  # greedy rows stay greedy; sampled rows use the logits as given
+                    stat_t, stat_p, stat_k = [1.0 if t > 0 else 0.0 for t in temperature], None, None
+                else:
+                    stat_t, stat_p, stat_k = temperature, top_p, top_k
                 packed = self._pack(batch, num_accepted, num_drafted, num_draft_tokens, stat_t,
                                     stat_p, stat_k, committed_tokens, target_logits,
                                     draft_top1_probs, sampled)
