@@ -8,6 +8,7 @@ only opened under the source's configured root directories.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from .. import schema
 from ..collector.report import build_report, stats_section, window_figures
 from ..collector.stats import SpecStats
 from ..schema import TraceError
+from .view import Breakdown, Section
 
 #: traces with more verify records than this are aggregated column-wise (no per-request samples)
 RECORDS_LIMIT = 200_000
@@ -28,25 +30,37 @@ class RunView:
     """One run as the pages see it."""
 
     run_id: str
-    section: dict[str, Any]  #: a report section (run, totals, windows, truth, latency, ...)
+    section: dict[str, Any]  #: a report section as ``report --json`` writes it (``view`` types it)
     source: str = ""  #: the trace path or the live source's name
     records: list[Any] | None = None  #: the run's records (and its reference's), when kept
     phases: dict[str, Any] | None = None  #: phase breakdown (collector.phases), when recorded
     _sample: Any = None
 
+    @functools.cached_property
+    def view(self) -> Section:
+        """The section, typed: what the figures read."""
+        return Section.from_report(self.section)
+
+    @functools.cached_property
+    def breakdown(self) -> Breakdown | None:
+        """``phases`` typed (None when the phase records were not kept)."""
+        return Breakdown.from_phases(self.phases)
+
     @property
-    def run(self) -> dict[str, Any]:
-        return self.section.get("run") or {}
+    def run(self) -> schema.RunRecord | None:
+        return self.view.run
 
     @property
     def label(self) -> str:
         r = self.run
-        fault = f" [fault {r['fault']}]" if r.get("fault") else ""
-        return f"{self.run_id} ({r.get('config_id', '?')}{fault})"
+        if r is None:
+            return f"{self.run_id} (?)"
+        fault = f" [fault {r.fault}]" if r.fault else ""
+        return f"{self.run_id} ({r.config_id}{fault})"
 
     @property
     def gate(self) -> str | None:
-        return self.section["eval"]["gate"]["verdict"]
+        return self.view.gate
 
     def sample(self):
         """Per-request arrays for bootstrap comparisons (None when records were not kept)."""

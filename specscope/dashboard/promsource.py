@@ -123,14 +123,23 @@ def _views(history: list[tuple[float, dict[tuple, SpecStats], dict]], source: st
         kinds = active.get(key, [])
         anomalies = [schema.AnomalyRecord(run_id="", kind=k, severity="critical",
                                           message=f"{k} active (from {source})") for k in kinds]
-        run = {"run_id": "/".join(f"{k}={v}" for k, v in labels.items() if v),
-               "config_id": f"{labels['algorithm']}-s{labels['num_steps']}-k{labels['topk']}-"
-                            f"d{labels['num_draft_tokens']}", "model": labels["model"],
-               "num_steps": int(labels["num_steps"] or 0)}
-        sec = stats_section(s, None, windows, anomalies=anomalies)
-        sec["run"] = run
-        views.append(RunView(run["run_id"], sec, source))
+        run = _run_of(labels)
+        views.append(RunView(run.run_id, stats_section(s, run, windows, anomalies=anomalies),
+                             source))
     return views
+
+
+def _run_of(labels: dict[str, str]) -> schema.RunRecord:
+    """What a metrics page says of a run: its configuration labels (nothing else is exported)."""
+    def num(key: str) -> int:
+        return int(labels[key]) if labels.get(key, "").isdigit() else 0
+
+    return schema.RunRecord(
+        run_id="/".join(f"{k}={v}" for k, v in labels.items() if v),
+        config_id=f"{labels['algorithm']}-s{labels['num_steps']}-k{labels['topk']}-"
+                  f"d{labels['num_draft_tokens']}",
+        algorithm=labels["algorithm"], num_steps=num("num_steps"), topk=num("topk") or 1,
+        num_draft_tokens=num("num_draft_tokens"), backend=labels["backend"], model=labels["model"])
 
 
 _HISTORY: dict[str, list] = {}

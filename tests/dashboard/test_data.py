@@ -75,7 +75,7 @@ def test_live_and_metrics_sources_agree_with_the_collector(dash_traces):
     lt, pt = live[0].section["totals"], polled[0].section["totals"]
     for key in ("accepted_tokens", "draft_tokens", "num_drafts", "per_position_acceptance"):
         assert lt[key] == pt[key], key
-    assert live[0].run["fault"] == "silent_greedy"
+    assert live[0].run.fault == "silent_greedy"
     assert {a["kind"] for a in live[0].section["anomalies"]} >= {"silent_greedy"}
     assert {a["kind"] for a in polled[0].section["anomalies"]} >= {"silent_greedy"}
     # two polls make one window: the increase between them

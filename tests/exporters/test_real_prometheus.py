@@ -108,8 +108,8 @@ def test_promql_acceptance_equals_trace_totals(tmp_path):
 
         views = views_from_prometheus(f"http://127.0.0.1:{prom_port}", minutes=5)
         # the speculative configuration (both instances summed) and the no-speculation reference
-        assert sorted(v.run["num_steps"] for v in views) == [0, 3]
-        (spec,) = [v for v in views if v.run["num_steps"] == 3]
+        assert sorted(v.run.num_steps for v in views) == [0, 3]
+        (spec,) = [v for v in views if v.run.num_steps == 3]
         totals = spec.section["totals"]
         assert totals["accepted_tokens"] == expected.accepted_tokens
         assert totals["mean_acceptance_length"] == pytest.approx(expected.mean_acceptance_length)

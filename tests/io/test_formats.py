@@ -61,7 +61,7 @@ def test_compare_and_dashboard_read_parquet_traces(recorded):
     runs = src.runs()
     assert not src.problems and len(runs) >= 2
     assert all(v.section["totals"]["draft_tokens"] > 0 for v in runs
-               if v.run.get("labels", {}).get("role") != "reference")
+               if v.run.labels.get("role") != "reference")
 
 
 def test_import_writes_parquet_for_a_parquet_name(samples, tmp_path):

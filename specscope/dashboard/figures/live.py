@@ -1,7 +1,8 @@
-"""Live overview and sampling-truth figures."""
+"""Live overview and sampling-truth figures (from ``RunView.view``, a typed ``Section``)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import plotly.graph_objects as go
@@ -11,16 +12,16 @@ from . import COLORS, empty, short, styled
 
 def acceptance_over_time(views: Sequence[Any]) -> go.Figure:
     """Acceptance length (bonus included) and acceptance rate per window, one line per run."""
-    if not any(v.section["windows"] for v in views):
+    if not any(v.view.windows for v in views):
         return empty("no verify steps yet")
     fig = go.Figure()
     for i, v in enumerate(views):
-        w = [x for x in v.section["windows"] if x["num_drafts"]]
-        t = [x["time"] - (w[0]["time"] if w else 0) for x in w]
+        w = [x for x in v.view.windows if x.num_drafts]
+        t = [x.time - (w[0].time if w else 0) for x in w]
         c = COLORS[i % len(COLORS)]
-        fig.add_scatter(x=t, y=[x["mean_acceptance_length"] for x in w], mode="lines+markers",
+        fig.add_scatter(x=t, y=[x.mean_acceptance_length for x in w], mode="lines+markers",
                         name=short(v.label), line={"color": c}, legendgroup=v.run_id)
-        fig.add_scatter(x=t, y=[x["acceptance_rate"] for x in w], mode="lines+markers",
+        fig.add_scatter(x=t, y=[x.acceptance_rate for x in w], mode="lines+markers",
                         name=short(v.label), line={"color": c}, legendgroup=v.run_id,
                         showlegend=False, xaxis="x2", yaxis="y2")
     # two stacked panels sharing time, laid out by hand (make_subplots costs ~11 ms a call)
@@ -38,14 +39,14 @@ def acceptance_over_time(views: Sequence[Any]) -> go.Figure:
 
 def throughput_over_time(views: Sequence[Any]) -> go.Figure:
     """Committed tokens per second (accepted + bonus, from verify steps) per window."""
-    if not any(v.section["windows"] for v in views):
+    if not any(v.view.windows for v in views):
         return empty("no verify steps yet")
     fig = go.Figure()
     for i, v in enumerate(views):
-        w = [x for x in v.section["windows"] if x.get("window_s")]
-        t0 = w[0]["time"] if w else 0
-        fig.add_trace(go.Scatter(x=[x["time"] - t0 for x in w],
-                                 y=[x.get("committed_tokens", 0) / x["window_s"] for x in w],
+        w = [x for x in v.view.windows if x.window_s]
+        t0 = w[0].time if w else 0
+        fig.add_trace(go.Scatter(x=[x.time - t0 for x in w],
+                                 y=[x.committed_tokens / x.window_s for x in w],
                                  mode="lines", name=short(v.label), line={"color": COLORS[i % len(COLORS)]}))
     fig.update_yaxes(title_text="committed tokens/s")
     return styled(fig, "Throughput (tokens committed by verify steps per second)")
@@ -53,12 +54,12 @@ def throughput_over_time(views: Sequence[Any]) -> go.Figure:
 
 def per_position(views: Sequence[Any]) -> go.Figure:
     """Per-position acceptance: share of request-steps drafting position i that accepted it."""
-    if not any(v.section["totals"]["per_position_acceptance"] for v in views):
+    if not any(v.view.totals.per_position_acceptance for v in views):
         return empty("no drafted positions")
     fig = go.Figure()
     for i, v in enumerate(views):
-        pp = v.section["totals"]["per_position_acceptance"]
-        fig.add_trace(go.Scatter(x=list(range(1, len(pp) + 1)), y=pp, mode="lines+markers",
+        pp = v.view.totals.per_position_acceptance
+        fig.add_trace(go.Scatter(x=list(range(1, len(pp) + 1)), y=list(pp), mode="lines+markers",
                                  name=short(v.label), line={"color": COLORS[i % len(COLORS)]}))
     fig.update_xaxes(title_text="draft position", dtick=1)
     fig.update_yaxes(title_text="acceptance", range=[0, 1.05])
@@ -67,11 +68,11 @@ def per_position(views: Sequence[Any]) -> go.Figure:
 
 def accept_length_hist(views: Sequence[Any]) -> go.Figure:
     """Tokens committed per request-step (bonus included): share of request-steps."""
-    if not any(v.section["totals"]["accept_length_histogram"] for v in views):
+    if not any(v.view.totals.accept_length_histogram for v in views):
         return empty("no accept-length histogram (this source exports none)")
     fig = go.Figure()
     for i, v in enumerate(views):
-        h = {int(k): n for k, n in v.section["totals"]["accept_length_histogram"].items()}
+        h = v.view.totals.accept_length_histogram
         total = sum(h.values()) or 1
         ks = sorted(h)
         fig.add_trace(go.Bar(x=ks, y=[h[k] / total for k in ks], name=short(v.label),
@@ -86,14 +87,14 @@ def latency_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
     """TTFT / TPOT / ITL (per chunk and per token) / E2E percentiles in ms, one row per run."""
     rows = []
     for v in views:
-        lat = v.section["latency"]
+        lat = v.view.latency
         row: dict[str, Any] = {"run": v.label}
         for k, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_chunk_s", "ITL/chunk"),
                         ("itl_token_s", "ITL/token"), ("e2e_s", "E2E")):
             for q in ("p50", "p90", "p99"):
-                val = lat[k][q]
+                val = getattr(lat[k], q) if k in lat else None
                 row[f"{name} {q}"] = None if val is None else round(val * 1e3, 2)
-        row["requests"] = v.section["totals"]["num_requests"]
+        row["requests"] = v.view.totals.num_requests
         rows.append(row)
     return rows
 
@@ -102,30 +103,29 @@ def anomalies(views: Sequence[Any]) -> list[dict[str, Any]]:
     """Active anomalies with their evidence, worst first."""
     out = []
     for v in views:
-        for a in v.section["anomalies"]:
-            out.append({"run": v.label, "kind": a["kind"], "severity": a["severity"],
-                        "message": a["message"], "evidence": a.get("evidence") or {}})
+        for a in v.view.anomalies:
+            out.append({"run": v.label, "kind": a.kind, "severity": a.severity,
+                        "message": a.message, "evidence": dict(a.evidence)})
     return sorted(out, key=lambda a: (a["severity"] != "critical", a["run"]))
 
 
 def truth_figure(views: Sequence[Any]) -> go.Figure:
     """Observed rate of committed == target argmax vs its expectation under the requested
     sampling, with the band honest sampling stays inside 95% of the time."""
-    rows = [(v, t) for v in views for t in v.section["sampling_truth"]
-            if t["observed_top1_rate"] is not None]
+    rows = [(v, t) for v in views for t in v.view.sampling_truth
+            if t.observed_top1_rate is not None]
     if not rows:
         return empty("no sampling-truth statistics (greedy only, or statistics off)")
-    labels = [f"{short(v.run_id, 28)} · {t['mode_requested']}" for v, t in rows]
-    exp = [t["expected_top1_rate"] for _, t in rows]
-    band = [t.get("expected_band_95") or [e, e] for (_, t), e in zip(rows, exp)]
+    labels = [f"{short(v.run_id, 28)} · {t.mode_requested}" for v, t in rows]
+    exp = [t.expected_top1_rate for _, t in rows]
+    band = [t.expected_band_95 or (e, e) for (_, t), e in zip(rows, exp)]
     fig = go.Figure()
     fig.add_trace(go.Bar(x=labels, y=exp, name="expected (honest sampling)", marker_color="#9ecae1",
                          error_y={"type": "data", "symmetric": False,
                                   "array": [b[1] - e for b, e in zip(band, exp)],
                                   "arrayminus": [e - b[0] for b, e in zip(band, exp)]}))
-    fig.add_trace(go.Bar(x=labels, y=[t["observed_top1_rate"] for _, t in rows], name="observed",
-                         marker_color=["#d62728" if isinstance(t["z"], str) or abs(t["z"] or 0) > 6
-                                       else "#3182bd" for _, t in rows]))
+    fig.add_trace(go.Bar(x=labels, y=[t.observed_top1_rate for _, t in rows], name="observed",
+                         marker_color=["#d62728" if t.flagged else "#3182bd" for _, t in rows]))
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="committed token == target argmax", range=[0, 1.05])
     return styled(fig, "Sampling truth: observed vs expected top-1 rate (95% band); red: |z| > 6")
@@ -135,28 +135,26 @@ def modes_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
     """Requested vs effectively used sampling mode, request-steps."""
     rows = []
     for v in views:
-        for t in v.section["sampling_truth"]:
-            used = t["modes_used"]
+        for t in v.view.sampling_truth:
+            used = t.modes_used
             total = sum(used.values()) or 1
-            z = t["z"]
-            rows.append({"run": v.label, "requested": t["mode_requested"],
+            rows.append({"run": v.label, "requested": t.mode_requested,
                          "used": ", ".join(f"{k}: {n} ({n / total:.0%})" for k, n in used.items()),
-                         "positions": t["num_positions"],
-                         "observed": _r(t["observed_top1_rate"]), "expected": _r(t["expected_top1_rate"]),
-                         "z": z if isinstance(z, str) else _r(z, 1)})
+                         "positions": t.num_positions,
+                         "observed": _r(t.observed_top1_rate), "expected": _r(t.expected_top1_rate),
+                         "z": _z(t.z)})
     return rows
 
 
 def fallbacks_over_time(views: Sequence[Any]) -> go.Figure:
     series = []
     for v in views:
-        reasons = sorted({r for w in v.section["windows"] for r in w.get("fallbacks", {})})
-        for reason in reasons:
-            w = v.section["windows"]
-            series.append((f"{short(v.run_id, 28)} · {reason}", [x["time"] - w[0]["time"] for x in w],
-                           [x.get("fallbacks", {}).get(reason, 0) for x in w]))
+        w = v.view.windows
+        for reason in sorted({r for x in w for r in x.fallbacks}):
+            series.append((f"{short(v.run_id, 28)} · {reason}", [x.time - w[0].time for x in w],
+                           [x.fallbacks.get(reason, 0) for x in w]))
     if not series:
-        totals = {r: n for v in views for r, n in v.section["fallbacks"].items()}
+        totals = {r: n for v in views for r, n in v.view.fallbacks.items()}
         return empty(f"fallbacks: {totals}" if totals else "no fallback events")
     fig = go.Figure()
     for i, (name, x, y) in enumerate(series):
@@ -169,3 +167,10 @@ def fallbacks_over_time(views: Sequence[Any]) -> go.Figure:
 
 def _r(v: float | None, nd: int = 3) -> float | None:
     return None if v is None else round(v, nd)
+
+
+def _z(z: float | None) -> float | str | None:
+    """A z-score for a table cell: infinities as text (the observed rate is impossible)."""
+    if z is None or math.isfinite(z):
+        return _r(z, 1)
+    return "inf" if z > 0 else "-inf"

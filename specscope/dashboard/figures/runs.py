@@ -75,7 +75,7 @@ def regression_figure(series: Sequence[dict[str, Any]]) -> go.Figure:
 
 def profile_figure(views: Sequence[Any]) -> go.Figure:
     """Mean time per verify step by phase, stacked, one bar per run."""
-    rows = [(v, v.section["phases"], v.section["totals"]["num_verify_steps"]) for v in views]
+    rows = [(v, v.view.phases, v.view.totals.num_verify_steps) for v in views]
     rows = [r for r in rows if r[1] and r[2]]
     if not rows:
         return empty("no phase timings in these runs (record with the phase timer on)")
@@ -83,7 +83,8 @@ def profile_figure(views: Sequence[Any]) -> go.Figure:
     fig = go.Figure()
     for i, n in enumerate(names):
         fig.add_trace(go.Bar(x=[short(v.run_id, 36) for v, _, _ in rows],
-                             y=[ph.get(n, {}).get("total_s", 0) / steps * 1e3 for _, ph, steps in rows],
+                             y=[(ph[n].total_s or 0) / steps * 1e3 if n in ph else 0
+                                for _, ph, steps in rows],
                              name=n, marker_color=COLORS[i % len(COLORS)]))
     fig.update_layout(barmode="stack")
     fig.update_yaxes(title_text="ms per verify step")
@@ -95,21 +96,21 @@ def profile_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
     records themselves were kept; a live source has only per-phase totals)."""
     out = []
     for v in views:
-        b = v.phases
+        b = v.breakdown
         if b:
-            out.append({"run": v.label, "steps": b["steps"],
-                        "time per committed token (ms)": _r(b["time_per_committed_token_ms"], 2),
-                        "draft overhead share": _pct(b["draft_overhead_share"]),
-                        "idle gaps (s)": _r(b["idle_gap_s"], 3),
-                        "phase time (s)": _r(b["total_phase_s"], 3)})
+            out.append({"run": v.label, "steps": b.steps,
+                        "time per committed token (ms)": _r(b.time_per_committed_token_ms, 2),
+                        "draft overhead share": _pct(b.draft_overhead_share),
+                        "idle gaps (s)": _r(b.idle_gap_s, 3),
+                        "phase time (s)": _r(b.total_phase_s, 3)})
             continue
-        ph, t = v.section["phases"], v.section["totals"]
-        total = sum(p["total_s"] for name, p in ph.items() if name != "prefill")
-        committed = t["accepted_tokens"] + t["num_drafts"]
+        ph, t = v.view.phases, v.view.totals
+        total = sum(p.total_s or 0.0 for name, p in ph.items() if name != "prefill")
+        committed = (t.accepted_tokens or 0) + t.num_drafts
         if not total or not committed:
             continue
-        draft = sum(ph.get(n, {}).get("total_s", 0.0) for n in ("draft", "draft_extend"))
-        out.append({"run": v.label, "steps": t["num_verify_steps"],
+        draft = sum(ph[n].total_s or 0.0 for n in ("draft", "draft_extend") if n in ph)
+        out.append({"run": v.label, "steps": t.num_verify_steps,
                     "time per committed token (ms)": _r(total / committed * 1e3, 2),
                     "draft overhead share": _pct(draft / total),
                     "idle gaps (s)": "n/a (live: phase totals only)",

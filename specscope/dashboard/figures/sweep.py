@@ -18,14 +18,14 @@ def sweep_points(views: Sequence[Any]) -> list[dict[str, Any]]:
     points = []
     for v in views:
         run = v.run
-        for b in v.section["benchmarks"]:
-            m, cfg = b["metrics"], b["config"]
+        for b in v.view.benchmarks:
+            m, cfg = b.metrics, b.config
             x = next((m[k] for k in X_KEYS if m.get(k) is not None), None)
             y = next((m[k] for k in Y_KEYS if m.get(k) is not None), None)
             if x is None or y is None:
                 continue
-            spec = cfg.get("spec") or run.get("config_id") or "?"
-            off = spec in ("off", "no-spec") or run.get("num_steps") == 0
+            spec = cfg.get("spec") or (run.config_id if run else None) or "?"
+            off = spec in ("off", "no-spec") or (run is not None and run.num_steps == 0)
             gate = v.gate
             points.append({"run": v.run_id, "setting": spec, "x": x, "y": y,
                            "concurrency": cfg.get("concurrency", ""),

@@ -29,7 +29,7 @@ def layout() -> html.Div:
 def scores(ctx, selected) -> dict[str, dict[str, float]]:
     out = {k: dict(v) for k, v in ctx.accuracy.items()}
     for v in ctx.views(selected):
-        rates = v.section["eval"]["rates"]
+        rates = v.view.eval_rates
         col = out.setdefault(v.label, {})
         for name, bench in (("correct", "prompt set: correct"),
                             ("exact_match", "prompt set: greedy exact match")):

@@ -27,8 +27,8 @@ def register(app, ctx) -> None:
     @app.callback(Output(ids.REGRESSION_FIGURE, "figure"), Output(ids.REGRESSION_TABLE, "children"), Input(ids.RUNS, "value"))
     def update(selected):
         views = [v for v in ctx.views(selected) if v.sample() is not None]
-        views.sort(key=lambda v: (v.run.get("labels", {}).get("commit_time", ""),
-                                  v.run.get("started_ns", 0)))
+        views.sort(key=lambda v: (v.run.labels.get("commit_time", "") if v.run else "",
+                                  v.run.started_ns if v.run else 0))
         series = regression_series([v.sample() for v in views], n_boot=ctx.n_boot // 2)
         rows = runs.regression_rows(series)
         return runs.regression_figure(series), render_table(rows)

@@ -28,7 +28,7 @@ def layout() -> html.Div:
 
 def _workload(view) -> tuple:
     """What must match for two runs' costs to be comparable: the sweep labels but the setting."""
-    labels = view.run.get("labels") or {}
+    labels = view.run.labels if view.run else {}
     return tuple(labels.get(k) for k in ("temperature", "concurrency", "input_len", "output_len"))
 
 
@@ -42,15 +42,15 @@ def register(app, ctx) -> None:
         points = fig.sweep_points(everything)
         rows = [{k: (round(v, 2) if isinstance(v, float) else v) for k, v in p.items()}
                 for p in points]
-        chosen = [v for v in ctx.views(selected) if v.section["phases"] and v.run.get("num_steps")]
+        chosen = [v for v in ctx.views(selected) if v.view.phases and v.run and v.run.num_steps]
         if not chosen:
             empty = fig.advisor_figure({"rows": []})
             return (fig.pareto_figure(points), render_table(rows), empty, render_table([]),
                     "Select a speculative run with phase timings.")
         base = chosen[0]
-        same = [v.section for v in everything if v.run.get("model") == base.run.get("model")
-                and v.run.get("num_steps") and v.run.get("topk", 1) == 1 and v.section["phases"]
-                and not v.run.get("fault") and _workload(v) == _workload(base)]
+        same = [v.section for v in everything if v.run and v.run.model == base.run.model
+                and v.run.num_steps and v.run.topk == 1 and v.view.phases
+                and not v.run.fault and _workload(v) == _workload(base)]
         advice = advise(base.section, same)
         arows = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
                  for r in advice["rows"]]

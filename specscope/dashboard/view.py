@@ -1,0 +1,181 @@
+"""The typed view the figures read: one report section as dataclasses.
+
+A report section (``specscope.collector.report.stats_section``) is the JSON contract of
+``report --json`` and of every dashboard source. The figures do not index it by strings: each
+``RunView`` turns its section into a ``Section`` once, and a misspelt field is an
+``AttributeError`` where it is written, not a ``KeyError`` inside a callback.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .. import schema
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    """Pooled acceptance figures (the keys ``totals`` and every window share).
+
+    ``mean_acceptance_length`` includes the bonus token; ``acceptance_rate`` is accepted /
+    drafted, pooled from counters. Unknown figures are None, never 0.
+    """
+
+    num_drafts: int = 0
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    mean_acceptance_length: float | None = None
+    acceptance_rate: float | None = None
+    per_position_acceptance: tuple[float, ...] = ()
+    reported_mean_acceptance_length: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Window(Acceptance):
+    """One time window of a run."""
+
+    time: float = 0.0  #: window start, seconds since the epoch
+    window_s: float | None = None
+    committed_tokens: int = 0  #: accepted + bonus, from verify steps
+    fallbacks: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Totals(Acceptance):
+    """A run's pooled figures."""
+
+    accept_length_histogram: Mapping[int, int] = field(default_factory=dict)
+    num_verify_steps: int = 0
+    num_requests: int = 0
+    output_tokens: int = 0
+    output_tokens_per_s: float | None = None
+    num_clamped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Percentiles:
+    """Exact percentiles, or interpolated within histogram buckets when ``from_buckets``."""
+
+    n: int = 0
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    from_buckets: bool = False
+    total_s: float | None = None  #: phases only: the phase's total time
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """Where a run's phase time went, from its phase records (``collector.phases``)."""
+
+    steps: int
+    total_phase_s: float
+    committed_tokens: int
+    time_per_committed_token_ms: float | None
+    draft_overhead_share: float | None
+    idle_gap_s: float
+
+    @classmethod
+    def from_phases(cls, b: Mapping[str, Any] | None) -> Breakdown | None:
+        return _make(cls, b) if b else None
+
+
+@dataclass(frozen=True, slots=True)
+class Truth:
+    """Sampling truth for one requested mode: observed vs expected argmax-commit rate."""
+
+    mode_requested: str
+    modes_used: Mapping[str, int]
+    num_positions: int
+    observed_top1_rate: float | None
+    expected_top1_rate: float | None
+    expected_band_95: tuple[float, float] | None
+    z: float | None  #: +-inf where the observed rate is impossible under honest sampling
+
+    @property
+    def flagged(self) -> bool:
+        return self.z is not None and abs(self.z) > 6
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    kind: str
+    severity: str
+    message: str
+    evidence: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Benchmark:
+    """One benchmark tool's figures (throughput, interactivity) with its configuration."""
+
+    source: str
+    metrics: Mapping[str, Any]
+    config: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One run's report section, typed."""
+
+    run: schema.RunRecord | None
+    totals: Totals
+    windows: tuple[Window, ...]
+    sampling_truth: tuple[Truth, ...]
+    fallbacks: Mapping[str, int]
+    latency: Mapping[str, Percentiles]
+    phases: Mapping[str, Percentiles]
+    eval_rates: Mapping[str, float | None]
+    gate: str | None  #: the eval gate's verdict: "pass", "fail", or None when nothing was checked
+    benchmarks: tuple[Benchmark, ...]
+    anomalies: tuple[Anomaly, ...]
+
+    @classmethod
+    def from_report(cls, sec: Mapping[str, Any]) -> Section:
+        """The typed form of a ``stats_section`` dict."""
+        t = dict(sec["totals"])
+        t["accept_length_histogram"] = {int(k): n for k, n
+                                        in (t.get("accept_length_histogram") or {}).items()}
+        return cls(
+            run=_run(sec.get("run")),
+            totals=_make(Totals, t),
+            windows=tuple(_make(Window, w) for w in sec.get("windows") or ()),
+            sampling_truth=tuple(_truth(x) for x in sec.get("sampling_truth") or ()),
+            fallbacks=dict(sec.get("fallbacks") or {}),
+            latency={k: _make(Percentiles, v) for k, v in (sec.get("latency") or {}).items()},
+            phases={k: _make(Percentiles, v) for k, v in (sec.get("phases") or {}).items()},
+            eval_rates=dict((sec.get("eval") or {}).get("rates") or {}),
+            gate=((sec.get("eval") or {}).get("gate") or {}).get("verdict"),
+            benchmarks=tuple(Benchmark(b["source"], dict(b["metrics"]), dict(b["config"]))
+                             for b in sec.get("benchmarks") or ()),
+            anomalies=tuple(Anomaly(a["kind"], a["severity"], a["message"],
+                                    a.get("evidence") or {}) for a in sec.get("anomalies") or ()),
+        )
+
+
+def _make(cls: type, data: Mapping[str, Any]) -> Any:
+    """``cls`` from the keys it declares (a section may carry more, from a newer writer)."""
+    names = cls.__dataclass_fields__
+    kwargs = {k: v for k, v in data.items() if k in names}
+    if "per_position_acceptance" in kwargs:
+        kwargs["per_position_acceptance"] = tuple(kwargs["per_position_acceptance"] or ())
+    return cls(**kwargs)
+
+
+def _truth(t: Mapping[str, Any]) -> Truth:
+    z = t.get("z")
+    if isinstance(z, str):  # JSON has no infinity: the section writes "inf"/"-inf"
+        z = math.inf if z == "inf" else -math.inf
+    band = t.get("expected_band_95")
+    return Truth(t["mode_requested"], dict(t.get("modes_used") or {}), t.get("num_positions", 0),
+                 t.get("observed_top1_rate"), t.get("expected_top1_rate"),
+                 tuple(band) if band else None, z)
+
+
+def _run(data: Mapping[str, Any] | None) -> schema.RunRecord | None:
+    if not data:
+        return None
+    return schema.from_dict(data if "kind" in data else {"kind": "run", **data})
