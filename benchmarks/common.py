@@ -53,6 +53,26 @@ def _spread(xs: list[float]) -> str:
     return f"±{(max(xs) - min(xs)) / 2 / m * 100:.1f}%" if m else "n/a"
 
 
+def paired_ratio(on: list[float], off: list[float], n_boot: int = 4000,
+                 seed: int = 0) -> tuple[float, tuple[float, float]]:
+    """sum(on) / sum(off) over paired measurements, with its 95% bootstrap interval
+    (pairs resampled together, so drift that hits both arms of a pair cancels)."""
+    import numpy as np
+
+    a, b = np.asarray(on), np.asarray(off)
+    idx = np.random.default_rng(seed).integers(0, a.size, size=(n_boot, a.size))
+    boot = a[idx].sum(axis=1) / b[idx].sum(axis=1)
+    return float(a.sum() / b.sum()), (float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975)))
+
+
+def ratio_verdict(ci: tuple[float, float], limit: float) -> str:
+    """"met" when the whole interval is within ``limit``, "not met" when none of it is, else
+    "inconclusive" (the noise is wider than the margin)."""
+    if ci[1] <= limit:
+        return "met"
+    return "not met" if ci[0] > limit else "inconclusive"
+
+
 def _run_record() -> schema.RunRecord:
     return schema.RunRecord(run_id="bench", config_id="bench", algorithm="eagle", num_steps=4,
                             topk=1, num_draft_tokens=5, backend="cpu", model="bench")
