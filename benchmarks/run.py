@@ -13,6 +13,7 @@ import time
 from .collector import bench_collector, bench_import
 from .common import Row, machine
 from .dashboard import bench_dashboard
+from .detectors import bench_detectors
 from .engine import bench_decoder, bench_drafts, bench_hf, bench_hooks
 from .reliability import bench_reliability
 from .serving import bench_serve
@@ -22,7 +23,7 @@ from .wire import bench_wire
 BENCHES = {"dashboard": bench_dashboard, "serve": bench_serve, "hooks": bench_hooks,
            "decoder": bench_decoder, "drafts": bench_drafts,
            "collector": bench_collector, "import": bench_import, "hf": bench_hf,
-           "wire": bench_wire, "reliability": bench_reliability}
+           "wire": bench_wire, "reliability": bench_reliability, "detectors": bench_detectors}
 
 
 def main() -> int:

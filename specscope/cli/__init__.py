@@ -101,14 +101,14 @@ def _cmd_regress(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(series, indent=1))
         return 0
-    print(f"{'run':<40} {'AL':>6} {'rate':>6} {'tok/s':>8} {'gate':>5}  verdict")
+    print(f"{'run':<40} {'AL':>6} {'rate':>6} {'tok/s':>8} {'gate':>12}  verdict")
     for e in series:
         f = e["figures"]
         mark = "  <- first bad" if e["first_bad"] else ""
         why = ", ".join(e["anomalies"] + [f"{w} worse" for w in e["worse"]])
         print(f"{e['label'][:40]:<40} {_fmt(f['mean_acceptance_length'], '.2f'):>6} "
               f"{_fmt(f['acceptance_rate'], '.2f'):>6} {_fmt(f['output_tok_s'], '.1f'):>8} "
-              f"{_fmt(e['gate']):>5}  {e['verdict']}{' (' + why + ')' if why else ''}{mark}")
+              f"{_fmt(e['gate']):>12}  {e['verdict']}{' (' + why + ')' if why else ''}{mark}")
     return 0
 
 

@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .. import schema
-from .evalgate import eval_gate
-from .detectors import run_detectors
+from .evalgate import eval_gate, gate_text
+from .detectors import detectors_for, run_detectors
 from .stats import SpecStats
 
 #: metric -> (label, higher is better)
@@ -150,11 +150,12 @@ def compare(a: RunSample, b: RunSample, *, n_boot: int = 2000, seed: int = 0,
         rows.append({"metric": m, "label": label, "a": _clean(va), "b": _clean(vb),
                      "delta_pct": delta, "ci_pct": ci, "level": level, "verdict": verdict})
     for name, s in (("a", a), ("b", b)):
-        gate = eval_gate(s.stats, s.reference, run_detectors(s.stats, s.run_id))
+        gate = eval_gate(s.stats, s.reference, run_detectors(s.stats, s.run_id, detectors_for(s.run)),
+                         run=s.run)
         rows.append({"metric": f"eval_gate_{name}", "label": f"eval gate {name.upper()}",
                      "a": gate["verdict"] if name == "a" else None,
                      "b": gate["verdict"] if name == "b" else None,
-                     "delta_pct": None, "ci_pct": None, "level": level, "verdict": gate["verdict"] or "n/a"})
+                     "delta_pct": None, "ci_pct": None, "level": level, "verdict": gate_text(gate)})
     return rows
 
 
@@ -168,14 +169,16 @@ def regression_series(samples: Sequence[RunSample], *, n_boot: int = 1000,
 
     A run is bad when its own eval gate fails, a detector fires, or a higher-is-better metric
     (acceptance length, acceptance rate) is significantly worse than the last good run. The
-    first bad run is marked.
+    first bad run is marked. A run that is not bad but whose gate had too little data to fail
+    is "inconclusive", not "good"; it still serves as the baseline for the runs after it.
     """
     out: list[dict[str, Any]] = []
     last_good: RunSample | None = None
     first_bad_seen = False
     for s in samples:
-        anomalies = run_detectors(s.stats, s.run_id)
-        gate = eval_gate(s.stats, s.reference, anomalies)["verdict"]
+        anomalies = run_detectors(s.stats, s.run_id, detectors_for(s.run))
+        full = eval_gate(s.stats, s.reference, anomalies, run=s.run)
+        gate = full["verdict"]
         rows = compare(last_good, s, n_boot=n_boot, seed=seed) if last_good is not None else []
         worse = [r["metric"] for r in rows if r["verdict"] == "worse"
                  and r["metric"] in ("mean_acceptance_length", "acceptance_rate")]
@@ -183,8 +186,10 @@ def regression_series(samples: Sequence[RunSample], *, n_boot: int = 1000,
         entry = {"run_id": s.run_id, "label": (s.run.labels.get("commit") if s.run else None) or s.run_id,
                  "baseline": last_good.run_id if last_good else None,
                  "figures": {m: _clean(v) for m, v in _figures(s, np.arange(len(s.tokens))).items()},
-                 "gate": gate, "anomalies": [a.kind for a in anomalies], "worse": worse,
-                 "verdict": "bad" if bad else "good", "first_bad": bad and not first_bad_seen}
+                 "gate": gate, "gate_text": gate_text(full),
+                 "anomalies": [a.kind for a in anomalies], "worse": worse,
+                 "verdict": ("bad" if bad else "inconclusive" if gate == "inconclusive" else "good"),
+                 "first_bad": bad and not first_bad_seen}
         first_bad_seen = first_bad_seen or bad
         out.append(entry)
         if not bad:

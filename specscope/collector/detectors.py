@@ -11,50 +11,75 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import schema
-from .stats import SpecStats
+from .exact import ALPHA, lower_tail, one_sided_excess, positions_to_detect, upper_tail
+from .stats import SpecStats, TruthStats
+from .verdict import FAIL, PASS, Assessment, assessed
 
 
 @dataclass
 class SamplingTruthDetector:
     """Committed tokens do not follow the distribution the requests asked for.
 
-    For each requested sampling mode other than greedy, the observed count of committed tokens
-    equal to the target argmax is compared with its expectation (sum of p_max) through
-    z = (observed - expected) / sqrt(sum p(1 - p)). Under honest sampling z is close to standard
-    normal, so |z| > 6 has a false-alarm rate below 1e-8 per check (0 flags on 16 clean
-    reference runs, tests/collector/test_detectors.py). Far above: ``silent_greedy`` (verify
-    commits the argmax). Far below: ``sampling_mismatch`` (committed tokens are not target
-    samples, e.g. a residual built from wrong draft probabilities). ``min_excess`` keeps huge
-    samples from flagging tiny, harmless biases.
+    For each requested sampling mode other than greedy, the count of committed tokens equal to
+    the target argmax over n verified positions is Poisson-binomial under honest sampling (each
+    position has its own argmax probability). Its tail is bounded by the binomial tail at the
+    mean expected rate (``exact.py``), so flagging at a tail below ``alpha`` (1e-9, about the
+    one-sided 6-sigma normal tail) has a false-alarm rate of at most ``alpha`` per test. Far
+    above: ``silent_greedy`` (verify commits the argmax). Far below: ``sampling_mismatch``
+    (committed tokens are not target samples, e.g. a residual built from wrong draft
+    probabilities). ``min_excess`` keeps huge samples from flagging tiny, harmless biases.
+
+    No fixed minimum: the check is INCONCLUSIVE until it has the positions at which an
+    all-argmax run would fail it (``exact.positions_to_detect`` at the expected rate: 23 at an
+    expected argmax rate of 0.4, 197 at 0.9), PASS from there on when nothing is flagged.
     """
 
-    min_positions: int = 200
-    z_threshold: float = 6.0
+    alpha: float = ALPHA
     min_excess: float = 0.05
 
+    def assess(self, stats: SpecStats, run_id: str = "") -> list[Assessment]:
+        return [self.assess_one(mode, t, run_id) for mode, t in sorted(stats.truth.items())
+                if mode != schema.GREEDY and t.num_verified]
+
+    def assess_one(self, mode: str, t: TruthStats, run_id: str = "",
+                   scope: str = "") -> Assessment:
+        """One requested mode's counters (a run's, or one request's with ``scope`` its id)."""
+        n, k = t.num_verified, t.num_top1
+        exp = min(1.0, max(0.0, t.expected_top1 / n))
+        obs = k / n
+        p_hi, p_lo = upper_tail(k, n, exp), lower_tail(k, n, exp)
+        needed = (positions_to_detect(exp, self.alpha)
+                  if 1.0 - exp > self.min_excess else None)
+        evidence = {"mode_requested": mode, "num_positions": n, "observed_top1_rate": obs,
+                    "expected_top1_rate": exp, "p_value": min(p_hi, p_lo),
+                    "z": _json_z(t.z) if t.z is not None else None,
+                    "positions_needed": needed}
+        where = f" in request {scope}" if scope else ""
+        kind = message = None
+        if p_hi < self.alpha and obs - exp > self.min_excess:
+            kind, message = "silent_greedy", (
+                f"requests asking for {mode}{where} commit the target argmax {obs:.1%} of the "
+                f"time; honest sampling would give {exp:.1%} (p = {p_hi:.2g} over {n} "
+                "positions): verify is running greedy")
+        elif p_lo < self.alpha and exp - obs > self.min_excess:
+            kind, message = "sampling_mismatch", (
+                f"requests asking for {mode}{where} commit the target argmax only {obs:.1%} of "
+                f"the time where the target distribution gives {exp:.1%} (p = {p_lo:.2g} over "
+                f"{n} positions): committed tokens are not target samples")
+        if needed is None:
+            evidence["reason"] = (f"honest sampling here commits the argmax {exp:.0%} of the "
+                                  "time: too close to greedy to tell apart")
+        if scope:
+            evidence["request_id"] = scope
+        check = f"sampling truth ({mode})"
+        if kind is None:
+            state, need = assessed(PASS, n, needed)
+            return Assessment(check, state, evidence, need, "positions")
+        return Assessment(check, FAIL, evidence, anomaly=schema.AnomalyRecord(
+            run_id=run_id, kind=kind, severity="critical", message=message, evidence=evidence))
+
     def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
-        out = []
-        for mode, t in sorted(stats.truth.items()):
-            if mode == schema.GREEDY or t.num_verified < self.min_positions or t.z is None:
-                continue
-            obs, exp, z = t.observed_rate or 0.0, t.expected_rate or 0.0, t.z
-            evidence = {"mode_requested": mode, "num_positions": t.num_verified,
-                        "observed_top1_rate": obs, "expected_top1_rate": exp, "z": _json_z(z)}
-            if z > self.z_threshold and obs - exp > self.min_excess:
-                kind, message = "silent_greedy", (
-                    f"requests asking for {mode} commit the target argmax {obs:.1%} of the "
-                    f"time; honest sampling would give {exp:.1%} (z = {_fmt_z(z)} over "
-                    f"{t.num_verified} positions): verify is running greedy")
-            elif z < -self.z_threshold and exp - obs > self.min_excess:
-                kind, message = "sampling_mismatch", (
-                    f"requests asking for {mode} commit the target argmax only {obs:.1%} of "
-                    f"the time where the target distribution gives {exp:.1%} (z = {_fmt_z(z)}): "
-                    "committed tokens are not target samples")
-            else:
-                continue
-            out.append(schema.AnomalyRecord(run_id=run_id, kind=kind, severity="critical",
-                                            message=message, evidence=evidence))
-        return out
+        return [a.anomaly for a in self.assess(stats, run_id) if a.anomaly is not None]
 
 
 @dataclass
@@ -68,40 +93,62 @@ class FallbackDetector:
             evidence={"reason": reason, "count": n}) for reason, n in sorted(stats.fallbacks.items()) if n > 0]
 
 
+#: The most an honest draft softmax puts at exactly 1.0, by the draft's dtype (share of drafted
+#: positions). Measured (BENCHMARKS.md, "draft top-1 at exactly 1.0"): float32 drafts reach
+#: 1.0 only where every other probability is below 2^-24 of it; half-precision drafts round
+#: any top-1 above 1 - 2^-9 (bf16) or 1 - 2^-11 (fp16) to 1.0, which confident text reaches
+#: often. An unknown dtype gets the half-precision ceiling.
+HONEST_SHARE_AT_ONE = {"float32": 0.05, "bfloat16": 0.6, "float16": 0.6, "": 0.6}
+
+
 @dataclass
 class DraftHealthDetector:
     """The draft's top-1 probability sits at exactly 1.0 (never computed) or in one bin.
 
-    A computed float32 softmax reaches exactly 1.0 only on very peaked positions; on clean
-    reference runs no drafted position was at exactly 1.0 (0 of 3,801 on the tiny model at
-    temperature 0.7; 0 of 426 on SmolLM2 with the int:4 draft, greedy), so more than half at
-    exactly 1.0 means the probabilities are not being computed.
+    The count of drafted positions at exactly 1.0 is tested against the most an honest softmax
+    in the draft's dtype produces (``HONEST_SHARE_AT_ONE``), binomial upper tail below
+    ``alpha``. INCONCLUSIVE until the positions at which an all-1.0 draft would fail it
+    (e.g. 7 at float32's 0.05, 41 at the half-precision 0.6).
     """
 
-    min_positions: int = 100
-    max_share_at_one: float = 0.5
+    alpha: float = ALPHA
+    draft_dtype: str = ""  #: "float32", "bfloat16", "float16"; "" = unknown
+    min_positions_one_bin: int = 100  #: the one-bin warning (not part of any gate) waits for this
     max_share_one_bin: float = 0.995
 
-    def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
+    def assess(self, stats: SpecStats, run_id: str = "") -> list[Assessment]:
         hist = stats.draft_hist
         n = sum(hist)
-        if n < self.min_positions:
+        if not n:
             return []
-        at_one = hist[-1] / n
-        top_bin = max(range(len(hist)), key=lambda i: hist[i])
-        evidence = {"num_positions": n, "share_at_exactly_one": at_one, "histogram": list(hist)}
-        if at_one > self.max_share_at_one:
-            return [schema.AnomalyRecord(
+        base = HONEST_SHARE_AT_ONE.get(self.draft_dtype, HONEST_SHARE_AT_ONE[""])
+        k = hist[-1]
+        p = upper_tail(k, n, base)
+        needed = positions_to_detect(base, self.alpha)
+        evidence = {"num_positions": n, "share_at_exactly_one": k / n, "histogram": list(hist),
+                    "honest_share_at_one": base, "draft_dtype": self.draft_dtype or "unknown",
+                    "p_value": p, "positions_needed": needed}
+        check = "draft probabilities computed"
+        if p < self.alpha and k / n > base:
+            return [Assessment(check, FAIL, evidence, anomaly=schema.AnomalyRecord(
                 run_id=run_id, kind="draft_prob_collapse", severity="critical",
-                message=(f"{at_one:.1%} of {n} drafted positions have a draft top-1 probability "
-                         "of exactly 1.0: the draft distribution is not being computed"),
-                evidence=evidence)]
-        if hist[top_bin] / n > self.max_share_one_bin:
-            return [schema.AnomalyRecord(
+                message=(f"{k / n:.1%} of {n} drafted positions have a draft top-1 probability "
+                         f"of exactly 1.0, where an honest {self.draft_dtype or 'half-precision'} "
+                         f"softmax gives at most {base:.0%} (p = {p:.2g}): the draft "
+                         "distribution is not being computed"), evidence=evidence))]
+        state, need = assessed(PASS, n, needed)
+        out = [Assessment(check, state, evidence, need, "drafted positions")]
+        top_bin = max(range(len(hist)), key=lambda i: hist[i])
+        if n >= self.min_positions_one_bin and hist[top_bin] / n > self.max_share_one_bin:
+            out.append(Assessment("draft probabilities spread", FAIL, evidence,
+                                  anomaly=schema.AnomalyRecord(
                 run_id=run_id, kind="draft_prob_collapse", severity="warning",
                 message=f"draft top-1 probabilities collapsed into one bin ({top_bin})",
-                evidence=evidence)]
-        return []
+                evidence=evidence)))
+        return out
+
+    def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
+        return [a.anomaly for a in self.assess(stats, run_id) if a.anomaly is not None]
 
 
 def _mean_var_n(hist: dict[int, int]) -> tuple[float, float, int]:
@@ -124,20 +171,43 @@ class AcceptanceRegressionDetector:
     reference runs with different seeds, tests/collector/test_regression.py) is the figure
     that counts: 0 flags. Use ``baseline`` = an earlier run, or ``check_windows`` to compare the
     latest window with the ones before it.
+
+    No fixed minimum: INCONCLUSIVE until the run has the drafts at which a drop of
+    ``min_relative_drop`` in acceptance length would reach ``z_threshold`` given both runs'
+    spread (``drafts_to_detect``); never fewer than ``min_drafts`` (the z test's normal
+    approximation).
     """
 
     baseline: SpecStats | None = None
     z_threshold: float = 5.0
     min_relative_drop: float = 0.05
-    min_drafts: int = 200
+    min_drafts: int = 30
 
-    def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
+    def drafts_to_detect(self) -> int | None:
+        """Drafts the run needs for a ``min_relative_drop`` fall to reach ``z_threshold``;
+        None where the baseline itself is too small for any run to tell."""
+        m0, v0, n0 = _mean_var_n(self.baseline.accept_len_hist) if self.baseline else (0, 0, 0)
+        if not n0 or not m0:
+            return None
+        budget = (self.min_relative_drop * m0 / self.z_threshold) ** 2 - v0 / n0
+        if budget <= 0:
+            return None
+        return max(self.min_drafts, math.ceil(max(v0, 1e-9) / budget))
+
+    def assess(self, stats: SpecStats, run_id: str = "") -> list[Assessment]:
         base = self.baseline
-        if base is None or stats.num_drafts < self.min_drafts or base.num_drafts < self.min_drafts:
+        if base is None or not base.num_drafts or not stats.num_drafts:
             return []
         findings: dict[str, Any] = {}
         m1, v1, n1 = _mean_var_n(stats.accept_len_hist)
         m0, v0, n0 = _mean_var_n(base.accept_len_hist)
+        needed = self.drafts_to_detect()
+        check = "acceptance vs baseline"
+        evidence = {"num_drafts": stats.num_drafts, "drafts_needed": needed,
+                    "baseline_mean_acceptance_length": m0, "mean_acceptance_length": m1}
+        if n1 < self.min_drafts or n0 < self.min_drafts:
+            state, need = assessed(PASS, n1, needed)
+            return [Assessment(check, state, evidence, need, "drafts")]
         se = math.sqrt(v1 / n1 + v0 / n0) if n1 and n0 else 0.0
         z = (m1 - m0) / se if se else 0.0
         if z < -self.z_threshold and m1 < m0 * (1 - self.min_relative_drop):
@@ -153,12 +223,16 @@ class AcceptanceRegressionDetector:
             if zp < -self.z_threshold and p1 < p0 * (1 - self.min_relative_drop):
                 findings[f"position_{pos}"] = {"baseline": p0, "now": p1, "z": zp}
         if not findings:
-            return []
+            state, need = assessed(PASS, n1, needed)
+            return [Assessment(check, state, evidence, need, "drafts")]
         what = ", ".join(f"{k} {v['baseline']:.3f} -> {v['now']:.3f} (z {v['z']:.1f})"
                          for k, v in findings.items())
-        return [schema.AnomalyRecord(run_id=run_id, kind="acceptance_regression",
-                                     severity="warning", message=f"acceptance fell: {what}",
-                                     evidence=findings)]
+        return [Assessment(check, FAIL, findings, anomaly=schema.AnomalyRecord(
+            run_id=run_id, kind="acceptance_regression", severity="warning",
+            message=f"acceptance fell: {what}", evidence=findings))]
+
+    def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
+        return [a.anomaly for a in self.assess(stats, run_id) if a.anomaly is not None]
 
     def check_windows(self, windows: list[SpecStats], recent: int = 1,
                       run_id: str = "") -> list[schema.AnomalyRecord]:
@@ -187,8 +261,6 @@ class QualityDetector:
     min_excess: float = 0.10
 
     def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
-        from .evalgate import one_sided_excess
-
         if self.baseline is None:
             return []
         out = []
@@ -211,6 +283,14 @@ class QualityDetector:
 DEFAULT_DETECTORS = (SamplingTruthDetector(), FallbackDetector(), DraftHealthDetector())
 
 
+def detectors_for(run: schema.RunRecord | None) -> tuple:
+    """The default detectors, told what the run says of itself (its draft's dtype)."""
+    dtype = (run.labels.get("draft_dtype", "") if run is not None else "") or ""
+    if not dtype:
+        return DEFAULT_DETECTORS
+    return (SamplingTruthDetector(), FallbackDetector(), DraftHealthDetector(draft_dtype=dtype))
+
+
 def run_detectors(stats: SpecStats, run_id: str = "",
                   detectors=DEFAULT_DETECTORS) -> list[schema.AnomalyRecord]:
     """Every detector's findings for one aggregate."""
@@ -218,6 +298,11 @@ def run_detectors(stats: SpecStats, run_id: str = "",
     for d in detectors:
         out.extend(d.check(stats, run_id))
     return out
+
+
+def assess_all(stats: SpecStats, run_id: str = "", detectors=DEFAULT_DETECTORS) -> list[Assessment]:
+    """Every detector's checks, PASS / FAIL / INCONCLUSIVE, for one aggregate."""
+    return [a for d in detectors if hasattr(d, "assess") for a in d.assess(stats, run_id)]
 
 
 def _json_z(z: float) -> float | str:

@@ -7,12 +7,14 @@ above the same workload decoded without speculation (the reference).
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from .detectors import DraftHealthDetector, SamplingTruthDetector, detectors_for
+from .exact import one_sided_excess
 from .stats import SpecStats
+from .verdict import FAIL, INCONCLUSIVE, PASS, assessed, combine
 
 
 def repetition_loop(tokens: Sequence[int], n: int = 4, threshold: float = 0.5,
@@ -47,41 +49,82 @@ def correct_output(text: str, answer: str | None) -> bool | None:
     return re.search(r"(?<![\w.])" + re.escape(answer) + r"(?![\w])", text, re.IGNORECASE) is not None
 
 
-def one_sided_excess(hits_a: int, n_a: int, hits_b: int, n_b: int) -> tuple[float, float]:
-    """(rate_a - rate_b, p-value) of a one-sided two-proportion z-test that a > b."""
-    if not n_a or not n_b:
-        return 0.0, 1.0
-    pa, pb = hits_a / n_a, hits_b / n_b
-    pooled = (hits_a + hits_b) / (n_a + n_b)
-    se = math.sqrt(pooled * (1 - pooled) * (1 / n_a + 1 / n_b))
-    if se == 0:
-        return pa - pb, 1.0 if pa <= pb else 0.0
-    z = (pa - pb) / se
-    return pa - pb, 0.5 * math.erfc(z / math.sqrt(2))
-
-
 @dataclass
 class GateConfig:
     min_exact_match: float = 0.95  #: float32 near-ties may flip a rare greedy token
     alpha: float = 0.01  #: significance of "worse than the reference"
     min_excess: float = 0.10  #: and by at least this much (absolute rate)
+    #: the rise the quality checks must be able to see before they may say PASS: 30 points, the
+    #: size of the silent-greedy incident (30.6% of answers unparseable)
+    detect_excess: float = 0.30
+
+
+def requests_to_detect(ref_hits: int, ref_n: int, config: GateConfig = GateConfig()) -> int | None:
+    """Requests a run needs before a rate ``detect_excess`` above the reference's would test as
+    significantly worse at ``alpha``; None where the reference is too small for any run to."""
+    if ref_n < MIN_REQUESTS:
+        return None
+    rate = ref_hits / ref_n + config.detect_excess
+    if rate > 1:
+        return None
+    n = 1
+    while n <= 1 << 20:
+        excess, p = one_sided_excess(rate * n, n, ref_hits, ref_n)  # the rate itself, not rounded
+        if p < config.alpha and excess >= config.min_excess - 1e-9:
+            lo = n // 2 + 1  # the smallest n in (n/2, n] that detects
+            while lo < n:
+                mid = (lo + n) // 2
+                e, pm = one_sided_excess(rate * mid, mid, ref_hits, ref_n)
+                if pm < config.alpha and e >= config.min_excess - 1e-9:
+                    n = mid
+                else:
+                    lo = mid + 1
+            return max(n, MIN_REQUESTS)
+        n *= 2
+    return None
+
+
+#: the two-proportion z test's normal approximation wants this many requests on each side
+MIN_REQUESTS = 10
+
+#: anomaly kinds that fail the gate's sampling-truth and draft-health checks
+_TRUTH_KINDS = ("silent_greedy", "sampling_mismatch")
 
 
 def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence[Any] = (),
-              config: GateConfig = GateConfig()) -> dict[str, Any]:
-    """The gate's verdict ("pass", "fail", or None when nothing could be checked) and checks."""
+              config: GateConfig = GateConfig(), run: Any = None) -> dict[str, Any]:
+    """The gate's verdict and its checks, each PASS, FAIL or INCONCLUSIVE.
+
+    The verdict is FAIL if any check failed, else INCONCLUSIVE if any check had too little data
+    to fail (each says how much more it needs), else PASS; None when nothing could be checked.
+    Sampling truth and (for runs with temperature > 0 requests, whose verification reads the
+    draft's probabilities) draft health are tested on ``stats``; ``anomalies`` of those kinds
+    found elsewhere (per request, or live) fail them too.
+    """
     checks: list[dict[str, Any]] = []
     em = stats.eval_rate("exact_match")
     if em is not None:
         checks.append({"check": "greedy exact match vs target-only", "value": em,
-                       "threshold": config.min_exact_match, "pass": em >= config.min_exact_match})
-    silent = [a for a in anomalies
-              if getattr(a, "kind", "") in ("silent_greedy", "sampling_mismatch")]
-    if stats.truth:
-        checks.append({"check": "sampling truth (committed tokens follow the requested "
-                                "distribution)", "value": len(silent),
-                       "threshold": 0, "pass": not silent})
-    if reference is not None:
+                       "threshold": config.min_exact_match,
+                       "state": PASS if em >= config.min_exact_match else FAIL})
+    found = {getattr(a, "kind", "") for a in anomalies if getattr(a, "severity", "") == "critical"}
+    dets = detectors_for(run)
+    truth = next(d for d in dets if isinstance(d, SamplingTruthDetector))
+    for a in truth.assess(stats):
+        checks.append(_check(a, FAIL if found & set(_TRUTH_KINDS) else None))
+    if not truth.assess(stats) and found & set(_TRUTH_KINDS):
+        checks.append({"check": "sampling truth", "state": FAIL, "value": sorted(found)})
+    sampled = any(m != "greedy" and t.num_verified for m, t in stats.truth.items())
+    if sampled:  # greedy verification never reads the draft's probabilities
+        draft = next(d for d in dets if isinstance(d, DraftHealthDetector))
+        for a in draft.assess(stats):
+            if a.check == "draft probabilities computed":
+                checks.append(_check(a, FAIL if "draft_prob_collapse" in found else None))
+    # under greedy verification the exact-match check compares each output with target-only
+    # decoding itself; the rate tests below add nothing to it (and on a small run could only
+    # say INCONCLUSIVE about outputs already shown identical)
+    greedy_only = em is not None and not sampled
+    if reference is not None and not greedy_only:
         for name in ("repetition_loop", "invalid"):
             hits, n = stats.evals.get(name, [0, 0])
             ref_hits, ref_n = reference.evals.get(name, [0, 0])
@@ -89,7 +132,49 @@ def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence
                 continue
             excess, p = one_sided_excess(hits, n, ref_hits, ref_n)
             worse = p < config.alpha and excess >= config.min_excess
+            needed = requests_to_detect(ref_hits, ref_n, config)
+            state, need = assessed(FAIL if worse else PASS, n, needed)
             checks.append({"check": f"{name} rate vs reference", "value": hits / n,
-                           "reference": ref_hits / ref_n, "p_value": p, "pass": not worse})
-    verdict = None if not checks else ("pass" if all(c["pass"] for c in checks) else "fail")
-    return {"verdict": verdict, "checks": checks}
+                           "reference": ref_hits / ref_n, "p_value": p, "state": state,
+                           "need": need, "unit": "requests",
+                           "reason": f"a reference of {ref_n} requests cannot show a rise of "
+                                     f"{config.detect_excess:.0%} at p < {config.alpha}"})
+    for c in checks:
+        c["pass"] = c["state"] == PASS
+    return {"verdict": combine(c["state"] for c in checks), "checks": checks}
+
+
+def _check(a: Any, forced: str | None) -> dict[str, Any]:
+    ev = a.evidence
+    out = {"check": a.check, "state": forced or a.state, "need": a.need, "unit": a.unit,
+           "reason": a.evidence.get("reason"),
+           "p_value": ev.get("p_value"), "value": ev.get("observed_top1_rate",
+                                                         ev.get("share_at_exactly_one"))}
+    return out
+
+
+def check_text(c: dict[str, Any]) -> str:
+    """``PASS``, ``FAIL`` or ``INCONCLUSIVE (need ~N more positions)`` for one gate check."""
+    if c["state"] != INCONCLUSIVE:
+        return c["state"].upper()
+    return f"INCONCLUSIVE ({check_why(c)})"
+
+
+def check_why(c: dict[str, Any]) -> str:
+    """Why an INCONCLUSIVE check could not fail: how much more it needs, or why no sample can."""
+    if c.get("need") is None:
+        return c.get("reason") or "no sample size can tell here"
+    return f"need ~{c['need']} more {c.get('unit', 'positions')}"
+
+
+def gate_text(gate: dict[str, Any]) -> str:
+    """The gate's verdict for one line: ``PASS``, ``FAIL``, ``INCONCLUSIVE (need ~N more
+    positions)`` naming the check that needs the most, or ``N/A`` when nothing was checked."""
+    verdict = gate.get("verdict")
+    if verdict is None:
+        return "N/A"
+    if verdict != INCONCLUSIVE:
+        return verdict.upper()
+    waiting = [c for c in gate["checks"] if c["state"] == INCONCLUSIVE]
+    worst = max(waiting, key=lambda c: -1 if c.get("need") is None else c["need"])
+    return f"{check_text(worst)}: {worst['check']}"

@@ -11,9 +11,11 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .. import schema
-from .detectors import AcceptanceRegressionDetector, QualityDetector, run_detectors
-from .evalgate import eval_gate
-from .stats import SpecStats
+from .detectors import (AcceptanceRegressionDetector, DraftHealthDetector, QualityDetector,
+                        SamplingTruthDetector, detectors_for, run_detectors)
+from .evalgate import check_text, eval_gate, gate_text
+from .exact import PER_REQUEST_ALPHA
+from .stats import SpecStats, TruthStats
 
 #: Definitions printed with the figures (and reused by the dashboard's hovers).
 DEFINITIONS = {
@@ -80,13 +82,19 @@ def _windows(records: Sequence[Any], window_s: float | None) -> list[dict[str, A
     return [window_figures((t0 + k * width) / 1e9, window_s, buckets[k]) for k in sorted(buckets)]
 
 
-def _truth(s: SpecStats) -> list[dict[str, Any]]:
+def _truth(s: SpecStats, detectors: Sequence[Any]) -> list[dict[str, Any]]:
+    det = next(d for d in detectors if isinstance(d, SamplingTruthDetector))
     out = []
     for mode in sorted({m for m, _ in s.modes} | set(s.truth)):
         used = {u: n for (m, u), n in s.modes.items() if m == mode}
         t = s.truth.get(mode)
         z = t.z if t else None
+        a = det.assess_one(mode, t) if t and t.num_verified and mode != schema.GREEDY else None
         out.append({
+            #: PASS / FAIL / INCONCLUSIVE (too few positions to fail); None under greedy
+            "state": a.state if a else None, "state_text": a.why if a else None,
+            "p_value": a.evidence["p_value"] if a else None,
+            "positions_needed": a.evidence["positions_needed"] if a else None,
             "mode_requested": mode, "modes_used": used,
             "num_positions": t.num_verified if t else 0,
             "observed_top1_rate": t.observed_rate if t else None,
@@ -100,10 +108,56 @@ def _truth(s: SpecStats) -> list[dict[str, Any]]:
     return out
 
 
-def _draft_health(s: SpecStats) -> dict[str, Any]:
+def _draft_health(s: SpecStats, detectors: Sequence[Any]) -> dict[str, Any]:
     n = sum(s.draft_hist)
+    det = next(d for d in detectors if isinstance(d, DraftHealthDetector))
+    a = next(iter(det.assess(s)), None)
     return {"num_positions": n, "histogram": list(s.draft_hist),
-            "share_at_exactly_one": s.draft_hist[-1] / n if n else None}
+            "share_at_exactly_one": s.draft_hist[-1] / n if n else None,
+            "honest_share_at_one": a.evidence["honest_share_at_one"] if a else None,
+            "state": a.state if a else None, "state_text": a.why if a else None,
+            "p_value": a.evidence["p_value"] if a else None}
+
+
+def _request_summary(per_request: Sequence[schema.AnomalyRecord], pooled: set[str],
+                     run_id: str) -> list[schema.AnomalyRecord]:
+    """One anomaly per kind for requests flagged on their own where the pooled test was not."""
+    out = []
+    for kind in sorted({a.kind for a in per_request} - pooled):
+        hits = [a.evidence for a in per_request if a.kind == kind]
+        ids = [h["request_id"] for h in hits]
+        what = "committed only target argmaxes" if kind == "silent_greedy" else \
+            "committed too few target argmaxes"
+        out.append(schema.AnomalyRecord(
+            run_id=run_id, kind=kind, severity="critical",
+            message=(f"{len(ids)} request(s) {what} under sampling, each beyond its own test "
+                     f"(p < {PER_REQUEST_ALPHA:g} per request): {', '.join(ids[:10])}"
+                     + (" ..." if len(ids) > 10 else "")),
+            evidence={"requests": ids, "num_requests_flagged": len(ids),
+                      "min_p_value": min(h["p_value"] for h in hits)}))
+    return out
+
+
+def request_truth(records: Iterable[Any], run_id: str = "",
+                  detector: SamplingTruthDetector = SamplingTruthDetector(
+                      alpha=PER_REQUEST_ALPHA)) -> list[schema.AnomalyRecord]:
+    """The sampling-truth test on each request's own positions: the requests that carry the
+    evidence, each with its id (``PER_REQUEST_ALPHA`` per request and mode)."""
+    per: dict[tuple[str, str], TruthStats] = {}
+    for r in records:
+        if not isinstance(r, schema.VerifyStepRecord):
+            continue
+        for e in r.entries:
+            if e.num_verified and e.mode_requested != schema.GREEDY:
+                key = (e.request_id, e.mode_requested)
+                per[key] = per.get(key, TruthStats()).merge(
+                    TruthStats(e.num_verified, e.num_top1, e.expected_top1, e.var_top1))
+    out = []
+    for (rid, mode), t in sorted(per.items()):
+        a = detector.assess_one(mode, t, run_id, scope=rid)
+        if a.anomaly is not None:
+            out.append(a.anomaly)
+    return out
 
 
 def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
@@ -113,7 +167,8 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
     ref_stats = SpecStats().observe_all(reference) if reference else None
     health = [r for r in records if isinstance(r, schema.HookHealthRecord)]
     return stats_section(s, run, _windows(records, window_s), reference=ref_stats,
-                         baseline=baseline, health=health)
+                         baseline=baseline, health=health,
+                         per_request=request_truth(records, run.run_id if run else ""))
 
 
 def _latency(s: SpecStats, name: str) -> dict[str, Any]:
@@ -148,14 +203,18 @@ def _phases(s: SpecStats) -> dict[str, Any]:
 def stats_section(s: SpecStats, run: schema.RunRecord | None, windows: list[dict[str, Any]], *,
                   reference: SpecStats | None = None, baseline: SpecStats | None = None,
                   anomalies: Sequence[schema.AnomalyRecord] | None = None,
-                  health: Sequence[schema.HookHealthRecord] = ()) -> dict[str, Any]:
+                  health: Sequence[schema.HookHealthRecord] = (),
+                  per_request: Sequence[schema.AnomalyRecord] = ()) -> dict[str, Any]:
     """One run's section from its pooled stats (records or a collector's aggregates alike).
 
-    ``anomalies`` None runs the detectors on ``s``; otherwise the given (live) ones are shown.
+    ``anomalies`` None runs the detectors on ``s`` (and adds ``per_request``, the findings of
+    the per-request tests); otherwise the given (live) ones are shown.
     """
     run_id = run.run_id if run else ""
+    detectors = detectors_for(run)
     if anomalies is None:
-        anomalies = run_detectors(s, run_id)
+        anomalies = run_detectors(s, run_id, detectors)
+        anomalies += _request_summary(per_request, {a.kind for a in anomalies}, run_id)
         if baseline is not None:
             anomalies += AcceptanceRegressionDetector(baseline).check(s, run_id)
             anomalies += QualityDetector(baseline).check(s, run_id)
@@ -171,16 +230,17 @@ def stats_section(s: SpecStats, run: schema.RunRecord | None, windows: list[dict
                    if span_s and s.num_requests else None,
                    "num_clamped": s.num_clamped},
         "windows": windows,
-        "sampling_truth": _truth(s),
+        "sampling_truth": _truth(s, detectors),
+        "requests_flagged": [a.evidence for a in per_request],
         "fallbacks": dict(s.fallbacks),
-        "draft_health": _draft_health(s),
+        "draft_health": _draft_health(s, detectors),
         "latency": {k: _latency(s, k) for k in ("ttft_s", "tpot_s", "itl_chunk_s", "itl_token_s",
                                                 "e2e_s")},
         "phases": _phases(s),
         "eval": {"rates": {k: s.eval_rate(k) for k in sorted(s.evals)},
                  "reference_rates": ({k: reference.eval_rate(k) for k in sorted(reference.evals)}
                                      if reference else None),
-                 "gate": eval_gate(s, reference, anomalies)},
+                 "gate": eval_gate(s, reference, anomalies, run=run)},
         "engine_gauges": {k: v[0] / v[1] for k, v in sorted(s.gauges.items()) if v[1]},
         "benchmarks": [{"source": b.source, "metrics": dict(b.metrics), "config": dict(b.config)}
                        for b in s.benchmarks],
@@ -253,15 +313,23 @@ def format_report(report: dict[str, Any]) -> str:
                      f"tok/s {_f(t['output_tokens_per_s'], '.1f')}")
         lines.append("  sampling truth (committed == target argmax):")
         for row in sec["sampling_truth"]:
+            p = f"  p {row['p_value']:.2g}" if row.get("p_value") is not None else ""
             lines.append(f"    {row['mode_requested']:<22} used {row['modes_used']}  "
                          f"observed {_f(row['observed_top1_rate'])} expected "
                          f"{_f(row['expected_top1_rate'])}  z {row['z'] if isinstance(row['z'], str) else _f(row['z'], '.1f')}"
-                         f"  n {row['num_positions']}")
+                         f"{p}  n {row['num_positions']}"
+                         + (f"  {row['state_text']}" if row.get("state_text") else ""))
+        for r in sec.get("requests_flagged", []):
+            lines.append(f"    request {r['request_id']}: observed {_f(r['observed_top1_rate'])} "
+                         f"expected {_f(r['expected_top1_rate'])} p {r['p_value']:.2g} "
+                         f"n {r['num_positions']}  FAIL")
         fb = ", ".join(f"{k}: {v}" for k, v in sec["fallbacks"].items()) or "none"
         lines.append(f"  fallbacks          {fb}")
         dh = sec["draft_health"]
-        lines.append(f"  draft top-1 prob   at exactly 1.0: {_f(dh['share_at_exactly_one'])}  "
-                     f"hist {dh['histogram']}")
+        lines.append(f"  draft top-1 prob   at exactly 1.0: {_f(dh['share_at_exactly_one'])} "
+                     f"(honest at most {_f(dh.get('honest_share_at_one'), '.2f')})  "
+                     f"hist {dh['histogram']}"
+                     + (f"  {dh['state_text']}" if dh.get("state_text") else ""))
         for k, v in sec["latency"].items():
             if v["n"]:
                 lines.append(f"  {k:<18} p50 {v['p50'] * 1e3:.2f} ms  p90 {v['p90'] * 1e3:.2f} ms  "
@@ -284,9 +352,10 @@ def format_report(report: dict[str, Any]) -> str:
             ref = ", ".join(f"{k} {_f(v)}" for k, v in ev["reference_rates"].items())
             lines.append(f"  reference (no speculation) {ref}")
         gate = ev["gate"]
-        lines.append(f"  EVAL GATE          {(gate['verdict'] or 'n/a').upper()}")
+        lines.append(f"  EVAL GATE          {gate_text(gate)}")
         for c in gate["checks"]:
-            lines.append(f"    [{'ok' if c['pass'] else 'FAIL'}] {c['check']}: {_f(c['value'])}")
+            value = c["value"] if isinstance(c["value"], (str, list)) else _f(c["value"])
+            lines.append(f"    [{check_text(c)}] {c['check']}: {value}")
         for a in sec["anomalies"]:
             lines.append(f"  ANOMALY {a['kind']} ({a['severity']}): {a['message']}")
         for h in sec["hooks"]:

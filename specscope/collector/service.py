@@ -39,6 +39,8 @@ class Snapshot:
     anomaly_counts: dict[tuple, int]  #: (label values, kind) -> times it started firing
     health: dict[str, int] = field(default_factory=dict)  #: the collector's own counters
     processes: list[dict[str, Any]] = field(default_factory=list)  #: pid, role, cpu_s, rss
+    #: label values -> check -> "pass" / "fail" / "inconclusive", as of the last tick
+    checks: dict[tuple, dict[str, str]] = field(default_factory=dict)
 
 
 class Collector:
@@ -62,10 +64,13 @@ class Collector:
         self._anomaly_counts: collections.Counter = collections.Counter()
         self.health: collections.Counter = collections.Counter()
         self._pids: dict[int, str] = {os.getpid(): "collector"}
-        self.trailing = AcceptanceRegressionDetector()
+        #: the latest window against the ones before it; windows are short and their steps
+        #: correlated, so this one keeps a floor of 200 drafts per side
+        self.trailing = AcceptanceRegressionDetector(min_drafts=200)
         self.tick_s = tick_s
         self.clock_ns = clock_ns
         self._anomalies: list[tuple[tuple, schema.AnomalyRecord]] = []
+        self._checks: dict[tuple, dict[str, str]] = {}
         self.num_ticks = 0
         self._tick_stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -188,11 +193,17 @@ class Collector:
             totals = {k: SpecStats(keep_samples=self.keep_samples).merge(v)
                       for k, v in self._totals.items()}
             windows = {k: [s for _, s in sorted(b.items())] for k, b in self._windows.items()}
-        active = []
+        active, checks = [], {}
         for key, stats in totals.items():
+            checks[key] = {}
             for d in self.detectors:
-                for a in d.check(stats):
-                    active.append((key, a))
+                if hasattr(d, "assess"):
+                    for a in d.assess(stats):
+                        checks[key][a.check] = a.state
+                        if a.anomaly is not None:
+                            active.append((key, a.anomaly))
+                else:
+                    active.extend((key, a) for a in d.check(stats))
             # the latest window against the windows before it
             for a in self.trailing.check_windows(windows.get(key, [])):
                 active.append((key, a))
@@ -202,6 +213,7 @@ class Collector:
                 self._anomaly_counts[started] += 1
             self._active = now
             self._anomalies = active
+            self._checks = checks
             self.num_ticks += 1
         return active
 
@@ -229,12 +241,13 @@ class Collector:
                        for k, b in self._windows.items()}
             runs = dict(self._runs)
             active = list(self._anomalies)
+            checks = {k: dict(v) for k, v in self._checks.items()}
             counts = dict(self._anomaly_counts)
             health = dict(self.health)
             pids = dict(self._pids)
         return Snapshot(t_ns=self.clock_ns(), totals=totals, windows=windows, runs=runs,
                         anomalies=active, anomaly_counts=counts, health=health,
-                        processes=_process_facts(pids))
+                        processes=_process_facts(pids), checks=checks)
 
     def close(self) -> None:
         self._tick_stop.set()

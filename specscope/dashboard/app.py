@@ -32,12 +32,14 @@ body { font-family: -apple-system, 'Segoe UI', Roboto, sans-serif; margin: 0; ba
 .note { color: #555; font-size: 13px; }
 .banner { background: #b71c1c; color: white; padding: 8px 20px; }
 .banner.ok { background: #2e7d32; }
+.banner.unsure { background: #8d6e00; }
 .banner li { margin: 2px 0; }
 .selector { color: #111; margin-top: 8px; }
 .table { border-collapse: collapse; font-size: 13px; width: 100%; }
 .table th, .table td { border-bottom: 1px solid #e3e3e3; padding: 4px 8px; text-align: left; }
 .table th { background: #fafafa; }
 .table tr.bad td { background: #fde0dd; }
+.table tr.unsure td { background: #fff3c4; }
 .table-wrap { overflow-x: auto; }
 """
 
@@ -76,14 +78,24 @@ def search_for_selection(runs: Sequence[str]) -> str:
 
 
 def _banner(views: Sequence[RunView]) -> Any:
+    """Active anomalies (red), else the eval gates that could not tell yet (amber), else green.
+    Every gate state is named: PASS only where the data could have failed."""
     from .figures.live import anomalies
 
     found = anomalies(views)
     if not views:
         return html.Div("no runs yet", className="banner ok")
-    if not found:
-        return html.Div(f"no active anomalies in the {len(views)} selected run(s)",
+    gates = [html.Li([html.B(v.view.gate_text), f" eval gate of {v.label}"]) for v in views
+             if v.gate in ("fail", "inconclusive")]
+    if not found and not gates:
+        passed = sum(v.gate == "pass" for v in views)
+        return html.Div(f"no active anomalies in the {len(views)} selected run(s); eval gate "
+                        f"PASS in {passed}, nothing to check in {len(views) - passed}",
                         className="banner ok", id="banner-ok")
+    if not found:
+        return html.Div([html.B("no active anomalies, but too little data to pass"),
+                         html.Ul(gates, style={"margin": "4px 0"})],
+                        className="banner unsure", id="banner-inconclusive")
     items = []
     for a in found:
         ev = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
@@ -91,7 +103,7 @@ def _banner(views: Sequence[RunView]) -> Any:
         items.append(html.Li([html.B(f"{a['kind']} ({a['severity']})"), f" in {a['run']}: ",
                               a["message"], html.Span(f" [{ev}]" if ev else "", className="ev")]))
     return html.Div([html.B(f"{len(found)} active anomal{'y' if len(found) == 1 else 'ies'}"),
-                     html.Ul(items, style={"margin": "4px 0"})], className="banner",
+                     html.Ul(items + gates, style={"margin": "4px 0"})], className="banner",
                     id="banner-anomalies")
 
 

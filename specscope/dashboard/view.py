@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .. import schema
+from ..collector.evalgate import gate_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +130,12 @@ class Section:
     latency: Mapping[str, Percentiles]
     phases: Mapping[str, Percentiles]
     eval_rates: Mapping[str, float | None]
-    gate: str | None  #: the eval gate's verdict: "pass", "fail", or None when nothing was checked
+    #: the eval gate's verdict: "pass", "fail", "inconclusive" (too little data to fail), or
+    #: None when nothing was checked
+    gate: str | None
     benchmarks: tuple[Benchmark, ...]
     anomalies: tuple[Anomaly, ...]
+    gate_text: str = "N/A"  #: e.g. "INCONCLUSIVE (need ~12 more positions): sampling truth (...)"
 
     @classmethod
     def from_report(cls, sec: Mapping[str, Any]) -> Section:
@@ -149,6 +153,7 @@ class Section:
             phases={k: _make(Percentiles, v) for k, v in (sec.get("phases") or {}).items()},
             eval_rates=dict((sec.get("eval") or {}).get("rates") or {}),
             gate=((sec.get("eval") or {}).get("gate") or {}).get("verdict"),
+            gate_text=gate_text((sec.get("eval") or {}).get("gate") or {}),
             benchmarks=tuple(Benchmark(b["source"], dict(b["metrics"]), dict(b["config"]))
                              for b in sec.get("benchmarks") or ()),
             anomalies=tuple(Anomaly(a["kind"], a["severity"], a["message"],

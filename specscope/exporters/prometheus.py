@@ -33,6 +33,7 @@ from typing import Any, Iterator, NamedTuple
 
 from ..collector.histogram import Histogram
 from ..collector.service import LABELS, Snapshot
+from ..collector.verdict import STATES
 
 ACCEPT_LENGTH_BUCKETS = tuple(float(i) for i in range(1, 17))
 DRAFT_PROB_BOUNDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -71,6 +72,7 @@ METRICS: dict[str, Metric] = {
     "specscope_fallbacks_total": Metric("counter", "Verify fell back from the requested mode to argmax, by reason.", "fallbacks", "reason"),
     "specscope_anomalies_total": Metric("counter", "Times a detector started firing, by kind."),
     "specscope_anomaly_active": Metric("gauge", "1 while a detector fires, by kind."),
+    "specscope_check_state": Metric("gauge", "1 for the state a detector's check is in, by check: pass, fail, or inconclusive (too little data to fail yet)."),
     "specscope_requests_total": Metric("counter", "Finished requests.", "num_requests"),
     "specscope_output_tokens_total": Metric("counter", "Output tokens of finished requests.", "output_tokens"),
     "specscope_clamped_entries_total": Metric("counter", "Impossible verify entries (accepted > drafted, negative) clamped.", "num_clamped"),
@@ -180,6 +182,12 @@ def render(snap: Snapshot) -> str:
     for key, kind in sorted(snap.anomaly_counts):
         out["specscope_anomaly_active"].append(
             f"specscope_anomaly_active{_labels(_base(key), _lv(kind=kind))} {int((key, kind) in active)}")
+    for key, states in sorted(snap.checks.items()):
+        for check, state in sorted(states.items()):
+            for st in STATES:
+                out["specscope_check_state"].append(
+                    f"specscope_check_state{_labels(_base(key), _lv(check=check, state=st))} "
+                    f"{int(st == state)}")
     for event, n in sorted(snap.health.items()):
         out["specscope_collector_events_total"].append(
             f"specscope_collector_events_total{{{_lv(event=event)}}} {n}")

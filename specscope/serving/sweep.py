@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 from .. import schema
 from ..collector import evalgate
+from ..collector.evalgate import check_why
 from ..collector.report import build_report
 from ..io.trace import TraceWriter, read_trace
 from .harness import ServerProcess
@@ -247,7 +248,9 @@ def run_point(point: Point, out_dir: Path, *, model: str, draft: str, tokenizer:
         tok_s=bench["output_throughput_tok_s"],
         tok_s_user=bench["interactivity_tok_s_user_median"],
         gate=sec["eval"]["gate"]["verdict"], anomalies=[a["kind"] for a in sec["anomalies"]],
-        failed=[c["check"] for c in sec["eval"]["gate"]["checks"] if not c["pass"]])
+        failed=[c["check"] for c in sec["eval"]["gate"]["checks"] if c["state"] == "fail"],
+        waiting=[f"{c['check']}: {check_why(c)}" for c in sec["eval"]["gate"]["checks"]
+                 if c["state"] == "inconclusive"])
     return result
 
 
@@ -315,7 +318,11 @@ def format_sweep(results: list[PointResult]) -> str:
             gate += " (" + "; ".join(fg["failed"]) + ")"
         if fg["anomalies"]:
             gate += " anomalies: " + ", ".join(sorted(set(fg["anomalies"])))
-        trusted = "" if fg["gate"] == "pass" or not r.point.setting.steps else "  UNTRUSTED"
+        if fg.get("waiting"):
+            gate += " (" + "; ".join(fg["waiting"]) + ")"
+        # FAIL or no gate at all is untrusted; INCONCLUSIVE says so in its own column
+        trusted = ("" if fg["gate"] in ("pass", "inconclusive") or not r.point.setting.steps
+                   else "  UNTRUSTED")
         lines.append(f"{r.point.name:<44} {f(fg['acceptance_length'], '5.2f')} "
                      f"{f(fg['tok_s'], '7.1f')} {f(fg['speedup_vs_target_only'], '6.2f')}x "
                      f"{f(fg['tok_s_user'], '10.1f')}  {gate}{trusted}")

@@ -45,7 +45,8 @@ def test_the_broken_draft_is_significantly_worse_and_fails_its_gate(traces):
     rows = {r["metric"]: r for r in compare(_sample(traces["good0"]), _sample(traces["bad"]), n_boot=500)}
     al = rows["mean_acceptance_length"]
     assert al["delta_pct"] < -20 and al["ci_pct"][1] < 0 and al["verdict"] == "worse"
-    assert rows["eval_gate_b"]["verdict"] == "fail" and rows["eval_gate_a"]["verdict"] == "pass"
+    assert rows["eval_gate_b"]["b"] == "fail" and rows["eval_gate_a"]["a"] == "pass"
+    assert rows["eval_gate_b"]["verdict"] == "FAIL"
 
 
 def test_regression_series_marks_the_first_bad_run(traces):

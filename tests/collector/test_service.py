@@ -161,3 +161,30 @@ def test_the_ticker_runs_the_detectors_on_its_own():
         assert c.num_ticks >= 1
     finally:
         c.close()
+
+
+def test_the_metrics_carry_each_check_s_state_pass_fail_or_inconclusive():
+    from specscope.exporters.prometheus import render
+    from specscope.io import promtext
+
+    def state_of(c: Collector) -> dict[str, str]:
+        c.tick()
+        out = {}
+        for s in promtext.parse(render(c.snapshot())).samples:
+            if s.name == "specscope_check_state" and s.value == 1:
+                out[s.labels["check"]] = s.labels["state"]
+        return out
+
+    check = f"sampling truth ({schema.SPECULATIVE_SAMPLING})"
+    small = Collector()
+    small.observe([_run("r"), _greedy_under_sampling("r", 8, 1)])  # 0.4^8: too few to tell
+    assert state_of(small) == {check: "inconclusive"}
+    assert not small.snapshot().anomalies
+    small.observe([_greedy_under_sampling("r", 40, 2)])  # 48 positions, all argmax
+    assert state_of(small) == {check: "fail"}
+    honest = Collector()
+    entry = _greedy_under_sampling("r", 100, 1)
+    e = entry.entries[0]
+    fair = dataclasses.replace(e, num_top1=41)
+    honest.observe([_run("r"), dataclasses.replace(entry, entries=(fair,))])
+    assert state_of(honest) == {check: "pass"}

@@ -124,3 +124,33 @@ def test_a_link_with_a_run_selection_opens_that_view_in_a_fresh_browser(server, 
         assert urlparse(fresh.current_url).path == "/compare"
     finally:
         fresh.quit()
+
+
+def test_the_banner_says_inconclusive_where_a_run_is_too_small_to_pass(tmp_path_factory, browser):
+    """A clean two-request run has too few positions for its sampling-truth check to fail:
+    the banner says INCONCLUSIVE with what it needs, neither PASS nor an anomaly."""
+    from selenium.webdriver.common.by import By
+
+    from specscope.dashboard import TraceSource, create_app
+    from specscope.dashboard.app import serve
+    from specscope.engine.decoder import SpecConfig
+    from specscope.engine.models import tiny_pair
+    from specscope.engine.workload import WorkloadSpec, run_workload
+
+    folder = tmp_path_factory.mktemp("small-trace")
+    run_workload(tiny_pair(), SpecConfig(num_steps=3),
+                 WorkloadSpec(requests=2, concurrency=2, max_new_tokens=4, temperature=0.8),
+                 folder / "small.jsonl", progress=False, run_id="small-s3")
+    srv = serve(create_app(TraceSource([folder]), n_boot=100), "127.0.0.1", free_port())
+    try:
+        browser.get(f"http://127.0.0.1:{srv.server_port}/")
+        _settle(browser)
+        deadline = time.time() + 15
+        while not browser.find_elements(By.ID, "banner-inconclusive") and time.time() < deadline:
+            time.sleep(0.1)
+        browser.save_screenshot(str(ARTIFACTS / "banner-inconclusive.png"))
+        text = browser.find_element(By.ID, "banner-inconclusive").text
+        assert "INCONCLUSIVE (need ~" in text and "more positions" in text and "small-s3" in text
+        assert not browser.find_elements(By.ID, "banner-ok")
+    finally:
+        srv.shutdown()

@@ -50,7 +50,7 @@ def regression_rows(series: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                      "acceptance length": _r(f.get("mean_acceptance_length")),
                      "acceptance rate": _r(f.get("acceptance_rate")),
                      "tok/s": _r(f.get("output_tok_s"), 1), "TTFT ms": _r(f.get("ttft_ms"), 1),
-                     "TPOT ms": _r(f.get("tpot_ms"), 2), "gate": e["gate"] or "n/a",
+                     "TPOT ms": _r(f.get("tpot_ms"), 2), "gate": e.get("gate_text") or e["gate"] or "n/a",
                      "anomalies": ", ".join(e["anomalies"]) or "—",
                      "significantly worse": ", ".join(e["worse"]) or "—",
                      "verdict": ("FIRST BAD" if e["first_bad"] else e["verdict"])})
@@ -62,7 +62,8 @@ def regression_figure(series: Sequence[dict[str, Any]]) -> go.Figure:
         return empty("no runs")
     x = [e["label"] for e in series]
     y = [e["figures"].get("mean_acceptance_length") for e in series]
-    color = ["#d62728" if e["verdict"] == "bad" else "#2ca02c" for e in series]
+    color = [{"bad": "#d62728", "inconclusive": "#d4a000"}.get(e["verdict"], "#2ca02c")
+             for e in series]
     fig = go.Figure(go.Scatter(x=x, y=y, mode="lines+markers", marker={"color": color, "size": 11},
                                line={"color": "#999"}, name="acceptance length"))
     for e in series:
@@ -70,7 +71,7 @@ def regression_figure(series: Sequence[dict[str, Any]]) -> go.Figure:
             fig.add_annotation(x=e["label"], y=e["figures"].get("mean_acceptance_length"),
                                text="first bad run", showarrow=True, arrowhead=2)
     fig.update_yaxes(title_text="acceptance length (bonus incl.)")
-    return styled(fig, "Run series (green good, red bad)")
+    return styled(fig, "Run series (green good, red bad, amber gate inconclusive)")
 
 
 def profile_figure(views: Sequence[Any]) -> go.Figure:

@@ -32,7 +32,8 @@ def sweep_points(views: Sequence[Any]) -> list[dict[str, Any]]:
                            "temperature": cfg.get("temperature", ""),
                            "lengths": f"{cfg.get('input_len', '?')}:{cfg.get('output_len', '?')}",
                            "gate": gate or "missing", "fault": cfg.get("fault", ""),
-                           "trusted": off or gate == "pass"})
+                           "trusted": off or gate == "pass",
+                           "inconclusive": not off and gate == "inconclusive"})
     return points
 
 
@@ -57,16 +58,23 @@ def pareto_figure(points: Sequence[dict[str, Any]]) -> go.Figure:
             fig.add_trace(go.Scatter(x=[p["x"] for p in front], y=[p["y"] for p in front],
                                      mode="lines", line={"color": color, "dash": "dot"},
                                      name=f"{s} Pareto front", legendgroup=s))
-        for ok, group in ((True, trusted), (False, [p for p in pts if not p["trusted"]])):
+        groups = (("trusted", trusted),
+                  ("inconclusive", [p for p in pts if p.get("inconclusive")]),
+                  ("untrusted", [p for p in pts if not p["trusted"] and not p.get("inconclusive")]))
+        for status, group in groups:
             if not group:
                 continue
+            ok = status == "trusted"
             fig.add_trace(go.Scatter(
                 x=[p["x"] for p in group], y=[p["y"] for p in group], mode="markers+text",
                 text=[f"c{p['concurrency']}" for p in group], textposition="top center",
                 marker={"color": color, "size": 12 if ok else 14,
-                        "symbol": "circle" if ok else "x-open",
+                        "symbol": {"trusted": "circle", "inconclusive": "circle-open"}.get(
+                            status, "x-open"),
                         "line": {"color": color, "width": 2}},
-                name=f"{s}" + ("" if ok else " UNTRUSTED (gate failed or missing)"),
+                name=f"{s}" + {"trusted": "", "inconclusive": " INCONCLUSIVE (gate: too little "
+                                                             "data to fail; off the front)"}.get(
+                    status, " UNTRUSTED (gate failed or missing)"),
                 legendgroup=s,
                 customdata=[[p["run"], p["gate"], p["temperature"], p["lengths"], p["fault"]]
                             for p in group],
@@ -75,8 +83,8 @@ def pareto_figure(points: Sequence[dict[str, Any]]) -> go.Figure:
                               "<br>%{x:.1f} tok/s/user, %{y:.1f} tok/s<extra></extra>"))
     fig.update_xaxes(title_text="interactivity (tok/s per user, median of 1 / TPOT)")
     fig.update_yaxes(title_text="throughput per GPU (output tok/s)")
-    return styled(fig, "Throughput vs interactivity; hollow x: untrusted (eval gate failed or missing)",
-                  460)
+    return styled(fig, "Throughput vs interactivity; hollow x: untrusted (eval gate failed or "
+                       "missing); hollow circle: gate inconclusive", 460)
 
 
 def advisor_figure(advice: dict[str, Any]) -> go.Figure:

@@ -59,8 +59,10 @@ def render_table(rows: Sequence[dict[str, Any]], limit: int = 500) -> Any:
     for r in rows[:limit]:
         bad = any(isinstance(r.get(k), str) and any(b in r[k] for b in BAD)
                   for k in ("verdict", "gate", "trusted")) or r.get("trusted") is False
+        unsure = r.get("inconclusive") is True or any(
+            isinstance(r.get(k), str) and "inconclusive" in r[k].lower() for k in ("verdict", "gate"))
         body.append(html.Tr([html.Td("" if r.get(k) is None else str(r.get(k))) for k in keys],
-                            className="bad" if bad else None))
+                            className="unsure" if unsure else "bad" if bad else None))
     note = [html.P(f"first {limit} of {len(rows)} rows", className="note")] if len(rows) > limit else []
     return html.Div([html.Table([html.Thead(html.Tr([html.Th(k) for k in keys])),
                                  html.Tbody(body)], className="table"), *note])

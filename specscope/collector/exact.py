@@ -1,0 +1,108 @@
+"""Exact tail probabilities for the detectors: binomial tails and the sample a test needs.
+
+The count of committed argmax tokens over n verified positions, each with its own argmax
+probability p_i, is Poisson-binomial under honest sampling. The collector keeps mergeable
+counters (n, sum p_i, sum p_i (1 - p_i)), not every p_i, so the tail used is the binomial one at
+the mean rate p = sum p_i / n: by Hoeffding (1956, Theorem 4) it bounds the Poisson-binomial tail
+from above, P(X >= c) <= P(Bin(n, p) >= c) for c >= np + 1 and P(X <= c) <= P(Bin(n, p) <= c)
+for c <= np - 1. A flag at tail < alpha therefore has a false-alarm rate of at most alpha.
+
+Pure functions, stdlib only.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: the detectors' false-alarm budget per one-sided test: about the one-sided 6-sigma normal tail
+ALPHA = 1e-9
+#: per request: one test per request and mode, so a run of 1,000 requests spends at most 1e-3;
+#: a 16-position request that committed only argmaxes at an expected rate of 0.4 (p = 4e-7)
+#: is caught, where at ``ALPHA`` it would need 23 positions
+PER_REQUEST_ALPHA = 1e-6
+
+_TERMS = 200_000  #: beyond this many terms a tail falls back to its Chernoff bound (also an upper bound)
+
+
+def _log_pmf(k: int, n: int, p: float) -> float:
+    if p <= 0.0:
+        return 0.0 if k == 0 else -math.inf
+    if p >= 1.0:
+        return 0.0 if k == n else -math.inf
+    return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+            + k * math.log(p) + (n - k) * math.log1p(-p))
+
+
+def _kl(q: float, p: float) -> float:
+    """KL(Bernoulli(q) || Bernoulli(p))."""
+    out = 0.0
+    if q > 0:
+        out += q * math.log(q / p) if p > 0 else math.inf
+    if q < 1:
+        out += (1 - q) * math.log((1 - q) / (1 - p)) if p < 1 else math.inf
+    return out
+
+
+def _tail_sum(k: int, n: int, p: float, step: int) -> float:
+    """Sum of pmf from k away from the mean (step +1: k..n; step -1: k..0), in log space."""
+    end = n if step > 0 else 0
+    log_first = _log_pmf(k, n, p)
+    if log_first == -math.inf:
+        return 0.0
+    total, term, j = 1.0, 1.0, k
+    odds = p / (1 - p) if 0 < p < 1 else None
+    for _ in range(_TERMS):
+        if j == end or odds is None:
+            return min(1.0, math.exp(log_first) * total)
+        term *= ((n - j) / (j + 1) * odds) if step > 0 else (j / (n - j + 1) / odds)
+        j += step
+        total += term
+        if term < total * 1e-17:
+            return min(1.0, math.exp(log_first) * total)
+    return math.exp(-n * _kl(k / n, p))  # Chernoff bound
+
+
+def upper_tail(k: int, n: int, p: float) -> float:
+    """P(Bin(n, p) >= k): the chance of ``k`` or more hits where ``p`` is the rate."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    if k >= n * p:
+        return _tail_sum(k, n, p, +1)
+    return 1.0 - _tail_sum(k - 1, n, p, -1)
+
+
+def lower_tail(k: int, n: int, p: float) -> float:
+    """P(Bin(n, p) <= k)."""
+    if k >= n:
+        return 1.0
+    if k < 0:
+        return 0.0
+    if k <= n * p:
+        return _tail_sum(k, n, p, -1)
+    return 1.0 - _tail_sum(k + 1, n, p, +1)
+
+
+def positions_to_detect(rate: float, alpha: float = ALPHA) -> int | None:
+    """The fewest trials at which ``n`` hits out of ``n`` (every position an argmax, every draft
+    probability exactly 1.0) has an upper tail below ``alpha`` where ``rate`` is honest: the
+    smallest sample at which the test can fail. None where no sample can (rate 1)."""
+    if rate >= 1.0:
+        return None
+    if rate <= 0.0:
+        return 1
+    return max(1, math.ceil(math.log(alpha) / math.log(rate)))
+
+
+def one_sided_excess(hits_a: int, n_a: int, hits_b: int, n_b: int) -> tuple[float, float]:
+    """(rate_a - rate_b, p-value) of a one-sided two-proportion z-test that a > b."""
+    if not n_a or not n_b:
+        return 0.0, 1.0
+    pa, pb = hits_a / n_a, hits_b / n_b
+    pooled = (hits_a + hits_b) / (n_a + n_b)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n_a + 1 / n_b))
+    if se == 0:
+        return pa - pb, 1.0 if pa <= pb else 0.0
+    z = (pa - pb) / se
+    return pa - pb, 0.5 * math.erfc(z / math.sqrt(2))
