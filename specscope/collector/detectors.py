@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import schema
-from .exact import ALPHA, lower_tail, one_sided_excess, positions_to_detect, upper_tail
+from .exact import (ALPHA, fmt_p, lower_tail, one_sided_excess, positions_to_detect,
+                    upper_tail)
 from .stats import SpecStats, TruthStats
 from .verdict import FAIL, PASS, Assessment, assessed
 
@@ -59,12 +60,12 @@ class SamplingTruthDetector:
         if p_hi < self.alpha and obs - exp > self.min_excess:
             kind, message = "silent_greedy", (
                 f"requests asking for {mode}{where} commit the target argmax {obs:.1%} of the "
-                f"time; honest sampling would give {exp:.1%} (p = {p_hi:.2g} over {n} "
+                f"time; honest sampling would give {exp:.1%} (p {fmt_p(p_hi)} over {n} "
                 "positions): verify is running greedy")
         elif p_lo < self.alpha and exp - obs > self.min_excess:
             kind, message = "sampling_mismatch", (
                 f"requests asking for {mode}{where} commit the target argmax only {obs:.1%} of "
-                f"the time where the target distribution gives {exp:.1%} (p = {p_lo:.2g} over "
+                f"the time where the target distribution gives {exp:.1%} (p {fmt_p(p_lo)} over "
                 f"{n} positions): committed tokens are not target samples")
         if needed is None:
             evidence["reason"] = (f"honest sampling here commits the argmax {exp:.0%} of the "
@@ -94,11 +95,13 @@ class FallbackDetector:
 
 
 #: The most an honest draft softmax puts at exactly 1.0, by the draft's dtype (share of drafted
-#: positions). Measured (BENCHMARKS.md, "draft top-1 at exactly 1.0"): float32 drafts reach
-#: 1.0 only where every other probability is below 2^-24 of it; half-precision drafts round
-#: any top-1 above 1 - 2^-9 (bf16) or 1 - 2^-11 (fp16) to 1.0, which confident text reaches
-#: often. An unknown dtype gets the half-precision ceiling.
-HONEST_SHARE_AT_ONE = {"float32": 0.05, "bfloat16": 0.6, "float16": 0.6, "": 0.6}
+#: positions). A float32 softmax reaches 1.0 only where every other probability is below 2^-24
+#: of the top one; bf16 and fp16 round any top-1 above 1 - 2^-9 (bf16) or 1 - 2^-11 (fp16) to
+#: 1.0. Measured (``make bench``, row "draft top-1 at exactly 1.0") on SmolLM2's int:4 draft
+#: over its target's greedy text, with the logits sharpened x1, x3.3 and x10 as stand-ins for
+#: more confident drafts: float32 0% / 2.4% / 35%, bf16 0.1% / 29% / 66%, fp16 0% / 20% / 58%.
+#: The ceilings sit above the x10 figures; an unknown dtype gets the half-precision one.
+HONEST_SHARE_AT_ONE = {"float32": 0.4, "bfloat16": 0.75, "float16": 0.75, "": 0.75}
 
 
 @dataclass
@@ -108,7 +111,7 @@ class DraftHealthDetector:
     The count of drafted positions at exactly 1.0 is tested against the most an honest softmax
     in the draft's dtype produces (``HONEST_SHARE_AT_ONE``), binomial upper tail below
     ``alpha``. INCONCLUSIVE until the positions at which an all-1.0 draft would fail it
-    (e.g. 7 at float32's 0.05, 41 at the half-precision 0.6).
+    (23 at float32's 0.4, 73 at the half-precision 0.75).
     """
 
     alpha: float = ALPHA
@@ -134,7 +137,7 @@ class DraftHealthDetector:
                 run_id=run_id, kind="draft_prob_collapse", severity="critical",
                 message=(f"{k / n:.1%} of {n} drafted positions have a draft top-1 probability "
                          f"of exactly 1.0, where an honest {self.draft_dtype or 'half-precision'} "
-                         f"softmax gives at most {base:.0%} (p = {p:.2g}): the draft "
+                         f"softmax gives at most {base:.0%} (p {fmt_p(p)}): the draft "
                          "distribution is not being computed"), evidence=evidence))]
         state, need = assessed(PASS, n, needed)
         out = [Assessment(check, state, evidence, need, "drafted positions")]

@@ -84,6 +84,11 @@ def lower_tail(k: int, n: int, p: float) -> float:
     return 1.0 - _tail_sum(k + 1, n, p, +1)
 
 
+def fmt_p(v: float) -> str:
+    """A p-value for text: below the smallest double it is shown as a bound, not as 0."""
+    return "< 1e-300" if v < 1e-300 else f"{v:.2g}"
+
+
 def positions_to_detect(rate: float, alpha: float = ALPHA) -> int | None:
     """The fewest trials at which ``n`` hits out of ``n`` (every position an argmax, every draft
     probability exactly 1.0) has an upper tail below ``alpha`` where ``rate`` is honest: the

@@ -14,7 +14,7 @@ from .. import schema
 from .detectors import (AcceptanceRegressionDetector, DraftHealthDetector, QualityDetector,
                         SamplingTruthDetector, detectors_for, run_detectors)
 from .evalgate import check_text, eval_gate, gate_text
-from .exact import PER_REQUEST_ALPHA
+from .exact import PER_REQUEST_ALPHA, fmt_p
 from .stats import SpecStats, TruthStats
 
 #: Definitions printed with the figures (and reused by the dashboard's hovers).
@@ -313,16 +313,20 @@ def format_report(report: dict[str, Any]) -> str:
                      f"tok/s {_f(t['output_tokens_per_s'], '.1f')}")
         lines.append("  sampling truth (committed == target argmax):")
         for row in sec["sampling_truth"]:
-            p = f"  p {row['p_value']:.2g}" if row.get("p_value") is not None else ""
+            p = f"  p {fmt_p(row['p_value'])}" if row.get("p_value") is not None else ""
             lines.append(f"    {row['mode_requested']:<22} used {row['modes_used']}  "
                          f"observed {_f(row['observed_top1_rate'])} expected "
                          f"{_f(row['expected_top1_rate'])}  z {row['z'] if isinstance(row['z'], str) else _f(row['z'], '.1f')}"
                          f"{p}  n {row['num_positions']}"
                          + (f"  {row['state_text']}" if row.get("state_text") else ""))
-        for r in sec.get("requests_flagged", []):
+        flagged = sec.get("requests_flagged", [])
+        for r in flagged[:5]:
             lines.append(f"    request {r['request_id']}: observed {_f(r['observed_top1_rate'])} "
-                         f"expected {_f(r['expected_top1_rate'])} p {r['p_value']:.2g} "
+                         f"expected {_f(r['expected_top1_rate'])} p {fmt_p(r['p_value'])} "
                          f"n {r['num_positions']}  FAIL")
+        if len(flagged) > 5:
+            lines.append(f"    ... and {len(flagged) - 5} more request(s) failing on their own "
+                         "(report --json lists them all)")
         fb = ", ".join(f"{k}: {v}" for k, v in sec["fallbacks"].items()) or "none"
         lines.append(f"  fallbacks          {fb}")
         dh = sec["draft_health"]

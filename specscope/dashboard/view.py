@@ -95,10 +95,13 @@ class Truth:
     expected_top1_rate: float | None
     expected_band_95: tuple[float, float] | None
     z: float | None  #: +-inf where the observed rate is impossible under honest sampling
+    state: str | None = None  #: "pass", "fail", "inconclusive"; None under greedy
+    state_text: str | None = None  #: e.g. "INCONCLUSIVE (need ~7 more positions)"
+    p_value: float | None = None
 
     @property
     def flagged(self) -> bool:
-        return self.z is not None and abs(self.z) > 6
+        return self.state == "fail"
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +180,8 @@ def _truth(t: Mapping[str, Any]) -> Truth:
     band = t.get("expected_band_95")
     return Truth(t["mode_requested"], dict(t.get("modes_used") or {}), t.get("num_positions", 0),
                  t.get("observed_top1_rate"), t.get("expected_top1_rate"),
-                 tuple(band) if band else None, z)
+                 tuple(band) if band else None, z, t.get("state"), t.get("state_text"),
+                 t.get("p_value"))
 
 
 def _run(data: Mapping[str, Any] | None) -> schema.RunRecord | None:

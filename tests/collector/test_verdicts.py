@@ -53,11 +53,14 @@ def test_draft_health_tests_the_share_at_one_against_the_dtype_s_honest_rate():
     fp32 = DraftHealthDetector(draft_dtype="float32")
     (a,) = fp32.assess(_draft(66, 0))
     assert a.state == FAIL and a.anomaly.severity == "critical"
-    assert fp32.assess(_draft(3, 0))[0].state == INCONCLUSIVE  # 0.05^3 is not small enough
+    few = fp32.assess(_draft(3, 0))[0]  # 0.4^3 is not small enough
+    assert few.state == INCONCLUSIVE and few.need == 23 - 3
     assert fp32.assess(_draft(2, 998))[0].state == PASS
-    # half precision rounds confident probabilities to 1.0: 30% at one is honest there
-    assert DraftHealthDetector(draft_dtype="bfloat16").assess(_draft(300, 700))[0].state == PASS
-    assert fp32.assess(_draft(300, 700))[0].state == FAIL
+    # half precision rounds confident probabilities to 1.0: 60% at one can be honest there
+    assert DraftHealthDetector(draft_dtype="bfloat16").assess(_draft(600, 400))[0].state == PASS
+    assert fp32.assess(_draft(600, 400))[0].state == FAIL
+    # an unknown dtype gets the half-precision ceiling
+    assert DraftHealthDetector().assess(_draft(600, 400))[0].state == PASS
 
 
 def test_the_gate_reads_draft_health_only_where_verification_reads_the_draft():
@@ -77,7 +80,8 @@ def test_the_gate_reads_draft_health_only_where_verification_reads_the_draft():
     short.truth[MODE] = TruthStats(8, 3, 3.2, 1.9)
     gate = eval_gate(short, None, run=run)
     assert gate["verdict"] == INCONCLUSIVE
-    assert gate_text(gate).startswith("INCONCLUSIVE (need ~15 more positions)")
+    assert gate_text(gate) == "INCONCLUSIVE (need ~20 more drafted positions): draft probabilities computed"
+    assert {c["need"] for c in gate["checks"]} == {15, 20}
 
 
 def test_a_regression_check_says_how_many_drafts_it_needs():

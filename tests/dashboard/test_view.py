@@ -33,7 +33,8 @@ def test_an_impossible_observation_keeps_its_infinite_z_and_newer_fields_are_ign
            "anomalies": [], "eval": {"rates": {}, "gate": {"verdict": None}},
            "sampling_truth": [{"mode_requested": "speculative-sampling", "modes_used": {},
                                "num_positions": 9, "observed_top1_rate": 1.0,
-                               "expected_top1_rate": 1.0, "expected_band_95": None, "z": "-inf"}]}
+                               "expected_top1_rate": 1.0, "expected_band_95": None, "z": "-inf",
+                               "state": "fail"}]}
     typed = Section.from_report(sec)
     assert typed.run is None and typed.gate is None and typed.totals.num_drafts == 3
     assert typed.totals.mean_acceptance_length is None  # unknown stays unknown

@@ -60,3 +60,18 @@ def test_a_clean_two_request_run_is_never_called_fail(tmp_path, seed):
         if c["state"] == "inconclusive":  # each says why, or how much more it needs
             assert c["need"] or c.get("reason"), c
     assert "FAIL" not in text
+
+
+def test_report_compare_and_regress_say_inconclusive_on_a_run_too_small_to_fail(tmp_path):
+    trace = tmp_path / "tiny-run.jsonl"
+    rec = run_cli("record", "--model", "tiny", "--temperature", "0.8", "--requests", "2",
+                  "--max-new-tokens", "4", "--seed", "3", "--quiet", "-o", str(trace))
+    assert rec.returncode == 0, rec.stderr
+    report = run_cli("report", str(trace)).stdout
+    assert "EVAL GATE          INCONCLUSIVE (need ~" in report
+    compare = run_cli("compare", str(trace), str(trace), "--bootstrap", "100").stdout
+    gate_rows = [line for line in compare.splitlines() if line.startswith("eval gate")]
+    assert len(gate_rows) == 2 and all("INCONCLUSIVE (need ~" in line for line in gate_rows)
+    regress = run_cli("regress", str(trace), "--bootstrap", "100").stdout
+    (row,) = [line for line in regress.splitlines()[1:] if line.strip()]
+    assert "inconclusive" in row and "good" not in row and "bad" not in row

@@ -128,7 +128,8 @@ def truth_figure(views: Sequence[Any]) -> go.Figure:
                          marker_color=["#d62728" if t.flagged else "#3182bd" for _, t in rows]))
     fig.update_layout(barmode="group")
     fig.update_yaxes(title_text="committed token == target argmax", range=[0, 1.05])
-    return styled(fig, "Sampling truth: observed vs expected top-1 rate (95% band); red: |z| > 6")
+    return styled(fig, "Sampling truth: observed vs expected top-1 rate (95% band); red: FAIL "
+                       "(binomial tail p < 1e-9)")
 
 
 def modes_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
@@ -142,7 +143,8 @@ def modes_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
                          "used": ", ".join(f"{k}: {n} ({n / total:.0%})" for k, n in used.items()),
                          "positions": t.num_positions,
                          "observed": _r(t.observed_top1_rate), "expected": _r(t.expected_top1_rate),
-                         "z": _z(t.z)})
+                         "z": _z(t.z), "p": None if t.p_value is None else f"{t.p_value:.2g}",
+                         "verdict": t.state_text or "n/a (greedy)"})
     return rows
 
 

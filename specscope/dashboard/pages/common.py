@@ -47,7 +47,7 @@ def table(id_: str, page_size: int = 20) -> html.Div:
     return html.Div(id=id_, className="table-wrap")
 
 
-BAD = ("worse", "BAD", "fail", "UNTRUSTED", "False")
+BAD = ("worse", "BAD", "fail", "FAIL", "UNTRUSTED", "False")
 
 
 def render_table(rows: Sequence[dict[str, Any]], limit: int = 500) -> Any:
