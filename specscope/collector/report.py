@@ -46,8 +46,9 @@ def spec_figures(s: SpecStats) -> dict[str, Any]:
     """The acceptance keys shared by ``totals`` and each window."""
     return {
         "num_drafts": s.num_drafts,
-        "draft_tokens": s.draft_tokens,
-        "accepted_tokens": s.accepted_tokens,
+        #: null where no source gave counts (a log or console with only a reported mean)
+        "draft_tokens": s.draft_tokens if s.counts_known else None,
+        "accepted_tokens": s.accepted_tokens if s.counts_known else None,
         "mean_acceptance_length": s.mean_acceptance_length,
         "acceptance_rate": s.acceptance_rate,
         "per_position_acceptance": s.per_position_acceptance,
@@ -59,8 +60,9 @@ def spec_figures(s: SpecStats) -> dict[str, Any]:
 _WINDOWED = (schema.VerifyStepRecord, schema.SpecCountsRecord, schema.FallbackRecord)
 
 
-def window_figures(t_s: float, window_s: float, s: SpecStats) -> dict[str, Any]:
-    """One window: acceptance figures, committed tokens (accepted + bonus) and fallbacks."""
+def window_figures(t_s: float | None, window_s: float | None, s: SpecStats) -> dict[str, Any]:
+    """One window: acceptance figures, committed tokens (accepted + bonus) and fallbacks.
+    ``t_s`` None: the source gave no time; the window is one of its lines, in file order."""
     return {"time": t_s, "window_s": window_s, **spec_figures(s),
             "committed_tokens": s.accepted_tokens + s.num_drafts,
             "fallbacks": dict(s.fallbacks)}
@@ -68,8 +70,9 @@ def window_figures(t_s: float, window_s: float, s: SpecStats) -> dict[str, Any]:
 
 def _windows(records: Sequence[Any], window_s: float | None) -> list[dict[str, Any]]:
     times = [r.t_ns for r in records if isinstance(r, _WINDOWED) and r.t_ns]
-    if not times:
-        return []
+    if not times:  # a source without times (a log captured from stdout): its own lines, in order
+        return [{**window_figures(None, None, SpecStats().observe_all([r])), "index": i}
+                for i, r in enumerate(x for x in records if isinstance(x, schema.SpecCountsRecord))]
     t0, t1 = min(times), max(times)
     if window_s is None:
         span = max(1e-9, (t1 - t0) / 1e9)
@@ -293,6 +296,10 @@ def _f(v: Any, spec: str = ".3f") -> str:
     return "n/a" if v is None else format(v, spec)
 
 
+def _n(v: Any) -> str:
+    return "n/a" if v is None else str(v)
+
+
 def format_report(report: dict[str, Any]) -> str:
     """A human-readable report."""
     lines: list[str] = []
@@ -304,7 +311,7 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  acceptance length  {_f(t['mean_acceptance_length'])}  "
                      "(tokens per request-step, bonus token included)")
         lines.append(f"  acceptance rate    {_f(t['acceptance_rate'])}  "
-                     f"({t['accepted_tokens']} accepted / {t['draft_tokens']} drafted)")
+                     f"({_n(t['accepted_tokens'])} accepted / {_n(t['draft_tokens'])} drafted)")
         per_pos = ", ".join(_f(v, ".2f") for v in t["per_position_acceptance"])
         lines.append(f"  per position       [{per_pos}]")
         hist = "  ".join(f"{k}:{v}" for k, v in t["accept_length_histogram"].items())

@@ -92,6 +92,9 @@ class SpecStats:
     #: keep raw latency samples for exact percentiles (reports); a long-running collector
     #: keeps only the histograms
     keep_samples: bool = True
+    #: records that gave draft/accepted counts without verify steps (imported counters); with
+    #: ``num_steps`` it says whether a count of 0 is measured or merely unknown
+    num_counted: int = 0
     #: sources that report only a mean acceptance length: sum and number of reported values
     reported_al_sum: float = 0.0
     reported_al_n: int = 0
@@ -147,6 +150,7 @@ class SpecStats:
             self.reported_al_sum += r.reported_mean_acceptance_length
             self.reported_al_n += 1
         if r.draft_tokens is not None and r.accepted_tokens is not None:
+            self.num_counted += 1
             drafted, accepted = r.draft_tokens, r.accepted_tokens
             if drafted < 0 or accepted < 0 or accepted > drafted:
                 self.num_clamped += 1
@@ -225,6 +229,11 @@ class SpecStats:
             n = sizes[i] if i < len(sizes) and sizes[i] > 0 else 1
             self._sample("itl_token_s", gap / n, n)
 
+    @property
+    def counts_known(self) -> bool:
+        """Whether any source gave draft/accepted counts (else they are unknown, not 0)."""
+        return bool(self.num_steps or self.num_counted or self.draft_tokens or self.accepted_tokens)
+
     # ------------------------------------------------------------------ merge
     def merge(self, other: "SpecStats") -> "SpecStats":
         """A new SpecStats holding both (associative; SpecStats() is the identity)."""
@@ -271,6 +280,7 @@ class SpecStats:
             keep_samples=self.keep_samples and other.keep_samples,
             reported_al_sum=self.reported_al_sum + other.reported_al_sum,
             reported_al_n=self.reported_al_n + other.reported_al_n, gauges=gauges,
+            num_counted=self.num_counted + other.num_counted,
             benchmarks=self.benchmarks + other.benchmarks)
 
     # ------------------------------------------------------------------ figures

@@ -61,6 +61,8 @@ def _read_field(s: SpecStats, m: Metric, labels: Any, v: float) -> None:
         getattr(s, m.field)[labels.get(m.label, "")] += int(v)
     else:
         setattr(s, m.field, getattr(s, m.field) + int(v))
+    if m.field in ("num_drafts", "draft_tokens", "accepted_tokens"):
+        s.num_counted = max(s.num_counted, 1)  # counted (perhaps 0), not unknown
 
 
 def stats_from_samples(samples: list[Sample]) -> tuple[dict[tuple, SpecStats], dict[tuple, list]]:
@@ -100,6 +102,7 @@ def _minus(a: SpecStats, b: SpecStats) -> SpecStats:
         x, y = getattr(a, f), getattr(b, f)
         setattr(d, f, x - y if x >= y else x)
     d.accepted_with_drafts = d.accepted_tokens
+    d.num_counted = a.num_counted
     d.drafted_per_pos = [x - (b.drafted_per_pos[i] if i < len(b.drafted_per_pos) else 0)
                          for i, x in enumerate(a.drafted_per_pos)]
     d.accepted_per_pos = [x - (b.accepted_per_pos[i] if i < len(b.accepted_per_pos) else 0)

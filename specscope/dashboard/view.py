@@ -37,7 +37,8 @@ class Acceptance:
 class Window(Acceptance):
     """One time window of a run."""
 
-    time: float = 0.0  #: window start, seconds since the epoch
+    time: float | None = 0.0  #: window start, seconds since the epoch; None: the source has no times
+    index: int | None = None  #: untimed windows: the source line's place in file order
     window_s: float | None = None
     committed_tokens: int = 0  #: accepted + bonus, from verify steps
     fallbacks: Mapping[str, int] = field(default_factory=dict)

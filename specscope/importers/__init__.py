@@ -84,7 +84,7 @@ def detect(path: str | os.PathLike) -> str:
     kind = _json_kind(head, path)
     if kind:
         return kind
-    if "Serving Benchmark Result" in head:
+    if "Serving Benchmark Result" in head or bench.lone_spec_block(head):
         return "bench-console"
     if vllm_log.sniff(head):
         return "vllm-log"

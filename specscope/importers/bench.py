@@ -136,6 +136,11 @@ LAT_LINE = re.compile(r"(Mean|Median|P\d+(?:\.\d+)?) (TTFT|TPOT|ITL|E2EL|E2E Lat
 POSITION = re.compile(r"Position (\d+):\s+([\d.]+)")
 
 
+def lone_spec_block(text: str) -> bool:
+    """A ``vllm bench serve`` "Speculative Decoding" block without the rest of the console."""
+    return "Speculative Decoding" in text and "Acceptance rate (%)" in text
+
+
 def parse_console(path: str | os.PathLike, run_id: str) -> ImportResult:
     res = ImportResult("bench-console")
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -143,6 +148,8 @@ def parse_console(path: str | os.PathLike, run_id: str) -> ImportResult:
     source = "sglang-bench" if "sglang" in text.lower() and "vllm" not in text.lower() else "vllm-bench"
     res.lines_read = text.count("\n") + 1
     blocks = text.split("Serving Benchmark Result")[1:]
+    if not blocks and lone_spec_block(text):  # the spec-decode block copied on its own
+        blocks = [text[text.index("Speculative Decoding"):]]
     if not blocks:
         res.problems.append(Problem(str(path), 1, "no 'Serving Benchmark Result' block"))
     for i, block in enumerate(blocks):

@@ -10,6 +10,9 @@ times`` (phase timings) and ``Engine NNN:`` throughput lines, behind ``(APIServe
 Mapping (vLLM's "acceptance length" includes the bonus token, as specscope's does): drafts =
 drafted tokens / k with k = the number of per-position rates; accepted per position = rate x
 drafts, rounded (the log prints 3 decimals). Where k is not printed, drafts stay null.
+
+V0's "Number of accepted tokens" is not a prefix count (see ``_v0``): committed tokens come from
+"Number of emitted tokens", and V0's own "Draft acceptance rate" is kept as reported.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def parse(path: str | os.PathLike, run_id: str, emit=None) -> ImportResult:
     res = ImportResult("vllm-log", emit=emit)
     year = file_year(path)
     name = str(path)
-    v0_prev: tuple[int, int] | None = None
+    v0_prev: dict[int, tuple[int, int, int]] = {}  #: rank -> last cumulative counters
     k_seen = 0
     last_t = None
     with open(path, encoding="utf-8", errors="replace") as f:
@@ -81,18 +84,9 @@ def parse(path: str | os.PathLike, run_id: str, emit=None) -> ImportResult:
                     mv = V0.search(body)
                     if not mv:
                         raise ValueError("unrecognised V0 'Speculative metrics' line")
-                    k = int(mv.group(3))
-                    accepted, drafted = int(mv.group(4)), int(mv.group(5))
-                    prev = v0_prev or (0, 0)
-                    if accepted < prev[0] or drafted < prev[1]:  # engine restarted: counters reset
-                        prev = (0, 0)
-                    da, dd = accepted - prev[0], drafted - prev[1]
-                    v0_prev = (accepted, drafted)
-                    k_seen = max(k_seen, k)
-                    res.add(schema.SpecCountsRecord(
-                        run_id=run_id, rank=rank, t_ns=t_ns, num_drafts=dd // k if k else None,
-                        draft_tokens=dd, accepted_tokens=da,
-                        reported_acceptance_rate=num(mv.group(1)), source="vllm-v0"))
+                    res.add(_v0(mv, v0_prev.get(rank), run_id, rank, t_ns))
+                    v0_prev[rank] = tuple(int(mv.group(i)) for i in (4, 5, 6))
+                    k_seen = max(k_seen, int(mv.group(3)))
                 elif "SpecDecodeWorker stage times" in body:
                     res.extend(_stages(body, run_id, rank, t_ns))
                 else:
@@ -109,6 +103,32 @@ def parse(path: str | os.PathLike, run_id: str, emit=None) -> ImportResult:
                 res.problems.append(Problem(name, lineno, str(exc)))
     res.add(run_record(run_id, "vllm", "vllm-log", path, num_steps=k_seen))
     return res
+
+
+def _v0(mv: re.Match, prev: tuple[int, int, int] | None, run_id: str, rank: int,
+        t_ns: int) -> schema.SpecCountsRecord:
+    """One V0 ``Speculative metrics`` line, differenced against the rank's previous one.
+
+    V0's "accepted tokens" counts every draft token that matched the target, also after an
+    earlier position was rejected: it is not what the engine committed. What it committed is
+    "emitted tokens" (one bonus or correction token per step included), so a step's accepted
+    prefix is emitted - drafts, with drafts = draft tokens / k. V0's own acceptance rate (from
+    the non-prefix count) is kept as the engine's reported figure.
+    """
+    k = int(mv.group(3))
+    now = (int(mv.group(4)), int(mv.group(5)), int(mv.group(6)))
+    if prev is None or any(n < p for n, p in zip(now, prev)):  # first line, or a restart
+        prev = (0, 0, 0)
+    _, drafted, emitted = (n - p for n, p in zip(now, prev))
+    drafts = drafted // k if k and drafted % k == 0 else None
+    accepted = emitted - drafts if drafts is not None and emitted >= drafts else None
+    if drafts is not None and accepted is None and drafted:
+        raise ValueError(f"V0 line: {emitted} emitted tokens over {drafts} drafts (fewer "
+                         "than one per step): counts kept out")
+    return schema.SpecCountsRecord(
+        run_id=run_id, rank=rank, t_ns=t_ns, num_drafts=drafts,
+        draft_tokens=drafted if accepted is not None else None, accepted_tokens=accepted,
+        reported_acceptance_rate=num(mv.group(1)), source="vllm-v0")
 
 
 def _v1(body: str, run_id: str, rank: int, t_ns: int, last_t: int | None):

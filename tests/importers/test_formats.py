@@ -36,7 +36,8 @@ def test_vllm_every_era(tmp_path):
     assert res.format == "vllm-log"
     counts = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
     v0 = [c for c in counts if c.source == "vllm-v0"]
-    assert [(c.accepted_tokens, c.draft_tokens, c.num_drafts) for c in v0] == [(200, 400, 100), (220, 400, 100)]
+    # committed = emitted tokens: 300 - 100 drafts, then (640 - 300) - 100
+    assert [(c.accepted_tokens, c.draft_tokens, c.num_drafts) for c in v0] == [(200, 400, 100), (240, 400, 100)]
     v1 = [c for c in counts if c.source == "vllm-v1"]
     assert [(c.accepted_tokens, c.draft_tokens) for c in v1] == [(0, 0), (120, 300), (120, 300), (150, 300)]
     assert v1[1].num_drafts is None and v1[1].reported_acceptance_rate == pytest.approx(0.4)
@@ -50,14 +51,58 @@ def test_vllm_every_era(tmp_path):
     assert problem.line == 10 and "without 'Accepted" in problem.message
     stats = SpecStats().observe_all(res.records)
     # acceptance length pools only lines that give drafts; the rate pools every counted line
-    assert stats.num_drafts == 400 and stats.accepted_tokens == 810
+    assert stats.num_drafts == 400 and stats.accepted_tokens == 830
 
 
 def test_vllm_v0_counter_reset(tmp_path):
-    text = VLLM_ERAS.splitlines()[0] + "\n" + VLLM_ERAS.splitlines()[0].replace("200", "40").replace("400", "80") + "\n"
+    first = VLLM_ERAS.splitlines()[0]
+    text = first + "\n" + first.replace("200", "40").replace("400", "80").replace("300", "60") + "\n"
     counts = [r for r in import_file(_write(tmp_path, "v0.log", text)).records
               if isinstance(r, schema.SpecCountsRecord)]
     assert [c.accepted_tokens for c in counts] == [200, 40]  # went down: a restart
+
+
+def _v0_line(rate: float, eff: float, k: int, accepted: int, drafted: int, emitted: int) -> str:
+    """A V0 ``Speculative metrics`` line as vLLM 0.6's ``spec_decode/metrics.py`` logged it
+    (``SpecDecodeWorkerMetrics``: draft_acceptance_rate, system_efficiency,
+    num_spec_tokens, accepted_tokens, draft_tokens, emitted_tokens); no real V0 log is kept
+    in shared/samples."""
+    return (f"INFO 03-01 10:00:00 metrics.py:400] Speculative metrics: Draft acceptance rate: "
+            f"{rate:.3f}, System efficiency: {eff:.3f}, Number of speculative tokens: {k}, Number of "
+            f"accepted tokens: {accepted}, Number of draft tokens: {drafted}, Number of emitted "
+            f"tokens: {emitted}.")
+
+
+def test_vllm_v0_acceptance_length_comes_from_emitted_tokens(tmp_path):
+    """V0 counts every matching draft token, also after a rejection; what the engine committed
+    is emitted tokens. 8 speculative tokens, 1,000 steps: 5,400 non-prefix matches but 1,200
+    tokens emitted ("System efficiency: 0.133" = 1,200 / (1,000 x 9))."""
+    res = import_file(_write(tmp_path, "v0.log", _v0_line(0.55, 0.133, 8, 4400, 8000, 1200) + "\n"))
+    (c,) = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
+    assert (c.num_drafts, c.draft_tokens, c.accepted_tokens) == (1000, 8000, 200)
+    assert c.reported_acceptance_rate == pytest.approx(0.55)  # V0's own figure, kept as reported
+    stats = SpecStats().observe_all(res.records)
+    assert stats.mean_acceptance_length == pytest.approx(1.2)  # not (4400 + 1000) / 1000 = 5.4
+    assert 1.2 / 9 == pytest.approx(0.133, abs=5e-4)  # the engine's own efficiency agrees
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 8)), min_size=1, max_size=12))
+def test_vllm_v0_differenced_windows_sum_to_the_last_cumulative_line(tmp_path_factory, steps):
+    """Each interval adds n steps drafting k = 4 tokens, emitting n bonus tokens plus up to 4n
+    accepted ones; V0's non-prefix accepted count runs ahead of what was emitted."""
+    k, acc, dr, em, lines = 4, 0, 0, 0, []
+    for n, extra in steps:
+        dr += n * k
+        em += n + min(extra * n, k * n)
+        acc += min(extra * n, k * n) + n // 2
+        lines.append(_v0_line(0.5, 0.5, k, acc, dr, em))
+    path = tmp_path_factory.mktemp("v0") / "v0.log"
+    path.write_text("\n".join(lines) + "\n")
+    counts = [r for r in import_file(path).records if isinstance(r, schema.SpecCountsRecord)]
+    assert sum(c.num_drafts for c in counts) == dr // k
+    assert sum(c.draft_tokens for c in counts) == dr
+    assert sum(c.accepted_tokens + c.num_drafts for c in counts) == em  # committed = emitted
 
 
 SGLANG = """\
@@ -82,6 +127,20 @@ def test_sglang_variants(tmp_path):
     assert samples[2].values["decode_swa_token"] == 200 and samples[3].values["decode_mamba_usage"] == 0.01
     assert samples[3].values["decode_transfer_req"] == 0 and samples[3].t_ns == 0
     assert [p.line for p in res.problems] == [6]
+
+
+def test_sglang_lines_without_times_are_windows_in_file_order(tmp_path):
+    """A log captured from stdout has no ``[time TPn]`` prefix: each line is still a window."""
+    from specscope.collector.report import build_report
+
+    bare = "".join(line.split("] ", 1)[-1] + "\n" for line in SGLANG.splitlines()
+                   if "Decode batch" in line and "accept len" in line)
+    res = import_file(_write(tmp_path, "stdout.log", bare))
+    windows = build_report(res.records)["runs"][0]["windows"]
+    assert [w["reported_mean_acceptance_length"] for w in windows] == [2.35, 2.55, 3.0]
+    assert [w["index"] for w in windows] == [0, 1, 2] and all(w["time"] is None for w in windows)
+    # the lines give no counts: unknown, not 0
+    assert all(w["draft_tokens"] is None and w["mean_acceptance_length"] is None for w in windows)
 
 
 def _prom(drafts, drafted, accepted, per_pos):

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from specscope import schema
 from specscope.collector.report import build_report
 from specscope.importers import detect, import_file
 from tests.conftest import run_cli
@@ -92,6 +93,25 @@ def test_vllm_bench_console_speculative_block(samples, tmp_path):
     m = bench["metrics"]
     assert m["ttft_ms_mean"] == 1136.12 and m["ttft_ms_p50"] == 167.63 and m["itl_ms_p99"] == 96.21
     assert m["output_throughput_tok_s"] == 1818.47 and m["completed"] == 200
+
+
+def test_a_speculative_decoding_block_on_its_own_is_read(samples, tmp_path):
+    """The block as people paste it into issues: cut from the real GLM-5 console."""
+    text = (samples / "vllm_bench_serve_specdecode_3_glm5.txt").read_text()
+    alone = tmp_path / "block.txt"
+    alone.write_text(text[text.index("---------------Speculative Decoding"):])
+    res = import_file(alone)
+    assert res.format == "bench-console" and not res.problems
+    (c,) = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
+    assert (c.num_drafts, c.draft_tokens, c.accepted_tokens) == (19982, 59946, 12784)
+    assert c.reported_mean_acceptance_length == 1.64 and c.accepted_per_pos[0] == round(0.3659 * 19982)
+
+
+def test_an_sglang_console_with_only_an_accept_length_leaves_the_counts_unknown(samples, tmp_path):
+    rep = _report(samples, tmp_path, "sglang_bench_serving_specdecode_1.txt")
+    t = rep["totals"]
+    assert t["draft_tokens"] is None and t["accepted_tokens"] is None  # not printed: not 0
+    assert t["reported_mean_acceptance_length"] == 3.08 and t["mean_acceptance_length"] is None
 
 
 def test_vllm_bench_json_and_inferencex_row_agree(samples, tmp_path):

@@ -17,7 +17,7 @@ def acceptance_over_time(views: Sequence[Any]) -> go.Figure:
     fig = go.Figure()
     for i, v in enumerate(views):
         w = [x for x in v.view.windows if x.num_drafts]
-        t = [x.time - (w[0].time if w else 0) for x in w]
+        t = since_first(w)
         c = COLORS[i % len(COLORS)]
         fig.add_scatter(x=t, y=[x.mean_acceptance_length for x in w], mode="lines+markers",
                         name=short(v.label), line={"color": c}, legendgroup=v.run_id)
@@ -153,7 +153,7 @@ def fallbacks_over_time(views: Sequence[Any]) -> go.Figure:
     for v in views:
         w = v.view.windows
         for reason in sorted({r for x in w for r in x.fallbacks}):
-            series.append((f"{short(v.run_id, 28)} · {reason}", [x.time - w[0].time for x in w],
+            series.append((f"{short(v.run_id, 28)} · {reason}", since_first(w),
                            [x.fallbacks.get(reason, 0) for x in w]))
     if not series:
         totals = {r: n for v in views for r, n in v.view.fallbacks.items()}
@@ -165,6 +165,13 @@ def fallbacks_over_time(views: Sequence[Any]) -> go.Figure:
     fig.update_xaxes(title_text="seconds since the run's first window")
     fig.update_yaxes(title_text="fallback events")
     return styled(fig, "Fallback events by reason over time")
+
+
+def since_first(windows: Sequence[Any]) -> list[float]:
+    """Seconds since the first window; a source without times counts its windows instead."""
+    if any(x.time is None for x in windows):
+        return [float(i) for i in range(len(windows))]
+    return [x.time - windows[0].time for x in windows]
 
 
 def _r(v: float | None, nd: int = 3) -> float | None:
