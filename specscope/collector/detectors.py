@@ -255,7 +255,7 @@ class AcceptanceRegressionDetector:
 class QualityDetector:
     """Repetition-loop and invalid-output rates above a baseline run's.
 
-    One-sided two-proportion test at ``alpha`` and at least ``min_excess`` more (absolute):
+    Fisher's exact one-sided test at ``alpha`` and at least ``min_excess`` more (absolute):
     false-alarm rate at most ``alpha`` per signal when the runs are alike.
     """
 

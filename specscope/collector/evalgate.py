@@ -7,6 +7,7 @@ above the same workload decoded without speculation (the reference).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -61,31 +62,32 @@ class GateConfig:
 
 def requests_to_detect(ref_hits: int, ref_n: int, config: GateConfig = GateConfig()) -> int | None:
     """Requests a run needs before a rate ``detect_excess`` above the reference's would test as
-    significantly worse at ``alpha``; None where the reference is too small for any run to."""
-    if ref_n < MIN_REQUESTS:
+    significantly worse (Fisher's exact test at ``alpha``); None where the reference is too
+    small for any run to show it."""
+    if not ref_n:
         return None
     rate = ref_hits / ref_n + config.detect_excess
     if rate > 1:
         return None
+
+    def detects(n: int) -> bool:
+        excess, p = one_sided_excess(math.floor(rate * n), n, ref_hits, ref_n)
+        return p < config.alpha and excess >= config.min_excess
+
     n = 1
-    while n <= 1 << 20:
-        excess, p = one_sided_excess(rate * n, n, ref_hits, ref_n)  # the rate itself, not rounded
-        if p < config.alpha and excess >= config.min_excess - 1e-9:
-            lo = n // 2 + 1  # the smallest n in (n/2, n] that detects
-            while lo < n:
-                mid = (lo + n) // 2
-                e, pm = one_sided_excess(rate * mid, mid, ref_hits, ref_n)
-                if pm < config.alpha and e >= config.min_excess - 1e-9:
-                    n = mid
-                else:
-                    lo = mid + 1
-            return max(n, MIN_REQUESTS)
+    while n <= 1 << 14 and not detects(n):
         n *= 2
-    return None
+    if n > 1 << 14:
+        return None
+    lo = n // 2 + 1  # the smallest n in (n/2, n] that detects
+    while lo < n:
+        mid = (lo + n) // 2
+        if detects(mid):
+            n = mid
+        else:
+            lo = mid + 1
+    return n
 
-
-#: the two-proportion z test's normal approximation wants this many requests on each side
-MIN_REQUESTS = 10
 
 #: anomaly kinds that fail the gate's sampling-truth and draft-health checks
 _TRUTH_KINDS = ("silent_greedy", "sampling_mismatch")

@@ -101,13 +101,20 @@ def positions_to_detect(rate: float, alpha: float = ALPHA) -> int | None:
 
 
 def one_sided_excess(hits_a: int, n_a: int, hits_b: int, n_b: int) -> tuple[float, float]:
-    """(rate_a - rate_b, p-value) of a one-sided two-proportion z-test that a > b."""
+    """(rate_a - rate_b, p) of Fisher's exact one-sided test that a's rate exceeds b's: the
+    hypergeometric tail of a's hits given both samples' totals (exact at any sample size)."""
     if not n_a or not n_b:
         return 0.0, 1.0
-    pa, pb = hits_a / n_a, hits_b / n_b
-    pooled = (hits_a + hits_b) / (n_a + n_b)
-    se = math.sqrt(pooled * (1 - pooled) * (1 / n_a + 1 / n_b))
-    if se == 0:
-        return pa - pb, 1.0 if pa <= pb else 0.0
-    z = (pa - pb) / se
-    return pa - pb, 0.5 * math.erfc(z / math.sqrt(2))
+    hits_a, hits_b = int(round(hits_a)), int(round(hits_b))
+    total, hits = n_a + n_b, hits_a + hits_b
+    log_norm = _log_comb(total, n_a)
+    p = 0.0
+    for x in range(hits_a, min(hits, n_a) + 1):
+        p += math.exp(_log_comb(hits, x) + _log_comb(total - hits, n_a - x) - log_norm)
+    return hits_a / n_a - hits_b / n_b, min(1.0, p)
+
+
+def _log_comb(n: int, k: int) -> float:
+    if k < 0 or k > n:
+        return -math.inf
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,3 +61,19 @@ def test_the_issue_example_and_the_sample_each_rate_needs():
     # large samples do not loop for ever: a million positions answer at once
     assert upper_tail(600_000, 1_000_000, 0.5) < 1e-300 + 1e-300
     assert lower_tail(400_000, 1_000_000, 0.5) == upper_tail(600_000, 1_000_000, 0.5)
+
+
+def test_fisher_s_exact_test_for_the_quality_checks():
+    from specscope.collector.evalgate import requests_to_detect
+    from specscope.collector.exact import one_sided_excess
+
+    # 3 of 10 vs 1 of 10: P(X >= 3), X hypergeometric(20 requests, 4 hits, 10 drawn)
+    excess, p = one_sided_excess(3, 10, 1, 10)
+    exact = (math.comb(4, 3) * math.comb(16, 7) + math.comb(16, 6)) / math.comb(20, 10)
+    assert math.isclose(excess, 0.2) and math.isclose(p, exact, rel_tol=1e-12)
+    assert one_sided_excess(0, 10, 5, 10)[1] == pytest.approx(1.0)
+    # a reference of 12 clean requests cannot show a 30-point rise at p < 0.01 (0.7^12 > 0.01)
+    assert requests_to_detect(0, 12) is None
+    need = requests_to_detect(0, 32)
+    assert one_sided_excess(math.floor(0.3 * need), need, 0, 32)[1] < 0.01
+    assert one_sided_excess(math.floor(0.3 * (need - 1)), need - 1, 0, 32)[1] >= 0.01

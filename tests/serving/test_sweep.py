@@ -25,14 +25,16 @@ def test_plan_always_includes_target_only_first_and_parses_engine_settings():
 
 def test_sweep_gates_each_point_and_flags_the_faulted_one(tmp_path):
     points = plan(["3/1/4"], [0.0, 0.8], [4], ["0:40"], fault="silent_greedy@2/1/3")
-    # 32 requests: fewer, and the sampled points' output-quality checks cannot show a 30-point
-    # rise against the reference, so their gate would rightly say INCONCLUSIVE
     results = run_sweep(points, tmp_path, model="tiny", requests=32, progress=False)
     table = format_sweep(results)
     print(table)
     by = {(r.point.setting.name, r.point.temperature): r for r in results}
     assert by[("3-1-4", 0.0)].figures["gate"] == "pass"  # greedy output == target-only output
-    assert by[("3-1-4", 0.8)].figures["gate"] == "pass"
+    # sampled: sampling truth and draft health pass; 32 requests may be too few to show a
+    # 30-point rise in invalid output against the reference, so the gate may say INCONCLUSIVE
+    sampled = by[("3-1-4", 0.8)].figures
+    assert sampled["gate"] in ("pass", "inconclusive") and not sampled["failed"]
+    assert all("rate vs reference" in w for w in sampled["waiting"])
     faulted = by[("2-1-3", 0.8)]
     assert faulted.figures["gate"] == "fail" and "silent_greedy" in faulted.figures["anomalies"]
     assert "UNTRUSTED" in next(line for line in table.splitlines() if faulted.point.name in line)
