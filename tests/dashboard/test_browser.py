@@ -43,6 +43,15 @@ def _settle(driver):
     time.sleep(0.5)
 
 
+def _wait_for(driver, element_id: str, timeout: float = 10.0) -> None:
+    """Until the element is on the page (callbacks land after the first render)."""
+    from selenium.webdriver.common.by import By
+
+    deadline = time.time() + timeout
+    while not driver.find_elements(By.ID, element_id) and time.time() < deadline:
+        time.sleep(0.1)
+
+
 def _names(driver, graph_id):
     return driver.execute_script(
         f"var g = document.querySelector('#{graph_id} .js-plotly-plot');"
@@ -87,7 +96,9 @@ def test_anomaly_banner_appears_for_the_faulted_run(server, browser):
     browser.save_screenshot(str(ARTIFACTS / "banner-faulted.png"))
     assert "silent_greedy" in banner and "faulted-s2" in banner
     select_runs(browser, ["clean-s3"])
-    assert browser.find_elements(By.ID, "banner-ok")
+    # no anomaly; its gate passes, or says what its 16 requests are too few to show
+    assert browser.find_elements(By.ID, "banner-ok") or browser.find_elements(By.ID, "banner-inconclusive")
+    assert not browser.find_elements(By.ID, "banner-anomalies")
 
 
 def test_a_link_with_a_run_selection_opens_that_view_in_a_fresh_browser(server, browser):
@@ -114,9 +125,7 @@ def test_a_link_with_a_run_selection_opens_that_view_in_a_fresh_browser(server, 
     try:
         fresh.get(f"{server}/compare?{shared.query}")
         _settle(fresh)
-        deadline = time.time() + 10
-        while not fresh.find_elements(By.ID, "banner-anomalies") and time.time() < deadline:
-            time.sleep(0.1)
+        _wait_for(fresh, "banner-anomalies")
         fresh.save_screenshot(str(ARTIFACTS / "shared-link.png"))
         chips = fresh.find_element(By.ID, "runs").text
         assert "faulted-s2" in chips and "clean-s3" not in chips  # the shared selection only
@@ -145,9 +154,7 @@ def test_the_banner_says_inconclusive_where_a_run_is_too_small_to_pass(tmp_path_
     try:
         browser.get(f"http://127.0.0.1:{srv.server_port}/")
         _settle(browser)
-        deadline = time.time() + 15
-        while not browser.find_elements(By.ID, "banner-inconclusive") and time.time() < deadline:
-            time.sleep(0.1)
+        _wait_for(browser, "banner-inconclusive", 15.0)
         browser.save_screenshot(str(ARTIFACTS / "banner-inconclusive.png"))
         text = browser.find_element(By.ID, "banner-inconclusive").text
         assert "INCONCLUSIVE (need ~" in text and "more positions" in text and "small-s3" in text

@@ -18,7 +18,11 @@ from specscope.io.trace import read_trace
 def test_trace_source_reads_runs_with_their_gates_and_anomalies(dash_traces):
     views = {v.run_id: v for v in TraceSource([dash_traces]).runs()}
     assert set(views) == {"clean-s3", "faulted-s2"}  # references are not runs of their own
-    assert views["clean-s3"].gate == "pass" and views["faulted-s2"].gate == "fail"
+    assert views["faulted-s2"].gate == "fail"
+    # 16 requests: every check that could fail passed; output quality may need more requests
+    clean = views["clean-s3"].section["eval"]["gate"]
+    assert clean["verdict"] in ("pass", "inconclusive")
+    assert not [c for c in clean["checks"] if c["state"] == "fail"]
     assert [a["kind"] for a in views["faulted-s2"].section["anomalies"]] == ["silent_greedy"]
     assert views["clean-s3"].phases["committed_tokens"] > 0  # the phase timer was on
     sample = views["clean-s3"].sample()
