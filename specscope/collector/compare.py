@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import schema
 from .evalgate import eval_gate, gate_text
-from .detectors import detectors_for, run_detectors
+from .detectors import detectors_for, evaluate
 from .stats import SpecStats
 
 #: metric -> (label, higher is better)
@@ -150,8 +150,8 @@ def compare(a: RunSample, b: RunSample, *, n_boot: int = 2000, seed: int = 0,
         rows.append({"metric": m, "label": label, "a": _clean(va), "b": _clean(vb),
                      "delta_pct": delta, "ci_pct": ci, "level": level, "verdict": verdict})
     for name, s in (("a", a), ("b", b)):
-        gate = eval_gate(s.stats, s.reference, run_detectors(s.stats, s.run_id, detectors_for(s.run)),
-                         run=s.run)
+        checks, anomalies = evaluate(s.stats, s.run_id, detectors_for(s.run))
+        gate = eval_gate(s.stats, s.reference, anomalies, run=s.run, assessments=checks)
         rows.append({"metric": f"eval_gate_{name}", "label": f"eval gate {name.upper()}",
                      "a": gate["verdict"] if name == "a" else None,
                      "b": gate["verdict"] if name == "b" else None,
@@ -176,8 +176,8 @@ def regression_series(samples: Sequence[RunSample], *, n_boot: int = 1000,
     last_good: RunSample | None = None
     first_bad_seen = False
     for s in samples:
-        anomalies = run_detectors(s.stats, s.run_id, detectors_for(s.run))
-        full = eval_gate(s.stats, s.reference, anomalies, run=s.run)
+        checks, anomalies = evaluate(s.stats, s.run_id, detectors_for(s.run))
+        full = eval_gate(s.stats, s.reference, anomalies, run=s.run, assessments=checks)
         gate = full["verdict"]
         rows = compare(last_good, s, n_boot=n_boot, seed=seed) if last_good is not None else []
         worse = [r["metric"] for r in rows if r["verdict"] == "worse"

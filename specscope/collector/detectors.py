@@ -14,7 +14,11 @@ from .. import schema
 from .exact import (ALPHA, fmt_p, lower_tail, one_sided_excess, positions_to_detect,
                     upper_tail)
 from .stats import SpecStats, TruthStats
-from .verdict import FAIL, PASS, Assessment, assessed
+from .verdict import FAIL, Assessment, assessed
+
+
+TRUTH_CHECK = "sampling truth"  #: followed by " (mode)"
+DRAFT_CHECK = "draft probabilities computed"
 
 
 @dataclass
@@ -72,9 +76,9 @@ class SamplingTruthDetector:
                                   "time: too close to greedy to tell apart")
         if scope:
             evidence["request_id"] = scope
-        check = f"sampling truth ({mode})"
+        check = f"{TRUTH_CHECK} ({mode})"
         if kind is None:
-            state, need = assessed(PASS, n, needed)
+            state, need = assessed(False, n, needed)
             return Assessment(check, state, evidence, need, "positions")
         return Assessment(check, FAIL, evidence, anomaly=schema.AnomalyRecord(
             run_id=run_id, kind=kind, severity="critical", message=message, evidence=evidence))
@@ -131,7 +135,7 @@ class DraftHealthDetector:
         evidence = {"num_positions": n, "share_at_exactly_one": k / n, "histogram": list(hist),
                     "honest_share_at_one": base, "draft_dtype": self.draft_dtype or "unknown",
                     "p_value": p, "positions_needed": needed}
-        check = "draft probabilities computed"
+        check = DRAFT_CHECK
         if p < self.alpha and k / n > base:
             return [Assessment(check, FAIL, evidence, anomaly=schema.AnomalyRecord(
                 run_id=run_id, kind="draft_prob_collapse", severity="critical",
@@ -139,7 +143,7 @@ class DraftHealthDetector:
                          f"of exactly 1.0, where an honest {self.draft_dtype or 'half-precision'} "
                          f"softmax gives at most {base:.0%} (p {fmt_p(p)}): the draft "
                          "distribution is not being computed"), evidence=evidence))]
-        state, need = assessed(PASS, n, needed)
+        state, need = assessed(False, n, needed)
         out = [Assessment(check, state, evidence, need, "drafted positions")]
         top_bin = max(range(len(hist)), key=lambda i: hist[i])
         if n >= self.min_positions_one_bin and hist[top_bin] / n > self.max_share_one_bin:
@@ -209,7 +213,7 @@ class AcceptanceRegressionDetector:
         evidence = {"num_drafts": stats.num_drafts, "drafts_needed": needed,
                     "baseline_mean_acceptance_length": m0, "mean_acceptance_length": m1}
         if n1 < self.min_drafts or n0 < self.min_drafts:
-            state, need = assessed(PASS, n1, needed)
+            state, need = assessed(False, n1, needed)
             return [Assessment(check, state, evidence, need, "drafts")]
         se = math.sqrt(v1 / n1 + v0 / n0) if n1 and n0 else 0.0
         z = (m1 - m0) / se if se else 0.0
@@ -226,7 +230,7 @@ class AcceptanceRegressionDetector:
             if zp < -self.z_threshold and p1 < p0 * (1 - self.min_relative_drop):
                 findings[f"position_{pos}"] = {"baseline": p0, "now": p1, "z": zp}
         if not findings:
-            state, need = assessed(PASS, n1, needed)
+            state, need = assessed(False, n1, needed)
             return [Assessment(check, state, evidence, need, "drafts")]
         what = ", ".join(f"{k} {v['baseline']:.3f} -> {v['now']:.3f} (z {v['z']:.1f})"
                          for k, v in findings.items())
@@ -294,23 +298,27 @@ def detectors_for(run: schema.RunRecord | None) -> tuple:
     return (SamplingTruthDetector(), FallbackDetector(), DraftHealthDetector(draft_dtype=dtype))
 
 
+def evaluate(stats: SpecStats, run_id: str = "", detectors=DEFAULT_DETECTORS
+             ) -> tuple[list[Assessment], list[schema.AnomalyRecord]]:
+    """Every detector once over one aggregate: its checks (PASS / FAIL / INCONCLUSIVE) and the
+    anomalies they raise (detectors without checks, like fallbacks, only raise)."""
+    checks: list[Assessment] = []
+    anomalies: list[schema.AnomalyRecord] = []
+    for d in detectors:
+        if hasattr(d, "assess"):
+            found = d.assess(stats, run_id)
+            checks += found
+            anomalies += [a.anomaly for a in found if a.anomaly is not None]
+        else:
+            anomalies += d.check(stats, run_id)
+    return checks, anomalies
+
+
 def run_detectors(stats: SpecStats, run_id: str = "",
                   detectors=DEFAULT_DETECTORS) -> list[schema.AnomalyRecord]:
     """Every detector's findings for one aggregate."""
-    out: list[schema.AnomalyRecord] = []
-    for d in detectors:
-        out.extend(d.check(stats, run_id))
-    return out
-
-
-def assess_all(stats: SpecStats, run_id: str = "", detectors=DEFAULT_DETECTORS) -> list[Assessment]:
-    """Every detector's checks, PASS / FAIL / INCONCLUSIVE, for one aggregate."""
-    return [a for d in detectors if hasattr(d, "assess") for a in d.assess(stats, run_id)]
+    return evaluate(stats, run_id, detectors)[1]
 
 
 def _json_z(z: float) -> float | str:
     return z if math.isfinite(z) else ("inf" if z > 0 else "-inf")
-
-
-def _fmt_z(z: float) -> str:
-    return f"{z:.1f}" if math.isfinite(z) else "inf"

@@ -12,10 +12,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .detectors import DraftHealthDetector, SamplingTruthDetector, detectors_for
+from .detectors import DRAFT_CHECK, TRUTH_CHECK, detectors_for, evaluate
 from .exact import one_sided_excess
 from .stats import SpecStats
-from .verdict import FAIL, INCONCLUSIVE, PASS, assessed, combine
+from .verdict import (FAIL, INCONCLUSIVE, PASS, Assessment, assessed, combine, state_text,
+                      why_text)
 
 
 def repetition_loop(tokens: Sequence[int], n: int = 4, threshold: float = 0.5,
@@ -89,19 +90,21 @@ def requests_to_detect(ref_hits: int, ref_n: int, config: GateConfig = GateConfi
     return n
 
 
-#: anomaly kinds that fail the gate's sampling-truth and draft-health checks
+#: anomaly kinds (found per request, or live) that fail the gate's sampling-truth checks
 _TRUTH_KINDS = ("silent_greedy", "sampling_mismatch")
 
 
 def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence[Any] = (),
-              config: GateConfig = GateConfig(), run: Any = None) -> dict[str, Any]:
+              config: GateConfig = GateConfig(), run: Any = None,
+              assessments: Sequence[Assessment] | None = None) -> dict[str, Any]:
     """The gate's verdict and its checks, each PASS, FAIL or INCONCLUSIVE.
 
     The verdict is FAIL if any check failed, else INCONCLUSIVE if any check had too little data
     to fail (each says how much more it needs), else PASS; None when nothing could be checked.
     Sampling truth and (for runs with temperature > 0 requests, whose verification reads the
     draft's probabilities) draft health are tested on ``stats``; ``anomalies`` of those kinds
-    found elsewhere (per request, or live) fail them too.
+    found elsewhere (per request, or live) fail them too. ``assessments``: the detectors'
+    checks on ``stats`` when the caller has them (``detectors.evaluate``); else they are run.
     """
     checks: list[dict[str, Any]] = []
     em = stats.eval_rate("exact_match")
@@ -110,18 +113,17 @@ def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence
                        "threshold": config.min_exact_match,
                        "state": PASS if em >= config.min_exact_match else FAIL})
     found = {getattr(a, "kind", "") for a in anomalies if getattr(a, "severity", "") == "critical"}
-    dets = detectors_for(run)
-    truth = next(d for d in dets if isinstance(d, SamplingTruthDetector))
-    for a in truth.assess(stats):
-        checks.append(_check(a, FAIL if found & set(_TRUTH_KINDS) else None))
-    if not truth.assess(stats) and found & set(_TRUTH_KINDS):
+    if assessments is None:
+        assessments = evaluate(stats, "", detectors_for(run))[0]
+    truth = [a for a in assessments if a.check.startswith(TRUTH_CHECK)]
+    truth_found = bool(found & set(_TRUTH_KINDS))
+    checks += [a.to_check(FAIL if truth_found else None) for a in truth]
+    if not truth and truth_found:
         checks.append({"check": "sampling truth", "state": FAIL, "value": sorted(found)})
     sampled = any(m != "greedy" and t.num_verified for m, t in stats.truth.items())
     if sampled:  # greedy verification never reads the draft's probabilities
-        draft = next(d for d in dets if isinstance(d, DraftHealthDetector))
-        for a in draft.assess(stats):
-            if a.check == "draft probabilities computed":
-                checks.append(_check(a, FAIL if "draft_prob_collapse" in found else None))
+        checks += [a.to_check(FAIL if "draft_prob_collapse" in found else None)
+                   for a in assessments if a.check == DRAFT_CHECK]
     # under greedy verification the exact-match check compares each output with target-only
     # decoding itself; the rate tests below add nothing to it (and on a small run could only
     # say INCONCLUSIVE about outputs already shown identical)
@@ -135,38 +137,23 @@ def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence
             excess, p = one_sided_excess(hits, n, ref_hits, ref_n)
             worse = p < config.alpha and excess >= config.min_excess
             needed = requests_to_detect(ref_hits, ref_n, config)
-            state, need = assessed(FAIL if worse else PASS, n, needed)
+            state, need = assessed(worse, n, needed)
             checks.append({"check": f"{name} rate vs reference", "value": hits / n,
                            "reference": ref_hits / ref_n, "p_value": p, "state": state,
                            "need": need, "unit": "requests",
                            "reason": f"a reference of {ref_n} requests cannot show a rise of "
                                      f"{config.detect_excess:.0%} at p < {config.alpha}"})
-    for c in checks:
-        c["pass"] = c["state"] == PASS
     return {"verdict": combine(c["state"] for c in checks), "checks": checks}
-
-
-def _check(a: Any, forced: str | None) -> dict[str, Any]:
-    ev = a.evidence
-    out = {"check": a.check, "state": forced or a.state, "need": a.need, "unit": a.unit,
-           "reason": a.evidence.get("reason"),
-           "p_value": ev.get("p_value"), "value": ev.get("observed_top1_rate",
-                                                         ev.get("share_at_exactly_one"))}
-    return out
 
 
 def check_text(c: dict[str, Any]) -> str:
     """``PASS``, ``FAIL`` or ``INCONCLUSIVE (need ~N more positions)`` for one gate check."""
-    if c["state"] != INCONCLUSIVE:
-        return c["state"].upper()
-    return f"INCONCLUSIVE ({check_why(c)})"
+    return state_text(c["state"], c.get("need"), c.get("unit", "positions"), c.get("reason"))
 
 
 def check_why(c: dict[str, Any]) -> str:
-    """Why an INCONCLUSIVE check could not fail: how much more it needs, or why no sample can."""
-    if c.get("need") is None:
-        return c.get("reason") or "no sample size can tell here"
-    return f"need ~{c['need']} more {c.get('unit', 'positions')}"
+    """Why an INCONCLUSIVE gate check could not fail yet."""
+    return why_text(c.get("need"), c.get("unit", "positions"), c.get("reason"))
 
 
 def gate_text(gate: dict[str, Any]) -> str:

@@ -11,11 +11,12 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .. import schema
-from .detectors import (AcceptanceRegressionDetector, DraftHealthDetector, QualityDetector,
-                        SamplingTruthDetector, detectors_for, run_detectors)
+from .detectors import (DRAFT_CHECK, TRUTH_CHECK, AcceptanceRegressionDetector, QualityDetector,
+                        SamplingTruthDetector, detectors_for, evaluate)
 from .evalgate import check_text, eval_gate, gate_text
 from .exact import PER_REQUEST_ALPHA, fmt_p
 from .stats import SpecStats, TruthStats
+from .verdict import Assessment
 
 #: Definitions printed with the figures (and reused by the dashboard's hovers).
 DEFINITIONS = {
@@ -85,14 +86,14 @@ def _windows(records: Sequence[Any], window_s: float | None) -> list[dict[str, A
     return [window_figures((t0 + k * width) / 1e9, window_s, buckets[k]) for k in sorted(buckets)]
 
 
-def _truth(s: SpecStats, detectors: Sequence[Any]) -> list[dict[str, Any]]:
-    det = next(d for d in detectors if isinstance(d, SamplingTruthDetector))
+def _truth(s: SpecStats, checks: Sequence[Assessment]) -> list[dict[str, Any]]:
+    by_mode = {a.evidence["mode_requested"]: a for a in checks if a.check.startswith(TRUTH_CHECK)}
     out = []
     for mode in sorted({m for m, _ in s.modes} | set(s.truth)):
         used = {u: n for (m, u), n in s.modes.items() if m == mode}
         t = s.truth.get(mode)
         z = t.z if t else None
-        a = det.assess_one(mode, t) if t and t.num_verified and mode != schema.GREEDY else None
+        a = by_mode.get(mode)
         out.append({
             #: PASS / FAIL / INCONCLUSIVE (too few positions to fail); None under greedy
             "state": a.state if a else None, "state_text": a.why if a else None,
@@ -111,10 +112,9 @@ def _truth(s: SpecStats, detectors: Sequence[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _draft_health(s: SpecStats, detectors: Sequence[Any]) -> dict[str, Any]:
+def _draft_health(s: SpecStats, checks: Sequence[Assessment]) -> dict[str, Any]:
     n = sum(s.draft_hist)
-    det = next(d for d in detectors if isinstance(d, DraftHealthDetector))
-    a = next(iter(det.assess(s)), None)
+    a = next((c for c in checks if c.check == DRAFT_CHECK), None)
     return {"num_positions": n, "histogram": list(s.draft_hist),
             "share_at_exactly_one": s.draft_hist[-1] / n if n else None,
             "honest_share_at_one": a.evidence["honest_share_at_one"] if a else None,
@@ -214,10 +214,9 @@ def stats_section(s: SpecStats, run: schema.RunRecord | None, windows: list[dict
     the per-request tests); otherwise the given (live) ones are shown.
     """
     run_id = run.run_id if run else ""
-    detectors = detectors_for(run)
+    checks, raised = evaluate(s, run_id, detectors_for(run))
     if anomalies is None:
-        anomalies = run_detectors(s, run_id, detectors)
-        anomalies += _request_summary(per_request, {a.kind for a in anomalies}, run_id)
+        anomalies = raised + _request_summary(per_request, {a.kind for a in raised}, run_id)
         if baseline is not None:
             anomalies += AcceptanceRegressionDetector(baseline).check(s, run_id)
             anomalies += QualityDetector(baseline).check(s, run_id)
@@ -233,17 +232,17 @@ def stats_section(s: SpecStats, run: schema.RunRecord | None, windows: list[dict
                    if span_s and s.num_requests else None,
                    "num_clamped": s.num_clamped},
         "windows": windows,
-        "sampling_truth": _truth(s, detectors),
+        "sampling_truth": _truth(s, checks),
         "requests_flagged": [a.evidence for a in per_request],
         "fallbacks": dict(s.fallbacks),
-        "draft_health": _draft_health(s, detectors),
+        "draft_health": _draft_health(s, checks),
         "latency": {k: _latency(s, k) for k in ("ttft_s", "tpot_s", "itl_chunk_s", "itl_token_s",
                                                 "e2e_s")},
         "phases": _phases(s),
         "eval": {"rates": {k: s.eval_rate(k) for k in sorted(s.evals)},
                  "reference_rates": ({k: reference.eval_rate(k) for k in sorted(reference.evals)}
                                      if reference else None),
-                 "gate": eval_gate(s, reference, anomalies, run=run)},
+                 "gate": eval_gate(s, reference, anomalies, run=run, assessments=checks)},
         "engine_gauges": {k: v[0] / v[1] for k, v in sorted(s.gauges.items()) if v[1]},
         "benchmarks": [{"source": b.source, "metrics": dict(b.metrics), "config": dict(b.config)}
                        for b in s.benchmarks],

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Sequence
 
 from .. import schema
 from .columns import VerifyColumns, observe_columns
-from .detectors import DEFAULT_DETECTORS, AcceptanceRegressionDetector
+from .detectors import DEFAULT_DETECTORS, AcceptanceRegressionDetector, evaluate
 from .stats import SpecStats
 
 LABELS = ("algorithm", "num_steps", "topk", "num_draft_tokens", "backend", "model", "rank")
@@ -195,15 +195,9 @@ class Collector:
             windows = {k: [s for _, s in sorted(b.items())] for k, b in self._windows.items()}
         active, checks = [], {}
         for key, stats in totals.items():
-            checks[key] = {}
-            for d in self.detectors:
-                if hasattr(d, "assess"):
-                    for a in d.assess(stats):
-                        checks[key][a.check] = a.state
-                        if a.anomaly is not None:
-                            active.append((key, a.anomaly))
-                else:
-                    active.extend((key, a) for a in d.check(stats))
+            found, raised = evaluate(stats, detectors=self.detectors)
+            checks[key] = {a.check: a.state for a in found}
+            active.extend((key, a) for a in raised)
             # the latest window against the windows before it
             for a in self.trailing.check_windows(windows.get(key, [])):
                 active.append((key, a))

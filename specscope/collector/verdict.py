@@ -28,15 +28,29 @@ class Assessment:
     @property
     def why(self) -> str:
         """``INCONCLUSIVE (need ~N more positions)`` and the like, for one line of text."""
-        if self.state != INCONCLUSIVE:
-            return self.state.upper()
-        if self.need is None:
-            return f"INCONCLUSIVE ({self.evidence.get('reason') or 'no sample size can tell here'})"
-        return f"INCONCLUSIVE (need ~{self.need} more {self.unit})"
+        return state_text(self.state, self.need, self.unit, self.evidence.get("reason"))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"check": self.check, "state": self.state, "need": self.need, "unit": self.unit,
-                "evidence": self.evidence}
+    def to_check(self, forced: str | None = None) -> dict[str, Any]:
+        """The check as a gate lists it (``forced``: a state found elsewhere, e.g. per request)."""
+        ev = self.evidence
+        return {"check": self.check, "state": forced or self.state, "need": self.need,
+                "unit": self.unit, "reason": ev.get("reason"), "p_value": ev.get("p_value"),
+                "value": ev.get("observed_top1_rate", ev.get("share_at_exactly_one"))}
+
+
+def why_text(need: int | None, unit: str, reason: str | None = None) -> str:
+    """Why a check could not fail yet: how much more it needs, or why no sample can."""
+    if need is None:
+        return reason or "no sample size can tell here"
+    return f"need ~{need} more {unit}"
+
+
+def state_text(state: str, need: int | None = None, unit: str = "positions",
+               reason: str | None = None) -> str:
+    """``PASS``, ``FAIL`` or ``INCONCLUSIVE (need ~N more positions)``."""
+    if state != INCONCLUSIVE:
+        return state.upper()
+    return f"INCONCLUSIVE ({why_text(need, unit, reason)})"
 
 
 def combine(states: Iterable[str]) -> str | None:
@@ -49,12 +63,13 @@ def combine(states: Iterable[str]) -> str | None:
     return INCONCLUSIVE if INCONCLUSIVE in states else PASS
 
 
-def assessed(state_if_enough: str, n: int, needed: int | None) -> tuple[str, int | None]:
-    """(state, more needed): ``state_if_enough`` once ``n`` reaches ``needed``."""
-    if state_if_enough == FAIL:
+def assessed(failed: bool, n: int, needed: int | None) -> tuple[str, int | None]:
+    """(state, more needed): FAIL if ``failed``, else PASS once ``n`` reaches ``needed`` (the
+    smallest sample at which the check could have failed), else INCONCLUSIVE."""
+    if failed:
         return FAIL, None
     if needed is None:
         return INCONCLUSIVE, None
     if n >= needed:
-        return state_if_enough, None
+        return PASS, None
     return INCONCLUSIVE, needed - n
