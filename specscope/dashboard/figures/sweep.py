@@ -44,6 +44,17 @@ def pareto_front(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(front, key=lambda p: p["x"])
 
 
+#: how each kind of point is drawn: marker symbol and legend suffix
+_STYLE = {"trusted": ("circle", ""),
+          "inconclusive": ("circle-open",
+                           " INCONCLUSIVE (gate: too little data to fail; off the front)"),
+          "untrusted": ("x-open", " UNTRUSTED (gate failed or missing)")}
+
+
+def _status(p: dict[str, Any]) -> str:
+    return "trusted" if p["trusted"] else "inconclusive" if p["inconclusive"] else "untrusted"
+
+
 def pareto_figure(points: Sequence[dict[str, Any]]) -> go.Figure:
     if not points:
         return empty("no sweep points (benchmark records with throughput and tok/s/user)")
@@ -58,10 +69,8 @@ def pareto_figure(points: Sequence[dict[str, Any]]) -> go.Figure:
             fig.add_trace(go.Scatter(x=[p["x"] for p in front], y=[p["y"] for p in front],
                                      mode="lines", line={"color": color, "dash": "dot"},
                                      name=f"{s} Pareto front", legendgroup=s))
-        groups = (("trusted", trusted),
-                  ("inconclusive", [p for p in pts if p.get("inconclusive")]),
-                  ("untrusted", [p for p in pts if not p["trusted"] and not p.get("inconclusive")]))
-        for status, group in groups:
+        for status, (symbol, suffix) in _STYLE.items():
+            group = [p for p in pts if _status(p) == status]
             if not group:
                 continue
             ok = status == "trusted"
@@ -69,12 +78,8 @@ def pareto_figure(points: Sequence[dict[str, Any]]) -> go.Figure:
                 x=[p["x"] for p in group], y=[p["y"] for p in group], mode="markers+text",
                 text=[f"c{p['concurrency']}" for p in group], textposition="top center",
                 marker={"color": color, "size": 12 if ok else 14,
-                        "symbol": {"trusted": "circle", "inconclusive": "circle-open"}.get(
-                            status, "x-open"),
-                        "line": {"color": color, "width": 2}},
-                name=f"{s}" + {"trusted": "", "inconclusive": " INCONCLUSIVE (gate: too little "
-                                                             "data to fail; off the front)"}.get(
-                    status, " UNTRUSTED (gate failed or missing)"),
+                        "symbol": symbol, "line": {"color": color, "width": 2}},
+                name=f"{s}{suffix}",
                 legendgroup=s,
                 customdata=[[p["run"], p["gate"], p["temperature"], p["lengths"], p["fault"]]
                             for p in group],
