@@ -154,32 +154,6 @@ def bench_collector(reps: int) -> list[Row]:
     return rows
 
 
-def _synthetic_vllm_log(path: str, n_lines: int) -> None:
-    import random
-
-    rnd = random.Random(0)
-    with open(path, "w") as f:
-        for i in range(n_lines):
-            ss = i % 60
-            if i % 3 == 0:
-                drafts = rnd.randint(1000, 20000)
-                acc = [int(drafts * r) for r in (0.66, 0.42, 0.26)]
-                f.write(f"(APIServer pid=114) INFO 05-29 13:{(i // 60) % 60:02d}:{ss:02d} [metrics.py:101] "
-                        f"SpecDecoding metrics: Mean acceptance length: {1 + sum(acc) / drafts:.2f}, "
-                        f"Accepted throughput: 1462.92 tokens/s, Drafted throughput: 3303.12 tokens/s, "
-                        f"Accepted: {sum(acc)} tokens, Drafted: {drafts * 3} tokens, Per-position "
-                        f"acceptance rate: {acc[0] / drafts:.3f}, {acc[1] / drafts:.3f}, "
-                        f"{acc[2] / drafts:.3f}, Avg Draft acceptance rate: 44.3%\n")
-            elif i % 3 == 1:
-                f.write(f"(APIServer pid=114) INFO 05-29 13:{(i // 60) % 60:02d}:{ss:02d} [loggers.py:271] "
-                        "Engine 000: Avg prompt throughput: 4805.4 tokens/s, Avg generation throughput: "
-                        "2566.1 tokens/s, Running: 31 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.1%, "
-                        "Prefix cache hit rate: 0.0%\n")
-            else:
-                f.write("(APIServer pid=114) INFO:     127.0.0.1:51234 - \"POST /v1/chat/completions "
-                        "HTTP/1.1\" 200 OK\n")
-
-
 def _synthetic_verify_parquet(out: str, n: int, chunk: int = 1 << 20, batch: int = 64,
                               step_ns: int = 1000) -> None:
     """A Parquet trace dataset with ``n`` verify entries (one run, ``batch`` per step, a step
@@ -213,23 +187,11 @@ def _synthetic_verify_parquet(out: str, n: int, chunk: int = 1 << 20, batch: int
 
 
 def bench_import(reps: int) -> list[Row]:
-    """Import of a 1M-line vLLM log; replay and aggregation of a 10M-entry Parquet trace."""
+    """Replay and aggregation of a 10M-entry Parquet trace (log import: benchmarks.imports)."""
     import tempfile
 
     rows = []
     tmp = tempfile.mkdtemp(prefix="specscope-bench-")
-    log = os.path.join(tmp, "vllm.log")
-    n_lines = 1_000_000
-    _synthetic_vllm_log(log, n_lines)
-    t_imp, rss_imp, _ = _child(
-        "from specscope.importers import import_files; import sys\n"
-        f"import_files([{log!r}], {os.path.join(tmp, 'imp.jsonl')!r})")
-    t_read, rss_read, _ = _child(
-        f"import re\nrx = re.compile('SpecDecoding')\nn = sum(1 for l in open({log!r}) if rx.search(l))")
-    rows.append(Row("import a 1M-line vLLM server log (spec-decode, Engine and access lines) to a "
-                    "trace, lines/s (peak RSS)", f"{n_lines / t_imp / 1e3:.0f} k lines/s ({rss_imp:.0f} MiB)",
-                    f"{n_lines / t_read / 1e3:.0f} k lines/s: a bare regex scan ({rss_read:.0f} MiB)",
-                    f"{t_imp / t_read:.1f}x the scan's time", "(reported)", "—", "single run"))
     pq_dir = os.path.join(tmp, "pq")
     n = 10_000_000
     _synthetic_verify_parquet(pq_dir, n)

@@ -149,6 +149,29 @@ class RequestRecord:
     #: steps by acceptance length (index = tokens committed in the step, bonus included)
     accept_len_hist: tuple[int, ...] = ()
 
+    # A time of 0 means the source did not give it (imported per-request files often carry
+    # counts and no timeline); the figures below are then None, never 0.
+    @property
+    def ttft_s(self) -> float | None:
+        """Arrival to first token, seconds; None when either time is unknown."""
+        if not self.t_arrival_ns or not self.t_first_token_ns:
+            return None
+        return (self.t_first_token_ns - self.t_arrival_ns) / 1e9
+
+    @property
+    def e2e_s(self) -> float | None:
+        """Arrival to last token, seconds; None when either time is unknown."""
+        if not self.t_arrival_ns or not self.t_finish_ns:
+            return None
+        return (self.t_finish_ns - self.t_arrival_ns) / 1e9
+
+    @property
+    def tpot_s(self) -> float | None:
+        """First to last token over the tokens after the first, seconds; None when unknown."""
+        if not self.t_first_token_ns or not self.t_finish_ns or self.num_output_tokens < 2:
+            return None
+        return (self.t_finish_ns - self.t_first_token_ns) / 1e9 / (self.num_output_tokens - 1)
+
     @property
     def acceptance_length(self) -> float | None:
         """Tokens committed per verify step, bonus token included; None when unknown."""
@@ -301,17 +324,25 @@ def to_dict(record: Any) -> dict[str, Any]:
     return {"kind": KIND_OF[type(record)], **_fields(record)}
 
 
+_NAMES: dict[type, tuple[str, ...]] = {}
+_PLAIN = (int, float, str, bool, type(None))
+
+
 def _fields(record: Any) -> dict[str, Any]:
+    cls = type(record)
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(record))
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(record):
-        value = getattr(record, f.name)
-        if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
-            value = [_fields(v) for v in value]
+    for name in names:
+        value = getattr(record, name)
+        if type(value) in _PLAIN:  # most fields: no conversion (exact types, cheap test)
+            pass
         elif isinstance(value, tuple):
-            value = list(value)
+            value = [_fields(v) for v in value] if value and dataclasses.is_dataclass(value[0]) else list(value)
         elif isinstance(value, Mapping):
             value = dict(value)
-        out[f.name] = value
+        out[name] = value
     return out
 
 

@@ -193,18 +193,32 @@ def _write_or_print(path: str | None, text: str) -> None:
 
 def _cmd_import(args: argparse.Namespace) -> int:
     from ..importers import import_files
+    from ..importers.check import warnings
 
     results = import_files(args.files, args.output, format=args.format, run=args.run)
     for path, res in zip(args.files, results):
         kinds = res.counts
         summary = ", ".join(f"{n} {k.replace('Record', '').lower()}" for k, n in kinds.items())
         print(f"{path}: {res.format}: {summary or 'no records'}; {len(res.problems)} skipped")
+        for w in warnings(res):
+            print(f"  {w}", file=sys.stderr)
         for p in res.problems[:20]:
             print(f"  skipped {p}", file=sys.stderr)
         if len(res.problems) > 20:
             print(f"  ... and {len(res.problems) - 20} more", file=sys.stderr)
     print(f"trace written to {args.output}")
     return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from ..importers.check import check_file, format_check
+
+    ok = True
+    for path in args.files:
+        result = check_file(path, format=args.format)
+        print(format_check(result))
+        ok = ok and result.ok
+    return 0 if ok else 1
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -365,6 +379,18 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--format", default=None, help="force a format (see specscope.importers)")
     im.add_argument("--run", default=None, help="put every file's records under this run id")
     im.set_defaults(func=_cmd_import)
+
+    ck = sub.add_parser("check", help="check a source's definitions: which identities between "
+                        "its figures hold, which fail, and the traps that apply",
+                        description="For each file (any importable format or a trace), one line "
+                        "per identity: histogram sum = steps, sum of j x hist(j) = accepted, "
+                        "acceptance length = 1 + accepted / steps, rate = accepted / drafted, "
+                        "per-position acceptance non-increasing, per-request sums = the run's "
+                        "counters; then the source's definitional traps. Exit status 1 when an "
+                        "identity fails.")
+    ck.add_argument("files", nargs="+")
+    ck.add_argument("--format", default=None, help="force a format (see specscope.importers)")
+    ck.set_defaults(func=_cmd_check)
 
     rp = sub.add_parser("replay", help="feed a trace through the collector as if live",
                         description="Replay traces (JSONL or Parquet) through a collector at the "

@@ -42,11 +42,8 @@ class Agreement:
 
 
 def _timings(r: schema.RequestRecord) -> dict[str, float]:
-    ttft = (r.t_first_token_ns - r.t_arrival_ns) / 1e6
-    e2e = (r.t_finish_ns - r.t_arrival_ns) / 1e6
-    out = {"ttft_ms": ttft, "e2e_ms": e2e}
-    if r.num_output_tokens > 1:
-        out["tpot_ms"] = (e2e - ttft) / (r.num_output_tokens - 1)
+    out = {name + "_ms": getattr(r, name + "_s") * 1e3 for name in ("ttft", "e2e", "tpot")
+           if getattr(r, name + "_s") is not None}
     return out
 
 

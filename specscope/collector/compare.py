@@ -49,6 +49,7 @@ class RunSample:
     span_s: float  #: first arrival to last finish
     stats: SpecStats
     reference: SpecStats | None = None  #: the same workload without speculation, if recorded
+    temperatures: tuple[float, ...] = ()  #: the sampling temperatures its requests asked for
 
 
 def run_sample(records: Iterable[Any], run_id: str) -> RunSample:
@@ -81,19 +82,23 @@ def run_sample(records: Iterable[Any], run_id: str) -> RunSample:
         return sum(gaps) / n if n else math.nan
 
     span = 0.0
-    if reqs:
-        span = (max(r.t_finish_ns for r in reqs) - min(r.t_arrival_ns for r in reqs)) / 1e9
+    timed = [r for r in reqs if r.t_arrival_ns and r.t_finish_ns]
+    if timed:
+        span = (max(r.t_finish_ns for r in timed) - min(r.t_arrival_ns for r in timed)) / 1e9
     runs = [r for r in records if isinstance(r, schema.RunRecord)]
     return RunSample(
         run_id=run_id, run=runs[0] if runs else None,
         accepted=np.array([acc.get(i, [0, 0, 0])[0] for i in ids], dtype=float),
         drafted=np.array([acc.get(i, [0, 0, 0])[1] for i in ids], dtype=float),
         drafts=np.array([acc.get(i, [0, 0, 0])[2] for i in ids], dtype=float),
-        tokens=col(lambda r: r.num_output_tokens), e2e_s=col(lambda r: (r.t_finish_ns - r.t_arrival_ns) / 1e9),
-        ttft_s=col(lambda r: (r.t_first_token_ns - r.t_arrival_ns) / 1e9),
-        tpot_s=col(lambda r: (r.t_finish_ns - r.t_first_token_ns) / 1e9 / (r.num_output_tokens - 1)
-                   if r.num_output_tokens > 1 else math.nan),
-        itl_s=col(itl), span_s=span, stats=SpecStats().observe_all(records), reference=reference)
+        tokens=col(lambda r: r.num_output_tokens), e2e_s=col(lambda r: _or_nan(r.e2e_s)),
+        ttft_s=col(lambda r: _or_nan(r.ttft_s)), tpot_s=col(lambda r: _or_nan(r.tpot_s)),
+        itl_s=col(itl), span_s=span, stats=SpecStats().observe_all(records), reference=reference,
+        temperatures=tuple(sorted({r.temperature for r in reqs})))
+
+
+def _or_nan(v: float | None) -> float:
+    return math.nan if v is None else v
 
 
 def _figures(s: RunSample, idx: np.ndarray) -> dict[str, float]:
@@ -165,7 +170,8 @@ def _clean(v: float) -> float | None:
 
 def regression_series(samples: Sequence[RunSample], *, n_boot: int = 1000,
                       seed: int = 0) -> list[dict[str, Any]]:
-    """The cross-run table: each run against the last good one before it.
+    """The cross-run table: each run against the last good one before it of the same
+    configuration and workload (``group_of``), never across groups.
 
     A run is bad when its own eval gate fails, a detector fires, or a higher-is-better metric
     (acceptance length, acceptance rate) is significantly worse than the last good run. The

@@ -149,6 +149,11 @@ class SpecStats:
         if r.reported_mean_acceptance_length is not None and math.isfinite(r.reported_mean_acceptance_length):
             self.reported_al_sum += r.reported_mean_acceptance_length
             self.reported_al_n += 1
+        if r.draft_tokens is None and r.accepted_tokens is not None and r.num_drafts:
+            # steps and accepted tokens without the drafted count (Spec-Bench answers, some
+            # per-request files): acceptance length is known, the acceptance rate is not
+            self.num_drafts += r.num_drafts
+            self.accepted_with_drafts += max(0, r.accepted_tokens)
         if r.draft_tokens is not None and r.accepted_tokens is not None:
             self.num_counted += 1
             drafted, accepted = r.draft_tokens, r.accepted_tokens
@@ -217,11 +222,12 @@ class SpecStats:
     def _observe_request(self, r: schema.RequestRecord) -> None:
         self.num_requests += 1
         self.output_tokens += max(0, r.num_output_tokens)
-        self._touch(r.t_finish_ns)
-        self._sample("ttft_s", (r.t_first_token_ns - r.t_arrival_ns) / 1e9)
-        self._sample("e2e_s", (r.t_finish_ns - r.t_arrival_ns) / 1e9)
-        if r.num_output_tokens > 1:
-            self._sample("tpot_s", (r.t_finish_ns - r.t_first_token_ns) / 1e9 / (r.num_output_tokens - 1))
+        if r.t_finish_ns:
+            self._touch(r.t_finish_ns)
+        for name in ("ttft_s", "e2e_s", "tpot_s"):
+            value = getattr(r, name)
+            if value is not None:
+                self._sample(name, value)
         times, sizes = r.chunk_times_ns, r.chunk_num_tokens
         for i in range(1, len(times)):
             gap = (times[i] - times[i - 1]) / 1e9

@@ -19,7 +19,17 @@ parser reports lines it could not read with file and line, and keeps everything 
 | inferencex-config | master config search space | Run records |
 | guidellm | GuideLLM benchmarks.json | Benchmark per strategy |
 | kineto | PyTorch profiler Chrome trace | Phase records |
+| vllm-responses | vLLM responses with per-request spec-decode stats (both shapes) | Request per response, summed SpecCounts |
+| sglang-responses | SGLang responses: `meta_info` / `sglext.spec_tokens_details` | Request per response, summed SpecCounts |
+| llamacpp-responses | llama.cpp responses with `timings.draft_n` | Request per response (no steps) |
+| trtllm-requests | TensorRT-LLM per-request `perf_metrics` | Request per response |
+| trtllm-iteration-stats | TensorRT-LLM iteration stats with `specDecodingStats` | SpecCounts per iteration |
+| llamacpp-log | llama-server log / llama-speculative summary | Request per task, SpecCounts per statistics line |
+| specbench | Spec-Bench model-answer JSONL | Request per answer with its category |
 | specscope | a specscope trace | its records |
+
+Every parser also tallies the identities its source's figures must satisfy and the
+definitional traps that apply (``ImportResult.identities`` / ``.traps``; ``specscope check``).
 """
 
 from __future__ import annotations
@@ -30,7 +40,19 @@ from pathlib import Path
 from typing import Callable
 
 from ._common import ImportResult
-from . import bench, inferencex, kineto, promtext, sglang_log, vllm_log
+from . import (bench, inferencex, kineto, llamacpp, promtext, responses, sglang_log, specbench,
+               trtllm, vllm_log)
+
+
+def _per_request_kind(obj: object) -> str | None:
+    kind = responses.shape(obj)
+    if kind:
+        return kind
+    if specbench.sniff(obj):
+        return "specbench"
+    if trtllm.sniff(obj):
+        return "trtllm-iteration-stats"
+    return None
 
 
 def _json_kind(head: str, path: Path) -> str | None:
@@ -38,6 +60,14 @@ def _json_kind(head: str, path: Path) -> str | None:
     if not text.startswith(("{", "[")):
         return None
     first = text.split("\n", 1)[0]
+    try:
+        json.loads(first)
+    except json.JSONDecodeError as exc:
+        # pretty-printed JSON fails only at the end of its first line; a log line that opens
+        # with a bracket ("[2025-06-15 10:23:45 TP0] ...") fails inside it: not JSON, and the
+        # whole file is never loaded to find out
+        if exc.pos < len(first.rstrip()) - 1:
+            return None
     try:
         obj = json.loads(path.read_text(encoding="utf-8", errors="replace"))
     except (json.JSONDecodeError, OSError, ValueError):
@@ -49,11 +79,17 @@ def _json_kind(head: str, path: Path) -> str | None:
             return None
         if isinstance(obj, dict) and obj.get("kind") == "header":
             return "specscope"
+        kind = _per_request_kind(obj)
+        if kind:
+            return kind
         if isinstance(obj, dict) and "metadata" in obj and "metrics" in obj:
             return "aiperf-records"
         if isinstance(obj, dict) and ("accept_length" in obj or "mean_ttft_ms" in obj):
             return "sglang-bench"
         return None
+    kind = _per_request_kind(obj)
+    if kind:
+        return kind
     if isinstance(obj, dict):
         if obj.get("kind") == "header":
             return "specscope"
@@ -90,6 +126,8 @@ def detect(path: str | os.PathLike) -> str:
         return "vllm-log"
     if sglang_log.sniff(head):
         return "sglang-log"
+    if llamacpp.sniff(head):
+        return "llamacpp-log"
     if "search-space" in head:
         return "inferencex-config"
     if "thinking_on" in head or "thinking_off" in head:
@@ -123,11 +161,15 @@ PARSERS: dict[str, Callable[[Path, str], ImportResult]] = {
     "inferencex-config": inferencex.parse_master_config,
     "guidellm": inferencex.parse_guidellm,
     "kineto": kineto.parse,
+    **{fmt: (lambda f: lambda p, r: responses.parse(p, r, f))(fmt) for fmt in responses.EXTRACT},
+    "trtllm-iteration-stats": trtllm.parse,
+    "llamacpp-log": llamacpp.parse,
+    "specbench": specbench.parse,
     "specscope": _specscope,
 }
 
 
-STREAMING = {"vllm-log", "sglang-log"}
+STREAMING = {"vllm-log", "sglang-log", "llamacpp-log"}
 
 
 def import_file(path: str | os.PathLike, *, format: str | None = None,
@@ -149,6 +191,10 @@ def import_file(path: str | os.PathLike, *, format: str | None = None,
         if emit is not None:
             res.emit = emit
             res.flush()
+        else:  # callers without a sink get records, never column batches
+            from ..io.columns import expand
+
+            res.records = expand(res.records)
         return res
     except OSError:
         raise

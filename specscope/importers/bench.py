@@ -211,16 +211,52 @@ def parse_aiperf(path: str | os.PathLike, run_id: str) -> ImportResult:
         model = names[0] if names else ""
     res.add(run_record(run_id, "aiperf", "aiperf", path, model=model,
                                   engine_version=str(d.get("aiperf_version", ""))))
+    totals = {k: _stat(d, k, "avg") for k in ("total_spec_decode_steps", "total_draft_tokens",
+                                                "total_accepted_draft_tokens")}
+    for key, name in (("spec_decode_acceptance_length", "acceptance_length_request_mean"),
+                      ("spec_decode_token_weighted_acceptance_length", "acceptance_length"),
+                      ("spec_decode_overall_draft_acceptance_rate", "acceptance_rate")):
+        v = _stat(d, key, "avg")
+        if v is not None:
+            metrics[name] = v / 100 if name == "acceptance_rate" else v
+    if totals["total_accepted_draft_tokens"] is not None:
+        steps, drafted, accepted = (None if v is None else int(v) for v in totals.values())
+        res.add(schema.SpecCountsRecord(
+            run_id=run_id, t_ns=0, num_drafts=steps, draft_tokens=drafted, accepted_tokens=accepted,
+            reported_mean_acceptance_length=metrics.get("acceptance_length"),
+            reported_acceptance_rate=metrics.get("acceptance_rate"), source="aiperf"))
+        if steps:
+            res.identity("token-weighted acceptance length = 1 + accepted / steps",
+                         metrics.get("acceptance_length"), 1 + accepted / steps, file=str(path), tol=1e-3)
+        res.trap("aiperf-request-mean", "AIPerf's spec_decode_acceptance_length is the mean of "
+                 "per-request means (request-weighted); the pooled figure is "
+                 "spec_decode_token_weighted_acceptance_length")
     res.add(schema.BenchmarkRecord(
         run_id=run_id, source="aiperf", metrics=metrics,
         config={"aiperf_version": d.get("aiperf_version"), "schema_version": d.get("schema_version")}))
     return res
 
 
+def _stat(d: dict, key: str, stat: str) -> float | None:
+    v = d.get(key)
+    v = v.get(stat) if isinstance(v, dict) else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _value(m: dict, key: str) -> float | None:
+    v = m.get(key)
+    v = v.get("value") if isinstance(v, dict) else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def parse_aiperf_records(path: str | os.PathLike, run_id: str) -> ImportResult:
-    """AIPerf per-request ``profile_export.jsonl``: each line a RequestRecord."""
+    """AIPerf per-request ``profile_export.jsonl``: each line a RequestRecord, with its
+    ``spec_decode_*`` figures where the engine gave them."""
+    from .responses import Req, check_request, pooled
+
     res = ImportResult("aiperf-records")
     res.add(run_record(run_id, "aiperf", "aiperf-records", path))
+    spec: list[Req] = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             res.lines_read += 1
@@ -232,18 +268,35 @@ def parse_aiperf_records(path: str | os.PathLike, run_id: str) -> ImportResult:
                 start = int(meta["request_start_ns"])
                 end = int(meta["request_end_ns"])
                 ttft_ms = m.get("time_to_first_token", {}).get("value")
-                first = start + int(float(ttft_ms) * 1e6) if ttft_ms is not None else end
+                first = start + int(float(ttft_ms) * 1e6) if ttft_ms is not None else 0
                 gaps = m.get("inter_chunk_latency", {}).get("value") or []
                 chunks = [first] if ttft_ms is not None else []
                 for gap in gaps if chunks and isinstance(gaps, list) else ():
                     chunks.append(chunks[-1] + int(float(gap) * 1e6))
+                rid = str(meta.get("x_request_id", lineno))
+                steps, drafted, accepted = (_value(m, f"spec_decode_{k}") for k in
+                                            ("steps", "draft_tokens", "accepted_draft_tokens"))
+                req = Req(rid, steps=None if steps is None else int(steps),
+                          drafted=None if drafted is None else int(drafted),
+                          accepted=None if accepted is None else int(accepted),
+                          reported_al=_value(m, "spec_decode_acceptance_length"))
+                rate = _value(m, "spec_decode_draft_acceptance_rate")
+                req.reported_rate = None if rate is None else rate / 100
+                if req.accepted is not None:
+                    check_request(res, req, "aiperf-records", str(path), lineno)
+                    spec.append(req)
                 res.add(schema.RequestRecord(
-                    run_id=run_id, rank=0, request_id=str(meta.get("x_request_id", lineno)),
+                    run_id=run_id, rank=0, request_id=rid,
                     t_arrival_ns=start,
                     t_first_token_ns=first, t_finish_ns=end, chunk_times_ns=tuple(chunks),
                     num_prompt_tokens=int(m.get("input_sequence_length", {}).get("value", 0)),
                     num_output_tokens=int(m.get("output_sequence_length", {}).get("value", 0)),
-                    finish_reason="cancelled" if meta.get("was_cancelled") else ""))
+                    finish_reason="cancelled" if meta.get("was_cancelled") else "",
+                    num_verify_steps=req.steps, num_draft_tokens=req.drafted,
+                    num_accepted_tokens=req.accepted))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
                 res.problems.append(Problem(str(path), lineno, f"not an AIPerf record: {exc!r}"))
+    summed = pooled(spec, run_id, "aiperf-records")
+    if summed is not None:
+        res.add(summed)
     return res

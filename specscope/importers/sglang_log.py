@@ -18,7 +18,7 @@ import re
 
 from .. import schema
 from ..schema import Problem
-from ._common import ImportResult, num, run_record, to_ns
+from ._common import ImportResult, marked_lines, num, run_record, to_ns
 
 PREFIX = re.compile(r"^\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?"
                     r"(?: DP(?P<dp>\d+))?(?: TP(?P<tp>\d+))?(?: EP(?P<ep>\d+))?[^\]]*\]\s*")
@@ -48,34 +48,37 @@ def _fields(rest: str) -> dict[str, float]:
 def parse(path: str | os.PathLike, run_id: str, emit=None) -> ImportResult:
     res = ImportResult("sglang-log", emit=emit)
     name = str(path)
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, raw in enumerate(f, start=1):
-            res.lines_read += 1
-            line = raw.rstrip("\n")
-            m = PREFIX.match(line)
-            body = line[m.end():] if m else line
-            k = KIND.search(body)
-            if not k:
-                continue
-            t_ns, rank = 0, 0
-            if m:
-                rank = int(m.group("tp") or 0)
+    stamps: dict[str, int] = {}
+    for lineno, line in marked_lines(path, ("Decode batch", "Prefill batch"), res):
+        m = PREFIX.match(line)
+        body = line[m.end():] if m else line
+        k = KIND.search(body)
+        if not k:
+            continue
+        t_ns, rank = 0, 0
+        if m:
+            rank = int(m.group("tp") or 0)
+            t_ns = stamps.get(m.group("time"), -1)
+            if t_ns < 0:
                 try:
                     t_ns = to_ns(_dt.datetime.strptime(m.group("time"), "%Y-%m-%d %H:%M:%S"))
                 except ValueError:
-                    res.problems.append(Problem(name, lineno, "bad timestamp; line kept without time"))
-            values = _fields(body[k.end():])
-            if not values:
-                res.problems.append(Problem(name, lineno, f"{k.group(1)} batch line without fields"))
-                continue
-            if k.group(1) == "Decode" and "accept_len" in values:
-                res.add(schema.SpecCountsRecord(
-                    run_id=run_id, rank=rank, t_ns=t_ns,
-                    reported_mean_acceptance_length=values.pop("accept_len"),
-                    reported_acceptance_rate=values.pop("accept_rate", None), source="sglang"))
-            prefix = "decode_" if k.group(1) == "Decode" else "prefill_"
-            res.add(schema.SampleRecord(
+                    t_ns = 0
+                stamps[m.group("time")] = t_ns
+            if not t_ns:
+                res.problems.append(Problem(name, lineno, "bad timestamp; line kept without time"))
+        values = _fields(body[k.end():])
+        if not values:
+            res.problems.append(Problem(name, lineno, f"{k.group(1)} batch line without fields"))
+            continue
+        if k.group(1) == "Decode" and "accept_len" in values:
+            res.add(schema.SpecCountsRecord(
                 run_id=run_id, rank=rank, t_ns=t_ns,
-                values={prefix + key: v for key, v in values.items()}, source="sglang"))
+                reported_mean_acceptance_length=values.pop("accept_len"),
+                reported_acceptance_rate=values.pop("accept_rate", None), source="sglang"))
+        prefix = "decode_" if k.group(1) == "Decode" else "prefill_"
+        res.add(schema.SampleRecord(
+            run_id=run_id, rank=rank, t_ns=t_ns,
+            values={prefix + key: v for key, v in values.items()}, source="sglang"))
     res.add(run_record(run_id, "sglang", "sglang-log", path))
     return res

@@ -20,9 +20,15 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+from typing import Any
+
+import numpy as np
+
 from .. import schema
+from ..io.columns import CountsColumns
 from ..schema import Problem
-from ._common import ImportResult, file_year, num, run_record, to_ns
+from ._common import (ImportResult, Tally, blocks, file_year, line_hits, num, run_record, steps_from_mean,
+                      to_ns)
 
 PREFIX = re.compile(r"^\((?P<proc>[A-Za-z][A-Za-z0-9]*)(?:_TP(?P<tp>\d+))?(?:_\w+)?"
                     r"(?: pid=(?P<pid>\d+))?\)\s*")
@@ -34,6 +40,10 @@ FIELD = {
     "per_pos": re.compile(r"Per-position acceptance rate: ([\d., nan]+?)(?:,\s*[A-Z]|$)"),
     "rate": re.compile(r"(?:Avg )?Draft acceptance rate: ([\d.]+|nan)(%?)"),
 }
+V1_NOW = re.compile(r"SpecDecoding metrics: Mean acceptance length: ([\d.]+|nan), Accepted throughput: "
+                    r"[\d.]+ tokens/s, Drafted throughput: [\d.]+ tokens/s, Accepted: (\d+) tokens, "
+                    r"Drafted: (\d+) tokens, Per-position acceptance rate: ([\d., na]*?), "
+                    r"Avg Draft acceptance rate: ([\d.]+|nan)%")
 V0 = re.compile(r"Speculative metrics: Draft acceptance rate: ([\d.]+|nan), System efficiency: "
                 r"([\d.]+|nan), Number of speculative tokens: (\d+), Number of accepted tokens: "
                 r"(\d+), Number of draft tokens: (\d+), Number of emitted tokens: (\d+)")
@@ -42,6 +52,14 @@ ENGINE = re.compile(r"Engine (\d+): (.*)")
 GAUGE = re.compile(r"([A-Za-z][A-Za-z /]+?): ([\d.]+) ?(tokens/s|reqs|%)?(?:,|$)")
 MARKERS = ("SpecDecoding metrics", "Speculative metrics", "SpecDecodeWorker stage times",
            "Engine 0")
+#: the current release's whole line, prefix, time and logger included, in one match
+LINE_V1 = re.compile(
+    r"(?:\([A-Za-z][A-Za-z0-9]*(?:_TP(\d+))?(?:_\w+)?(?: pid=\d+)?\)[ \t]*)?"
+    r"(?:INFO|WARNING|DEBUG|ERROR)[ \t]+(\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? \[[\w.]+:\d+\] "
+    r"SpecDecoding metrics: Mean acceptance length: ([\d.]+|nan), Accepted throughput: "
+    r"[\d.]+ tokens/s, Drafted throughput: [\d.]+ tokens/s, Accepted: (\d+) tokens, "
+    r"Drafted: (\d+) tokens, Per-position acceptance rate: ([\d., na]*?), "
+    r"Avg Draft acceptance rate: ([\d.]+|nan)%")
 
 
 def sniff(head: str) -> bool:
@@ -50,59 +68,236 @@ def sniff(head: str) -> bool:
 
 def parse(path: str | os.PathLike, run_id: str, emit=None) -> ImportResult:
     res = ImportResult("vllm-log", emit=emit)
-    year = file_year(path)
-    name = str(path)
-    v0_prev: dict[int, tuple[int, int, int]] = {}  #: rank -> last cumulative counters
-    k_seen = 0
-    last_t = None
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, raw in enumerate(f, start=1):
-            res.lines_read += 1
-            if "metrics" not in raw and "Engine " not in raw and "SpecDecodeWorker" not in raw:
-                continue  # fast path: most server lines are something else
-            line = raw.rstrip("\n")
-            m = PREFIX.match(line)
-            rank = int(m.group("tp")) if m and m.group("tp") else 0
-            body = line[m.end():] if m else line
-            if not any(marker in body for marker in MARKERS):
-                continue
-            st = STAMP.search(body)
-            t_ns = 0
-            if st:
-                try:
-                    mo, d, hh, mm, ss = (int(x) for x in st.groups())
-                    t_ns = to_ns(_dt.datetime(year, mo, d, hh, mm, ss))
-                except ValueError:
-                    res.problems.append(Problem(name, lineno, "bad timestamp; line kept without time"))
+    reader = _Reader(res, run_id, file_year(path), str(path))
+    for base, text in blocks(path, res):
+        if _dense(reader, text, base):  # a block of nothing but current V1 lines: as columns
+            continue
+        counted, lineno = 0, base
+        for start, line in line_hits(text, MARKERS):
+            lineno += text.count("\n", counted, start)
+            counted = start
+            m = LINE_V1.match(line) if "SpecDecoding metrics: Mean" in line else None
+            if m:  # the current release's line: one match gives every field
+                reader.fast(m, lineno)
+            else:
+                reader.line(line, lineno)
+    return reader.finish(path)
+
+
+#: the same line from its level on: starting with a literal, sre skips ahead at C speed, so one
+#: findall over a whole block whose every line is such a line gives its fields line by line
+BLOCK_V1 = re.compile(
+    r"INFO (\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? \[[\w.]+:\d+\] SpecDecoding metrics: Mean "
+    r"acceptance length: ([\d.]+|nan), Accepted throughput: [\d.]+ tokens/s, Drafted throughput: "
+    r"[\d.]+ tokens/s, Accepted: (\d+) tokens, Drafted: (\d+) tokens, Per-position acceptance rate: "
+    r"([^A\n]*), Avg Draft acceptance rate: ([\d.]+|nan)%")
+BLOCK_TP = re.compile(r"_TP(\d+)[^\n]*?SpecDecoding metrics: Mean")
+
+
+def _dense(reader: "_Reader", text: str, base: int) -> bool:
+    """Read a block whose every line is a current-release SpecDecoding line as columns: a few
+    regexes that start with a literal run over the whole block (C speed, aligned line by line),
+    numpy over what they give. False where the block needs the line path (other lines, other
+    markers, a field that does not parse), which gives the same records."""
+    n = text.count("\n")
+    if text.count("SpecDecoding metrics: Mean") != n or not n:
+        return False
+    found = BLOCK_V1.findall(text)
+    tp = BLOCK_TP.findall(text) if "_TP" in text else [""] * n
+    if len(found) != n or len(tp) != n:
+        return False
+    stamp, al_s, acc_s, dr_s, pp_s, rate_s = zip(*found)
+    when = {st: reader.stamp_ns(st) for st in set(stamp)}
+    t = np.fromiter(map(when.__getitem__, stamp), np.int64, n)
+    k_of = {p.count(",") + 1 if p.strip() else 0 for p in pp_s}
+    if (t == 0).any() or len(k_of) != 1 or "n" in "".join(pp_s):
+        return False
+    k = k_of.pop()
+    acc = np.fromiter(map(int, acc_s), np.int64, n)
+    dr = np.fromiter(map(int, dr_s), np.int64, n)
+    al = np.fromiter(map(float, al_s), float, n)
+    rate = np.fromiter(map(float, rate_s), float, n) / 100
+    # drafts: drafted / k where the line's own mean acceptance length agrees (see _drafts)
+    by_k = np.where((dr % k == 0) if k else False, dr // max(k, 1), -1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        agree = (by_k > 0) & (np.abs(1 + acc / np.where(by_k > 0, by_k, 1) - al) <= 0.005 + 1e-9)
+    simple = agree | np.isnan(al) | (acc == 0)
+    drafts: list = np.where(by_k >= 0, by_k, 0).tolist()
+    for i in np.flatnonzero(~simple).tolist():
+        drafts[i], varied = _drafts(int(acc[i]), int(dr[i]), k, float(al[i]))
+        if varied:
+            reader.res.trap("varying-k", VARYING_K)
+    for i in np.flatnonzero(simple & (by_k < 0)).tolist():
+        drafts[i] = None
+    dd = np.fromiter((x or 0 for x in drafts), float, n) if not simple.all() else np.maximum(by_k, 0).astype(float)
+    known = dd > 0
+    if k:
+        rates = np.fromiter(map(float, ",".join(pp_s).split(",")), float, n * k).reshape(n, k)
+        per_pos_arr = np.rint(rates * dd[:, None]).astype(np.int64)
+        per_pos = per_pos_arr.tolist()  # lists: CountsColumns writes them as JSON arrays
+        for i in np.flatnonzero(~known).tolist():
+            if drafts[i] is None:
+                per_pos[i] = []
+    else:
+        per_pos = [[] for _ in range(n)]
+    interval = (np.diff(t, prepend=reader.last_t or 0) / 1e9).tolist()
+    if not reader.last_t:
+        interval[0] = None
+    reader.columns(
+        [int(x) if x else 0 for x in tp] if "_TP" in text else [0] * n, t.tolist(), interval, drafts,
+        dr.tolist(), acc.tolist(), per_pos, _nan_none(al), _nan_none(rate))
+    reader.last_t = int(t[-1])
+    reader.k_seen = max(reader.k_seen, k)
+
+    tally = reader.tally
+    with np.errstate(divide="ignore", invalid="ignore"):
+        _bulk(tally["rate"], (dr > 0) & ~np.isnan(rate), rate, acc / np.maximum(dr, 1), 0.0005, reader, base)
+        _bulk(tally["al"], known & ~np.isnan(al), al, 1 + acc / np.maximum(dd, 1), 0.005, reader, base)
+    if k > 1:
+        rising = (np.diff(per_pos_arr, axis=1) > 0).sum(axis=1)
+        _bulk(tally["order"], known, rising.astype(float), np.zeros(n), 0, reader, base)
+    elif k == 1:
+        tally["order"].held += int(known.sum())
+    return True
+
+
+def _nan_none(a: np.ndarray) -> list:
+    return [None if x != x else x for x in a.tolist()] if np.isnan(a).any() else a.tolist()
+
+
+def _bulk(t: Tally, mask: np.ndarray, left: np.ndarray, right: np.ndarray, tol: float,
+          reader: "_Reader", base: int) -> None:
+    """Tally an identity over a block's rows at once; failing rows are observed one by one,
+    so their lines are named."""
+    miss = np.abs(left - right)
+    ok = mask & (miss <= tol + 1e-9)
+    t.held += int(ok.sum())
+    bad = np.flatnonzero(mask & ~ok)
+    if bad.size:
+        t.failed += int(bad.size)
+        t.worst = max(t.worst, float(miss[bad].max()))
+        for i in bad[:max(0, 5 - len(t.first_failures))].tolist():
+            t.first_failures.append(f"{reader.name}:{base + i}: {left[i]:g} vs {right[i]:g}")
+
+
+VARYING_K = ("drafted / k disagrees with the line's mean acceptance length: the draft depth "
+             "varied, so drafts come from the mean (where exact) and per-position rates are "
+             "approximate")
+
+
+class _Reader:
+    """The state of one log's import: counters to difference, timestamps seen, the columns."""
+
+    def __init__(self, res: ImportResult, run_id: str, year: int, name: str) -> None:
+        self.res, self.run_id, self.year, self.name = res, run_id, year, name
+        self.v0_prev: dict[int, tuple[int, int, int]] = {}  #: rank -> last cumulative counters
+        self.k_seen = 0
+        self.last_t: int | None = None
+        self.stamps: dict[str, int] = {}  #: stamp text -> ns (a log repeats each second)
+        self.cols = CountsColumns(run_id, "vllm-v1")
+        self.tally = {key: res.tally(text) for key, text in V1_IDENTITIES.items()}
+
+    def stamp_ns(self, stamp: str) -> int:
+        """ns since the epoch of a month-day time in the log's year; 0 where it does not parse."""
+        t_ns = self.stamps.get(stamp, -1)
+        if t_ns < 0:
             try:
-                if "SpecDecoding metrics" in body:
-                    rec, k = _v1(body, run_id, rank, t_ns, last_t)
-                    k_seen = max(k_seen, k)
-                    res.add(rec)
-                    last_t = t_ns or last_t
-                elif "Speculative metrics" in body:
-                    mv = V0.search(body)
-                    if not mv:
-                        raise ValueError("unrecognised V0 'Speculative metrics' line")
-                    res.add(_v0(mv, v0_prev.get(rank), run_id, rank, t_ns))
-                    v0_prev[rank] = tuple(int(mv.group(i)) for i in (4, 5, 6))
-                    k_seen = max(k_seen, int(mv.group(3)))
-                elif "SpecDecodeWorker stage times" in body:
-                    res.extend(_stages(body, run_id, rank, t_ns))
-                else:
-                    me = ENGINE.search(body)
-                    if me:
-                        values = {}
-                        for gname, gval, unit in GAUGE.findall(me.group(2)):
-                            key = gname.strip().lower().replace(" ", "_")
-                            values[key + {"tokens/s": "_tok_s", "%": "_pct", "reqs": ""}.get(unit, "")] = float(gval)
-                        res.add(schema.SampleRecord(
-                            run_id=run_id, rank=int(me.group(1)), t_ns=t_ns, values=values,
-                            source="vllm-engine"))
-            except (ValueError, ZeroDivisionError) as exc:
-                res.problems.append(Problem(name, lineno, str(exc)))
-    res.add(run_record(run_id, "vllm", "vllm-log", path, num_steps=k_seen))
-    return res
+                mo, d, hh, mm, ss = (int(x) for x in re.findall(r"\d+", stamp)[:5])
+                t_ns = to_ns(_dt.datetime(self.year, mo, d, hh, mm, ss))
+            except ValueError:
+                t_ns = 0
+            self.stamps[stamp] = t_ns
+        return t_ns
+
+    def time(self, stamp: str, lineno: int) -> int:
+        t_ns = self.stamp_ns(stamp)
+        if not t_ns:
+            self.res.problems.append(Problem(self.name, lineno, "bad timestamp; line kept without time"))
+        return t_ns
+
+    def columns(self, *columns: list) -> None:
+        """A block's intervals at once, in CountsColumns.FIELDS order."""
+        self.cols.extend(*columns)
+        if len(self.cols) >= self.res.batch:
+            self.res.add(self.cols)
+            self.cols = CountsColumns(self.run_id, "vllm-v1")
+
+    def fast(self, m: re.Match, lineno: int) -> None:
+        tp, stamp, al, acc, dr, pp, rate = m.groups()
+        t_ns = self.time(stamp, lineno)
+        rates = [num(x) for x in pp.split(",")] if pp.strip() else []
+        rate_f = num(rate)
+        self.v1(int(tp or 0), t_ns, int(acc), int(dr), rates, num(al),
+                None if rate_f is None else rate_f / 100, lineno)
+
+    def v1(self, rank: int, t_ns: int, accepted: int, drafted: int, rates: list, mean_al: float | None,
+           rate: float | None, lineno: int) -> None:
+        k = len(rates)
+        drafts, varied = _drafts(accepted, drafted, k, mean_al)
+        per_pos = tuple(round(r * drafts) for r in rates) if drafts is not None and None not in rates else ()
+        interval = (t_ns - self.last_t) / 1e9 if self.last_t and t_ns else None
+        self.cols.append(rank, t_ns, interval, drafts, drafted, accepted, per_pos, mean_al, rate)
+        if len(self.cols) >= self.res.batch:
+            self.res.add(self.cols)
+            self.cols = CountsColumns(self.run_id, "vllm-v1")
+        self.last_t = t_ns or self.last_t
+        self.k_seen = max(self.k_seen, k)
+        t = self.tally
+        if drafted and rate is not None:
+            t["rate"].observe(rate, accepted / drafted, 0.0005, self.name, lineno)
+        if drafts and mean_al is not None:
+            t["al"].observe(mean_al, 1 + accepted / drafts, 0.005, self.name, lineno)
+        if per_pos:
+            t["order"].observe(sum(1 for a, b in zip(per_pos, per_pos[1:]) if b > a), 0, 0, self.name, lineno)
+        if varied:
+            self.res.trap("varying-k", VARYING_K)
+
+    def line(self, line: str, lineno: int) -> None:
+        res, run_id = self.res, self.run_id
+        m = PREFIX.match(line)
+        rank = int(m.group("tp")) if m and m.group("tp") else 0
+        body = line[m.end():] if m else line
+        if not any(marker in body for marker in MARKERS):
+            return
+        st = STAMP.search(body, 0, 64)
+        t_ns = self.time(st.group(0), lineno) if st else 0
+        try:
+            if "SpecDecoding metrics" in body:
+                accepted, drafted, rates, mean_al, rate = _v1_fields(body)
+                self.v1(rank, t_ns, accepted, drafted, rates, mean_al, rate, lineno)
+            elif "Speculative metrics" in body:
+                mv = V0.search(body)
+                if not mv:
+                    raise ValueError("unrecognised V0 'Speculative metrics' line")
+                rec = _v0(mv, self.v0_prev.get(rank), run_id, rank, t_ns)
+                res.add(rec)
+                _v0_identities(res, mv, self.v0_prev.get(rank), rec, self.name, lineno)
+                res.trap("vllm-v0-accepted", "vLLM V0's 'Number of accepted tokens' counts every "
+                         "matching draft token, also after a rejection (not a prefix count): "
+                         "committed tokens come from 'Number of emitted tokens'; V0's own "
+                         "acceptance rate is kept as the engine's figure")
+                self.v0_prev[rank] = tuple(int(mv.group(i)) for i in (4, 5, 6))
+                self.k_seen = max(self.k_seen, int(mv.group(3)))
+            elif "SpecDecodeWorker stage times" in body:
+                res.extend(_stages(body, run_id, rank, t_ns))
+            else:
+                me = ENGINE.search(body)
+                if me:
+                    values = {}
+                    for gname, gval, unit in GAUGE.findall(me.group(2)):
+                        key = gname.strip().lower().replace(" ", "_")
+                        values[key + {"tokens/s": "_tok_s", "%": "_pct", "reqs": ""}.get(unit, "")] = float(gval)
+                    res.add(schema.SampleRecord(
+                        run_id=run_id, rank=int(me.group(1)), t_ns=t_ns, values=values,
+                        source="vllm-engine"))
+        except (ValueError, ZeroDivisionError) as exc:
+            res.problems.append(Problem(self.name, lineno, str(exc)))
+
+    def finish(self, path: str | os.PathLike) -> ImportResult:
+        if len(self.cols):
+            self.res.add(self.cols)
+        self.res.add(run_record(self.run_id, "vllm", "vllm-log", path, num_steps=self.k_seen))
+        return self.res
 
 
 def _v0(mv: re.Match, prev: tuple[int, int, int] | None, run_id: str, rank: int,
@@ -131,28 +326,64 @@ def _v0(mv: re.Match, prev: tuple[int, int, int] | None, run_id: str, rank: int,
         reported_acceptance_rate=num(mv.group(1)), source="vllm-v0")
 
 
-def _v1(body: str, run_id: str, rank: int, t_ns: int, last_t: int | None):
+def _drafts(accepted: int, drafted: int, k: int, mean_al: float | None) -> tuple[int | None, bool]:
+    """Drafts in one interval, and whether the draft depth evidently varied.
+
+    drafted / k holds only when every draft had k tokens; it is kept when the line's own mean
+    acceptance length (1 + accepted / drafts, two decimals) agrees with it. Where they disagree
+    the depth varied (per-batch-size k, n-gram drafts): drafts come from the mean acceptance
+    length where one whole number fits its rounding, else stay unknown.
+    """
+    by_k = drafted // k if k and drafted % k == 0 else None
+    if mean_al is None or accepted == 0:
+        return by_k, False
+    if by_k and abs(1 + accepted / by_k - mean_al) <= 0.005 + 1e-9:
+        return by_k, False
+    return steps_from_mean(accepted, mean_al), bool(k)
+
+
+def _v0_identities(res: ImportResult, mv: re.Match, prev: tuple[int, int, int] | None,
+                   rec: schema.SpecCountsRecord, name: str, lineno: int) -> None:
+    """A prefix count would equal emitted - drafts; V0's accepted count does not (its trap)."""
+    k, now = int(mv.group(3)), (int(mv.group(4)), int(mv.group(5)), int(mv.group(6)))
+    if prev is None or any(n < p for n, p in zip(now, prev)):
+        prev = (0, 0, 0)
+    accepted_v0 = now[0] - prev[0]
+    if rec.num_drafts:
+        res.identity("accepted tokens = emitted - drafts (a prefix count; V0's is not)",
+                     accepted_v0, rec.accepted_tokens, line=lineno, file=name)
+    eff = num(mv.group(2))
+    if now[1] and k and now[1] % k == 0 and eff is not None:  # a cumulative figure
+        res.identity("system efficiency = emitted / (drafts x (k + 1)) (3 decimals)", eff,
+                     now[2] / (now[1] // k * (k + 1)), line=lineno, file=name, tol=0.0005)
+
+
+def _v1_fields(body: str) -> tuple[int, int, list, float | None, float | None]:
+    """accepted, drafted, per-position rates, mean acceptance length, rate (a fraction)."""
+    fast = V1_NOW.search(body)
+    if fast:  # the current release's field order, in one match
+        rates = [num(x) for x in fast.group(4).split(",")] if fast.group(4).strip() else []
+        rate = num(fast.group(5))
+        return (int(fast.group(2)), int(fast.group(3)), rates, num(fast.group(1)),
+                None if rate is None else rate / 100)
     got = {k: rx.search(body) for k, rx in FIELD.items()}
     if not got["accepted"] or not got["drafted"]:
         raise ValueError("SpecDecoding line without 'Accepted: N tokens, Drafted: N tokens'")
-    accepted, drafted = int(got["accepted"].group(1)), int(got["drafted"].group(1))
     rates = []
     if got["per_pos"]:
         rates = [num(x) for x in got["per_pos"].group(1).split(",") if x.strip()]
-    k = len(rates)
-    drafts = drafted // k if k and drafted % k == 0 else None
-    per_pos = tuple(round(r * drafts) for r in rates) if drafts is not None and None not in rates else ()
     rate = None
     if got["rate"]:
         rate = num(got["rate"].group(1))
         if rate is not None and got["rate"].group(2) == "%":
             rate /= 100
-    interval = (t_ns - last_t) / 1e9 if last_t and t_ns else None
-    return schema.SpecCountsRecord(
-        run_id=run_id, rank=rank, t_ns=t_ns, interval_s=interval, num_drafts=drafts,
-        draft_tokens=drafted, accepted_tokens=accepted, accepted_per_pos=per_pos,
-        reported_mean_acceptance_length=num(got["mean_al"].group(1)) if got["mean_al"] else None,
-        reported_acceptance_rate=rate, source="vllm-v1"), k
+    mean_al = num(got["mean_al"].group(1)) if got["mean_al"] else None
+    return int(got["accepted"].group(1)), int(got["drafted"].group(1)), rates, mean_al, rate
+
+
+V1_IDENTITIES = {"rate": "acceptance rate = accepted / drafted (1 decimal, %)",
+                 "al": "mean acceptance length = 1 + accepted / drafts (2 decimals)",
+                 "order": "per-position acceptance is non-increasing (chain drafting)"}
 
 
 STAGE_PHASE = {"average_time_per_proposal_tok_ms": "draft_per_token",

@@ -58,9 +58,16 @@ class TraceWriter:
                                        "created_ns": time.time_ns()})])
 
     def write(self, records: Sequence[Any]) -> None:
-        from .columns import expand
+        from .columns import CountsColumns, VerifyColumns
 
-        lines = [json.dumps(schema.to_dict(r), separators=(",", ":")) for r in expand(records)]
+        lines: list[str] = []
+        for r in records:
+            if isinstance(r, CountsColumns):  # straight from columns, no object per row
+                lines.extend(r.json_lines())
+            elif isinstance(r, VerifyColumns):
+                lines.extend(json.dumps(schema.to_dict(x), separators=(",", ":")) for x in r.to_records())
+            else:
+                lines.append(json.dumps(schema.to_dict(r), separators=(",", ":")))
         self._write_lines(lines)
         self.num_written += len(lines)
 

@@ -42,17 +42,13 @@ def test_every_sample_is_detected_and_imports(samples):
         "vllm_metrics_scrape_specdecode_1.txt": "prometheus-text",
         "sglang_metrics_scrape_1.txt": "prometheus-text",
         "sglang_metrics_scrape_2.txt": "prometheus-text",
+        "specbench_eagle_answers_excerpt.jsonl": "specbench",
+        "specbench_sps68m_answers_excerpt.jsonl": "specbench",
+        "specbench_vanilla_answers_excerpt.jsonl": "specbench",
+        "llamacpp_spec_stats_docs_excerpt.txt": "llamacpp-log",
     }
-    # formats no importer reads yet (Spec-Bench answers, llama.cpp statistics lines): refused
-    # with an error that names the file, never imported as something else
-    not_read = {"specbench_eagle_answers_excerpt.jsonl", "specbench_sps68m_answers_excerpt.jsonl",
-                "specbench_vanilla_answers_excerpt.jsonl", "llamacpp_spec_stats_docs_excerpt.txt"}
     present = {p.name for p in samples.iterdir() if p.name != "SOURCES.md"}
-    assert present == set(expected) | not_read, "a new sample needs an expectation here"
-    for name in not_read:
-        with pytest.raises(ValueError, match="unknown format") as err:
-            detect(samples / name)
-        assert name in str(err.value)
+    assert present == set(expected), "a new sample needs an expectation here"
     for name, fmt in expected.items():
         assert detect(samples / name) == fmt, name
         res = import_file(samples / name)
@@ -159,3 +155,58 @@ def test_guidellm_and_kineto(samples, tmp_path):
     kernel_us = sum(e["dur"] for e in events if e.get("ph") == "X" and e.get("cat") == "kernel")
     rep = build_report(import_file(samples / "kineto_trace_1.json").records)
     assert rep["runs"][0]["phases"]["gpu_kernel"]["total_s"] == pytest.approx(kernel_us / 1e6)
+
+
+def test_specbench_answers_keep_categories_and_the_bonus_token(samples, tmp_path):
+    """Spec-Bench: one request per answer with its category; acceptance length is
+    sum(new_tokens) / sum(decoding_steps), the bonus token included, as Spec-Bench computes it."""
+    lines = [json.loads(x) for x in (samples / "specbench_sps68m_answers_excerpt.jsonl").read_text().splitlines()]
+    res = import_file(samples / "specbench_sps68m_answers_excerpt.jsonl")
+    reqs = [r for r in res.records if isinstance(r, schema.RequestRecord)]
+    assert len(reqs) == len(lines) == 13
+    assert {r.category for r in reqs} == {x["category"] for x in lines}
+    for r, x in zip(reqs, lines):
+        c = x["choices"][0]
+        assert r.num_output_tokens == sum(c["new_tokens"])
+        assert r.num_verify_steps == sum(c["decoding_steps"])
+        assert r.acceptance_length == pytest.approx(sum(c["accept_lengths"]) / len(c["accept_lengths"]))
+        assert r.ttft_s is None and r.e2e_s == pytest.approx(sum(c["wall_time"]), abs=1e-6)
+    rep = _report(samples, tmp_path, "specbench_sps68m_answers_excerpt.jsonl")
+    t = rep["runs"][0]["totals"]
+    tokens = sum(sum(x["choices"][0]["new_tokens"]) for x in lines)
+    steps = sum(sum(x["choices"][0]["decoding_steps"]) for x in lines)
+    assert t["mean_acceptance_length"] == pytest.approx(tokens / steps)
+    assert t["acceptance_rate"] is None and t["draft_tokens"] is None  # drafted is not recorded
+
+
+def test_specbench_vanilla_answers_are_the_baseline(samples):
+    res = import_file(samples / "specbench_vanilla_answers_excerpt.jsonl")
+    run = next(r for r in res.records if isinstance(r, schema.RunRecord))
+    assert run.algorithm == "none" and run.labels["role"] == "baseline"
+    reqs = [r for r in res.records if isinstance(r, schema.RequestRecord)]
+    assert len(reqs) == 13 and all(r.num_verify_steps is None for r in reqs)
+    assert not any(isinstance(r, schema.SpecCountsRecord) for r in res.records)
+
+
+def test_llamacpp_statistics_and_request_lines(samples):
+    """The llama.cpp docs' real lines: per-request acceptance (171/297, 90/128) and the
+    per-implementation statistics, counted as printed (drafts = #gen drafts)."""
+    res = import_file(samples / "llamacpp_spec_stats_docs_excerpt.txt")
+    reqs = [r for r in res.records if isinstance(r, schema.RequestRecord)]
+    assert [(r.num_accepted_tokens, r.num_draft_tokens) for r in reqs] == [(171, 297), (90, 128)]
+    assert all(r.num_verify_steps is None for r in reqs)  # these lines print no steps
+    counts = {c.source: c for c in res.records if isinstance(c, schema.SpecCountsRecord)}
+    draft = counts["llamacpp-draft"]
+    assert (draft.num_drafts, draft.draft_tokens, draft.accepted_tokens) == (10, 110, 98)
+    assert counts["llamacpp-ngram_mod"].num_drafts == 15
+    assert res.identities["acceptance rate = accepted / generated"].failed == 0
+
+
+def test_check_on_real_samples_passes_clean_files(samples):
+    from specscope.importers.check import check_file
+
+    for name in ("vllm_server_specdecode_log_1.txt", "specbench_eagle_answers_excerpt.jsonl",
+                 "llamacpp_spec_stats_docs_excerpt.txt"):
+        result = check_file(samples / name)
+        assert result.ok, (name, [t for t in result.identities if t.failed])
+        assert sum(t.checked for t in result.identities) >= 3, name

@@ -1,0 +1,364 @@
+"""Per-request speculative-decoding figures from engines' responses: one RequestRecord each.
+
+A file is a JSON object, a JSON list, or JSONL (one response per line, as a client saves them;
+a ``{"data": {...}}`` wrapper from a stream capture is unwrapped). Shapes, from each engine's
+source and documentation:
+
+| format | where the figures sit | counts it gives |
+| --- | --- | --- |
+| vllm-responses | top-level ``metrics.speculative_decoding`` (``num_spec_steps``, ``num_draft_tokens``, ``num_accepted_draft_tokens``, dense ``acceptance_histogram``) or per choice ``speculative_decoding_stats`` (``num_draft_steps``, ``num_drafted_tokens``, ``num_accepted_tokens``, sparse ``{"j": n}`` histogram); ``per_step_accepted`` / ``per_step_drafted`` when detailed | steps, drafted, accepted, histogram |
+| sglang-responses | ``meta_info`` (top level or per choice) or ``sglext.spec_tokens_details``: ``spec_verify_ct``, ``spec_num_correct_drafts``, ``spec_num_proposed_drafts``, ``spec_accept_histogram`` / ``spec_correct_drafts_histogram`` | steps, drafted, accepted, histogram |
+| llamacpp-responses | ``timings.draft_n`` / ``timings.draft_n_accepted`` | drafted, accepted (no steps) |
+| trtllm-requests | ``perf_metrics.speculative_decoding`` (``total_draft_tokens``, ``total_accepted_draft_tokens``) and ``timing_metrics`` | drafted, accepted, TTFT, E2E |
+
+Histograms are indexed by accepted draft tokens in every engine; specscope's
+``accept_len_hist`` is indexed by tokens committed (bonus included), one place further on.
+Each file also yields one SpecCountsRecord, the sum over the requests that gave counts, so the
+run's pooled figures read like any other source's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from .. import schema
+from ..schema import Problem
+from ._common import ImportResult, run_record
+
+
+@dataclass
+class Req:
+    """What one response says about its request (None = not given)."""
+
+    request_id: str
+    steps: int | None = None
+    drafted: int | None = None
+    accepted: int | None = None
+    hist: tuple[int, ...] = ()  #: steps by accepted draft tokens (index 0 = none accepted)
+    per_pos: tuple[float, ...] = ()  #: unconditional per-position rates, as given
+    k: int | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    t_arrival_ns: int = 0
+    t_first_ns: int = 0
+    t_finish_ns: int = 0
+    reported_al: float | None = None
+    reported_rate: float | None = None
+    finish_reason: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)) and v == v:
+        return int(v)
+    return None
+
+
+def _float(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+        return None
+    return float(v)
+
+
+def _hist(v: Any) -> tuple[int, ...]:
+    """A dense list or a sparse ``{"j": n}`` mapping, as a dense tuple (index = accepted)."""
+    if isinstance(v, list) and all(_int(x) is not None for x in v):
+        return tuple(int(x) for x in v)
+    if isinstance(v, dict) and v:
+        pairs = {int(k): _int(n) for k, n in v.items()}
+        if any(n is None or k < 0 for k, n in pairs.items()):
+            raise ValueError(f"histogram with a bad entry: {v!r}")
+        out = [0] * (max(pairs) + 1)
+        for k, n in pairs.items():
+            out[k] = n
+        return tuple(out)
+    return ()
+
+
+def _usage(obj: dict) -> tuple[int, int]:
+    u = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+    return _int(u.get("prompt_tokens")) or 0, _int(u.get("completion_tokens")) or 0
+
+
+# ---------------------------------------------------------------- per engine
+def vllm(obj: dict, where: str) -> list[Req]:
+    prompt, completion = _usage(obj)
+    rid = str(obj.get("id", where))
+    out = []
+    top = (obj.get("metrics") or {}).get("speculative_decoding") if isinstance(obj.get("metrics"), dict) else None
+    if isinstance(top, dict):
+        out.append(Req(
+            rid, steps=_int(top.get("num_spec_steps")), drafted=_int(top.get("num_draft_tokens")),
+            accepted=_int(top.get("num_accepted_draft_tokens")), hist=_hist(top.get("acceptance_histogram")),
+            k=_int(top.get("num_spec_tokens")), prompt_tokens=prompt, output_tokens=completion,
+            reported_al=_float(top.get("mean_acceptance_length")),
+            reported_rate=_float(top.get("draft_acceptance_rate")),
+            extra=_detailed(top)))
+    for i, choice in enumerate(obj.get("choices") or []):
+        s = choice.get("speculative_decoding_stats") if isinstance(choice, dict) else None
+        if not isinstance(s, dict):
+            continue
+        rates = s.get("per_position_acceptance_rates")
+        out.append(Req(
+            rid if i == 0 else f"{rid}/{i}", steps=_int(s.get("num_draft_steps")),
+            drafted=_int(s.get("num_drafted_tokens")), accepted=_int(s.get("num_accepted_tokens")),
+            hist=_hist(s.get("acceptance_histogram")),
+            per_pos=tuple(float(r) for r in rates) if isinstance(rates, list) else (),
+            k=len(rates) if isinstance(rates, list) else None, prompt_tokens=prompt,
+            output_tokens=completion if i == 0 else 0,
+            reported_al=_float(s.get("mean_accepted_length_per_step")),
+            reported_rate=_float(s.get("draft_acceptance_rate")),
+            finish_reason=str(choice.get("finish_reason") or ""), extra=_detailed(s)))
+    return out
+
+
+def _detailed(s: dict) -> dict[str, Any]:
+    acc, dra = s.get("per_step_accepted"), s.get("per_step_drafted")
+    return {"per_step_accepted": acc, "per_step_drafted": dra} if isinstance(acc, list) else {}
+
+
+SG_ACCEPTED = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+SG_PROPOSED = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+SG_HIST = ("spec_correct_drafts_histogram", "spec_accept_histogram")
+
+
+def _first(d: dict, keys: tuple[str, ...]) -> Any:
+    return next((d[k] for k in keys if d.get(k) is not None), None)
+
+
+def sglang(obj: dict, where: str) -> list[Req]:
+    metas: list[dict] = []
+    if isinstance(obj.get("meta_info"), dict):
+        metas.append(obj["meta_info"])
+    for choice in obj.get("choices") or []:
+        if isinstance(choice, dict) and isinstance(choice.get("meta_info"), dict):
+            metas.append(choice["meta_info"])
+    ext = obj.get("sglext") if isinstance(obj.get("sglext"), dict) else {}
+    details = ext.get("spec_tokens_details") or ext.get("spec") or obj.get("sglext_spec")
+    prompt, completion = _usage(obj)
+    rid = str(obj.get("id", where))
+    out = []
+    for i, m in enumerate(metas or ([details] if isinstance(details, dict) else [])):
+        merged = {**(details if isinstance(details, dict) and i == 0 else {}), **m}
+        out_tokens = _int(merged.get("completion_tokens")) or (completion if i == 0 else 0)
+        e2e = _float(merged.get("e2e_latency"))
+        req = Req(
+            str(merged.get("id") or (rid if i == 0 else f"{rid}/{i}")),
+            steps=_int(merged.get("spec_verify_ct")), drafted=_int(_first(merged, SG_PROPOSED)),
+            accepted=_int(_first(merged, SG_ACCEPTED)), hist=_hist(_first(merged, SG_HIST)),
+            prompt_tokens=_int(merged.get("prompt_tokens")) or prompt, output_tokens=out_tokens,
+            reported_al=_float(merged.get("spec_accept_length")),
+            reported_rate=_float(merged.get("spec_accept_rate")),
+            finish_reason=str((merged.get("finish_reason") or {}).get("type", ""))
+            if isinstance(merged.get("finish_reason"), dict) else str(merged.get("finish_reason") or ""))
+        if e2e is not None:
+            req.extra["e2e_s"] = e2e
+        out.append(req)
+    return out
+
+
+def llamacpp(obj: dict, where: str) -> list[Req]:
+    t = obj.get("timings")
+    if not isinstance(t, dict):
+        return []
+    prompt, completion = _usage(obj)
+    return [Req(str(obj.get("id", where)), drafted=_int(t.get("draft_n")),
+                accepted=_int(t.get("draft_n_accepted")),
+                prompt_tokens=_int(t.get("prompt_n")) or prompt,
+                output_tokens=_int(t.get("predicted_n")) or completion)]
+
+
+def trtllm(obj: dict, where: str) -> list[Req]:
+    pm = obj.get("perf_metrics")
+    if not isinstance(pm, dict):
+        return []
+    spec = pm.get("speculative_decoding") if isinstance(pm.get("speculative_decoding"), dict) else {}
+    tm = pm.get("timing_metrics") if isinstance(pm.get("timing_metrics"), dict) else {}
+
+    def ns(key: str) -> int:
+        v = _float(tm.get(key))
+        return int(v * 1e9) if v and v > 0 else 0
+
+    first, last = _int(pm.get("first_iter")), _int(pm.get("last_iter"))
+    req = Req(str(obj.get("request_id", where)), drafted=_int(spec.get("total_draft_tokens")),
+              accepted=_int(spec.get("total_accepted_draft_tokens")),
+              reported_rate=_float(spec.get("acceptance_rate")),
+              t_arrival_ns=ns("arrival_time"), t_first_ns=ns("first_token_time"),
+              t_finish_ns=ns("last_token_time"))
+    if first is not None and last is not None:
+        req.extra["iterations"] = last - first + 1
+    return [req]
+
+
+EXTRACT = {"vllm-responses": ("vllm", vllm), "sglang-responses": ("sglang", sglang),
+           "llamacpp-responses": ("llama.cpp", llamacpp), "trtllm-requests": ("tensorrt-llm", trtllm)}
+
+
+def shape(obj: Any) -> str | None:
+    """Which engine's response this object is, or None."""
+    if isinstance(obj, list):
+        return shape(obj[0]) if obj and isinstance(obj[0], dict) else None
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(obj.get("data"), dict) and "choices" in obj["data"]:
+        obj = obj["data"]
+    if isinstance(obj.get("metrics"), dict) and "speculative_decoding" in obj["metrics"]:
+        return "vllm-responses"
+    choices = [c for c in obj.get("choices") or [] if isinstance(c, dict)]
+    if any("speculative_decoding_stats" in c for c in choices):
+        return "vllm-responses"
+    if "meta_info" in obj or "sglext" in obj or "sglext_spec" in obj or any("meta_info" in c for c in choices):
+        return "sglang-responses"
+    if isinstance(obj.get("timings"), dict) and "draft_n" in obj["timings"]:
+        return "llamacpp-responses"
+    if isinstance(obj.get("perf_metrics"), dict) and "request_id" in obj:
+        return "trtllm-requests"
+    return None
+
+
+# ---------------------------------------------------------------- reading
+def iter_objects(path: str | os.PathLike, res: ImportResult) -> Iterator[tuple[int, Any]]:
+    """(line or item number, object) for a JSON object, a JSON list or JSONL; bad lines are
+    problems naming file and line, and the rest is kept."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    if isinstance(whole, list):
+        res.lines_read = len(whole)
+        yield from enumerate(whole, start=1)
+        return
+    if isinstance(whole, dict):
+        res.lines_read = 1
+        yield 1, whole
+        return
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        res.lines_read += 1
+        line = line.strip()
+        if not line or line.startswith("data: [DONE]"):
+            continue
+        if line.startswith("data: "):
+            line = line[6:]
+        try:
+            yield lineno, json.loads(line)
+        except json.JSONDecodeError as exc:
+            res.problems.append(Problem(str(path), lineno, f"not JSON: {exc.msg} at column {exc.colno}"))
+
+
+def parse(path: str | os.PathLike, run_id: str, fmt: str) -> ImportResult:
+    res = ImportResult(fmt)
+    engine, extract = EXTRACT[fmt]
+    name = str(path)
+    reqs: list[Req] = []
+    for where, obj in iter_objects(path, res):
+        if isinstance(obj, dict) and isinstance(obj.get("data"), dict):
+            obj = obj["data"]
+        if not isinstance(obj, dict):
+            res.problems.append(Problem(name, where, f"expected a response object, got {type(obj).__name__}"))
+            continue
+        try:
+            got = extract(obj, f"line-{where}")
+        except (TypeError, ValueError, AttributeError) as exc:
+            res.problems.append(Problem(name, where, f"not a {fmt} object: {exc}"))
+            continue
+        if not got:
+            res.problems.append(Problem(name, where, f"no speculative-decoding figures in this {engine} response"))
+        for r in got:
+            check_request(res, r, fmt, name, where)
+            res.add(to_record(r, run_id))
+            reqs.append(r)
+    ks = {r.k for r in reqs if r.k}
+    res.add(run_record(run_id, engine, fmt, path, num_steps=max(ks) if ks else 0))
+    summed = pooled(reqs, run_id, fmt)
+    if summed is not None:
+        res.add(summed)
+    return res
+
+
+def to_record(r: Req, run_id: str) -> schema.RequestRecord:
+    hist = (0,) + r.hist if r.hist else ()
+    e2e = r.extra.get("e2e_s")
+    arrival, finish = r.t_arrival_ns, r.t_finish_ns
+    if not finish and e2e is not None:  # a duration without a clock: kept as a span from 0
+        arrival, finish = 1, 1 + int(e2e * 1e9)
+    return schema.RequestRecord(
+        run_id=run_id, rank=0, request_id=r.request_id, t_arrival_ns=arrival,
+        t_first_token_ns=r.t_first_ns, t_finish_ns=finish, num_prompt_tokens=r.prompt_tokens,
+        num_output_tokens=r.output_tokens, finish_reason=r.finish_reason,
+        num_verify_steps=r.steps, num_draft_tokens=r.drafted, num_accepted_tokens=r.accepted,
+        accept_len_hist=hist)
+
+
+def pooled(reqs: list[Req], run_id: str, fmt: str) -> schema.SpecCountsRecord | None:
+    """The sum over requests that gave drafted and accepted counts (steps only if all gave them)."""
+    counted = [r for r in reqs if r.drafted is not None and r.accepted is not None]
+    with_steps = [r for r in reqs if r.steps is not None and r.accepted is not None]
+    if not counted and not with_steps:
+        return None
+    all_steps = bool(counted) and all(r.steps is not None for r in counted)
+    per_pos: tuple[int, ...] = ()
+    if all_steps and counted and all(r.per_pos for r in counted) and len({len(r.per_pos) for r in counted}) == 1:
+        per_pos = tuple(sum(round(r.per_pos[i] * r.steps) for r in counted)
+                        for i in range(len(counted[0].per_pos)))
+    if counted:
+        return schema.SpecCountsRecord(
+            run_id=run_id, t_ns=0, num_drafts=sum(r.steps for r in counted) if all_steps else None,
+            draft_tokens=sum(r.drafted for r in counted), accepted_tokens=sum(r.accepted for r in counted),
+            accepted_per_pos=per_pos, source=f"{fmt}: sum over {len(counted)} of {len(reqs)} requests")
+    return schema.SpecCountsRecord(
+        run_id=run_id, t_ns=0, num_drafts=sum(r.steps for r in with_steps),
+        accepted_tokens=sum(r.accepted for r in with_steps),
+        source=f"{fmt}: sum over {len(with_steps)} of {len(reqs)} requests (drafted not given)")
+
+
+# ---------------------------------------------------------------- identities
+def check_request(res: ImportResult, r: Req, fmt: str, file: str, line: int) -> None:
+    """The identities one response's figures must satisfy, and the traps its engine sets."""
+    if r.hist:
+        res.identity("histogram sum = verify steps", sum(r.hist), r.steps, line=line, file=file)
+        res.identity("sum of j x histogram(j) = accepted tokens",
+                     sum(i * n for i, n in enumerate(r.hist)), r.accepted, line=line, file=file)
+    if r.steps and r.accepted is not None and r.reported_al is not None:
+        res.identity("acceptance length = 1 + accepted / steps (engine's figure, 2 decimals)",
+                     r.reported_al, 1 + r.accepted / r.steps, line=line, file=file, tol=0.006)
+    if r.drafted and r.accepted is not None and r.reported_rate is not None:
+        res.identity("acceptance rate = accepted / drafted", r.reported_rate, r.accepted / r.drafted,
+                     line=line, file=file, tol=0.0006)
+    if r.per_pos and r.steps and r.accepted is not None:
+        res.identity("sum of per-position rate x steps = accepted tokens",
+                     round(sum(p * r.steps for p in r.per_pos)), r.accepted, line=line, file=file,
+                     tol=len(r.per_pos))
+        res.identity("per-position acceptance is non-increasing (chain drafting)",
+                     sum(1 for a, b in zip(r.per_pos, r.per_pos[1:]) if b > a + 1e-9), 0,
+                     line=line, file=file)
+    acc, dra = r.extra.get("per_step_accepted"), r.extra.get("per_step_drafted")
+    if isinstance(acc, list):
+        res.identity("per-step accepted sum = accepted tokens", sum(acc), r.accepted, line=line, file=file)
+        res.identity("per-step entries = verify steps", len(acc), r.steps, line=line, file=file)
+        if isinstance(dra, list):
+            res.identity("per-step drafted sum = drafted tokens", sum(dra), r.drafted, line=line, file=file)
+            if len(set(dra)) > 1:
+                res.trap("varying-k", "draft depth varied between steps (per_step_drafted): per-position "
+                         "rates over a fixed k are approximate")
+    if fmt == "vllm-responses":
+        res.trap("vllm-structured-output", "vLLM's num_draft_tokens leaves out drafts cancelled by "
+                 "structured-output constraints: with guided decoding the rate reads high")
+    if fmt == "sglang-responses" and r.steps and r.reported_al is not None:
+        res.identity("SGLang spec_accept_length = completion tokens / verify steps",
+                     r.reported_al, r.output_tokens / r.steps if r.output_tokens else None,
+                     line=line, file=file, tol=0.006)
+        res.trap("sglang-request-al", "SGLang's per-request spec_accept_length is completion tokens "
+                 "/ verify steps: it counts the token made at prefill, so it reads high on short "
+                 "outputs; specscope's acceptance length is 1 + accepted / steps")
+    if fmt == "llamacpp-responses":
+        res.trap("llamacpp-no-steps", "llama.cpp timings give drafted and accepted tokens but no "
+                 "verify steps: acceptance length stays null")
+    if r.accepted is not None and r.drafted is not None and r.accepted > r.drafted:
+        res.identity("accepted <= drafted", r.accepted, r.drafted, line=line, file=file)
