@@ -133,3 +133,26 @@ def bench_logs(reps: int) -> list[Row]:
                 "≥ 100 k lines/s", "met" if lps >= 100e3 else "not met",
                 f"{_spread(t_imp, n)} over {reps} runs, in-process time"))
     return rows
+
+
+def bench_notebook(reps: int) -> list[Row]:
+    """``specscope.open(parquet).steps()`` on a 1 M-step Parquet trace, beside pyarrow reading
+    the same columns on its own (the floor: Arrow to pandas, no specscope in between)."""
+    from .collector import _synthetic_verify_parquet
+
+    tmp = tempfile.mkdtemp(prefix="specscope-nb-")
+    n = 1_000_000
+    _synthetic_verify_parquet(tmp, n, batch=1)
+    ours, peer = [], []
+    for _ in range(max(3, min(reps, 5))):
+        t, rss = _timed(f"import specscope\ndf = specscope.open({tmp!r}).steps()\nassert len(df) == {n}")
+        ours.append(t)
+        t, _ = _timed("import pyarrow.dataset as ds\n"
+                      f"df = ds.dataset({tmp!r} + '/verify', format='parquet', partitioning='hive')"
+                      ".to_table().to_pandas()")
+        peer.append(t)
+    med, med_peer = statistics.median(ours), statistics.median(peer)
+    return [Row("open a 1 M-step Parquet trace into a steps DataFrame (specscope.open(...).steps())",
+                f"{med:.2f} s ({rss:.0f} MiB)", f"{med_peer:.2f} s: pyarrow reading every column of the dataset to pandas",
+                f"{med / med_peer:.2f}x", "a few seconds", "met" if med <= 5 else "not met",
+                f"{min(ours):.2f}-{max(ours):.2f} s, in-process time")]

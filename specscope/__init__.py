@@ -20,6 +20,7 @@ _LAZY = {
     "read_trace": ("specscope.io.trace", "read_trace"),
     "build_report": ("specscope.collector.report", "build_report"),
     "SpecStats": ("specscope.collector.stats", "SpecStats"),
+    "open": ("specscope.notebook", "open"),
 }
 
 __all__ = ["SCHEMA_VERSION", "__version__", *_LAZY]

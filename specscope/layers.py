@@ -21,6 +21,7 @@ FLOORS: dict[str, int] = {
     "serving": 5,
     "dashboard": 5,
     "demo": 6,
+    "notebook": 6,
     "cli": 7,
     "__main__": 8,
     "__init__": 8,  #: the public API re-exports lazily from anywhere

@@ -149,19 +149,20 @@ class RequestRecord:
     #: steps by acceptance length (index = tokens committed in the step, bonus included)
     accept_len_hist: tuple[int, ...] = ()
 
-    # A time of 0 means the source did not give it (imported per-request files often carry
-    # counts and no timeline); the figures below are then None, never 0.
+    # A first-token or finish time of 0 means the source did not give it (imported per-request
+    # files often carry counts and no timeline); the figures below are then None, never 0.
+    # Arrival is the clock's origin and may be 0 (a relative clock).
     @property
     def ttft_s(self) -> float | None:
-        """Arrival to first token, seconds; None when either time is unknown."""
-        if not self.t_arrival_ns or not self.t_first_token_ns:
+        """Arrival to first token, seconds; None when the first-token time is unknown."""
+        if not self.t_first_token_ns:
             return None
         return (self.t_first_token_ns - self.t_arrival_ns) / 1e9
 
     @property
     def e2e_s(self) -> float | None:
-        """Arrival to last token, seconds; None when either time is unknown."""
-        if not self.t_arrival_ns or not self.t_finish_ns:
+        """Arrival to last token, seconds; None when the finish time is unknown."""
+        if not self.t_finish_ns:
             return None
         return (self.t_finish_ns - self.t_arrival_ns) / 1e9
 

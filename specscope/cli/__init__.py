@@ -101,6 +101,11 @@ def _cmd_regress(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(series, indent=1))
         return 0
+    groups: dict[str, list] = {}
+    for e in series:
+        groups.setdefault(e["group"], []).append(e)
+    for group, entries in groups.items():
+        print(f"[{group}] {len(entries)} run(s)" + (f": {entries[0]['note']}" if entries[0]["note"] else ""))
     print(f"{'run':<40} {'AL':>6} {'rate':>6} {'tok/s':>8} {'gate':>12}  verdict")
     for e in series:
         f = e["figures"]
@@ -141,12 +146,34 @@ def _cmd_wrap(args: argparse.Namespace) -> int:
     return wrap(args.command_line, trace_dir=args.trace_dir, collector=args.collector)
 
 
+def _report_by(args: argparse.Namespace, records: list, baseline: list | None) -> int:
+    from ..collector import requests as rq
+
+    if args.by == "request":
+        rows = rq.request_rows(records)
+        if args.json:
+            print(json.dumps({"definitions": rq.__doc__, "distribution": rq.distribution(rows),
+                              "requests": [rq.row_dict(r) for r in rows]}, indent=1, default=str))
+        else:
+            print(rq.format_requests(rows))
+        return 0
+    cats = rq.category_rows(records, baseline)
+    if args.json:
+        print(json.dumps({"baseline": bool(baseline), "categories": [rq.cat_dict(c) for c in cats]},
+                         indent=1, default=str))
+    else:
+        print(rq.format_categories(cats, baseline is not None))
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from ..collector.report import build_report, format_report
     from ..io.trace import read_trace
 
     trace = read_trace(args.trace)
     baseline = read_trace(args.baseline).records if args.baseline else None
+    if getattr(args, "by", "run") in ("request", "category"):
+        return _report_by(args, trace.records, baseline)
     report = build_report(trace.records, window_s=args.window, problems=trace.problems,
                           baseline=baseline)
     if args.json:
@@ -364,7 +391,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--window", type=float, default=None,
                      help="window width in seconds for 'windows' (default: a tenth of the run)")
     rep.add_argument("--baseline", nargs="+", default=None, metavar="TRACE",
-                     help="an earlier run: flag acceptance regressions and worse output quality")
+                     help="an earlier run: flag acceptance regressions and worse output quality; "
+                     "with --by category, the run without speculation of the same prompts "
+                     "(speedup per category, with a bootstrap interval)")
+    rep.add_argument("--by", choices=("run", "request", "category"), default="run",
+                     help="run: the figures per run (default); request: every request's steps, "
+                     "drafted, accepted, acceptance length and flags, with request- and "
+                     "token-weighted means; category: per workload category")
     rep.set_defaults(func=_cmd_report)
 
     im = sub.add_parser("import", help="other tools' outputs (logs, /metrics, benchmarks, "

@@ -82,7 +82,7 @@ def run_sample(records: Iterable[Any], run_id: str) -> RunSample:
         return sum(gaps) / n if n else math.nan
 
     span = 0.0
-    timed = [r for r in reqs if r.t_arrival_ns and r.t_finish_ns]
+    timed = [r for r in reqs if r.t_finish_ns]
     if timed:
         span = (max(r.t_finish_ns for r in timed) - min(r.t_arrival_ns for r in timed)) / 1e9
     runs = [r for r in records if isinstance(r, schema.RunRecord)]
@@ -179,9 +179,14 @@ def regression_series(samples: Sequence[RunSample], *, n_boot: int = 1000,
     is "inconclusive", not "good"; it still serves as the baseline for the runs after it.
     """
     out: list[dict[str, Any]] = []
-    last_good: RunSample | None = None
-    first_bad_seen = False
+    last_good_of: dict[str, RunSample] = {}
+    first_bad_seen: set[str] = set()
+    sizes: dict[str, int] = {}
     for s in samples:
+        sizes[group_of(s)] = sizes.get(group_of(s), 0) + 1
+    for s in samples:
+        group = group_of(s)
+        last_good = last_good_of.get(group)
         checks, anomalies = evaluate(s.stats, s.run_id, detectors_for(s.run))
         full = eval_gate(s.stats, s.reference, anomalies, run=s.run, assessments=checks)
         gate = full["verdict"]
@@ -190,14 +195,37 @@ def regression_series(samples: Sequence[RunSample], *, n_boot: int = 1000,
                  and r["metric"] in ("mean_acceptance_length", "acceptance_rate")]
         bad = gate == "fail" or bool(anomalies) or bool(worse)
         entry = {"run_id": s.run_id, "label": (s.run.labels.get("commit") if s.run else None) or s.run_id,
+                 "group": group, "group_runs": sizes[group],
+                 "note": ("the only run of its configuration and workload: nothing to compare "
+                          "it with") if sizes[group] == 1 else "",
                  "baseline": last_good.run_id if last_good else None,
                  "figures": {m: _clean(v) for m, v in _figures(s, np.arange(len(s.tokens))).items()},
                  "gate": gate, "gate_text": gate_text(full),
                  "anomalies": [a.kind for a in anomalies], "worse": worse,
                  "verdict": ("bad" if bad else "inconclusive" if gate == "inconclusive" else "good"),
-                 "first_bad": bad and not first_bad_seen}
-        first_bad_seen = first_bad_seen or bad
+                 "first_bad": bad and group not in first_bad_seen}
+        if bad:
+            first_bad_seen.add(group)
         out.append(entry)
         if not bad:
-            last_good = s
+            last_good_of[group] = s
     return out
+
+
+#: run labels that name the workload (what was asked), beside the configuration (how)
+WORKLOAD_LABELS = ("prompt_set", "input_len", "output_len", "concurrency", "dataset")
+
+
+def group_of(s: RunSample) -> str:
+    """Configuration and workload of a run: runs are compared only within one group.
+
+    The configuration is the run's config_id; the workload its sampling temperature(s) (from
+    its requests, else its ``temperature`` label), lengths, concurrency and prompt set labels.
+    """
+    run = s.run
+    labels = dict(run.labels) if run else {}
+    temps = sorted(set(s.temperatures)) if s.temperatures else []
+    t = ",".join(f"{x:g}" for x in temps) or labels.get("temperature", "?")
+    parts = [run.config_id if run else "?", f"t={t}"]
+    parts += [f"{k}={labels[k]}" for k in WORKLOAD_LABELS if labels.get(k)]
+    return " ".join(parts)

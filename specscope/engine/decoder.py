@@ -78,6 +78,7 @@ class Request:
     top_p: float = 1.0
     top_k: int = 0
     prompt_id: str = ""
+    category: str = ""  #: workload category of its prompt ("math", "translation", ...)
     arrival_ns: int = 0  #: when the request arrived (0: when it joins the batch)
     ignore_eos: bool = False  #: decode to max_new_tokens even past an end-of-sequence token
 
@@ -260,7 +261,7 @@ class SpeculativeDecoder:
             r, out = row.req, row.out
             out.record = schema.RequestRecord(
                 run_id=self.run_id, rank=self.rank, request_id=r.request_id,
-                prompt_id=r.prompt_id, t_arrival_ns=row.t_arrival,
+                prompt_id=r.prompt_id, category=r.category, t_arrival_ns=row.t_arrival,
                 t_first_token_ns=row.first_ns, t_finish_ns=out.chunks[-1][0],
                 num_prompt_tokens=len(r.prompt_ids), num_output_tokens=len(out.token_ids),
                 chunk_times_ns=tuple(t for t, _ in out.chunks),

@@ -27,7 +27,9 @@ from .models import ModelPair
 
 
 def load_prompts() -> list[dict[str, Any]]:
-    """The prompt set shipped with specscope: short answers with a format, and open questions."""
+    """The prompt set shipped with specscope, each with a workload category: math (arithmetic
+    and word problems), qa, chat (open questions and multi-turn ``messages``), translation,
+    summarization, code and rag (a question over a given context)."""
     text = resources.files("specscope.engine").joinpath("data/prompts.json").read_text("utf-8")
     return json.loads(text)
 
@@ -59,11 +61,13 @@ class WorkloadSpec:
     reference: bool = True  #: also decode without speculation, as the eval gate's baseline
 
 
-def _encode(pair: ModelPair, prompt: str) -> list[int]:
+def _encode(pair: ModelPair, prompt: str, messages: list[dict] | None = None) -> list[int]:
+    """A prompt's tokens; ``messages`` (earlier turns, the last one the prompt) for multi-turn."""
     if pair.tokenizer is None:  # tiny random models: a deterministic token stream per prompt
         vocab = pair.target.config.vocab_size
-        return [(b * 31 + i * 7) % vocab for i, b in enumerate(prompt.encode("utf-8"))][:48]
-    ids = pair.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+        text = " ".join(m["content"] for m in messages) if messages else prompt
+        return [(b * 31 + i * 7) % vocab for i, b in enumerate(text.encode("utf-8"))][:48]
+    ids = pair.tokenizer.apply_chat_template(messages or [{"role": "user", "content": prompt}],
                                              add_generation_prompt=True, tokenize=True)
     if isinstance(ids, dict) or hasattr(ids, "keys"):
         ids = ids["input_ids"]
@@ -82,8 +86,9 @@ def build_requests(pair: ModelPair, spec: WorkloadSpec) -> tuple[list[Request], 
     for i in range(spec.requests):
         p = prompts[i % len(prompts)]
         by_id[p["id"]] = p
-        reqs.append(Request(f"req-{i:05d}", _encode(pair, p["prompt"]), spec.max_new_tokens,
-                            spec.temperature, spec.top_p, spec.top_k, prompt_id=p["id"]))
+        reqs.append(Request(f"req-{i:05d}", _encode(pair, p["prompt"], p.get("messages")),
+                            spec.max_new_tokens, spec.temperature, spec.top_p, spec.top_k,
+                            prompt_id=p["id"], category=p.get("category", "")))
     return reqs, by_id
 
 

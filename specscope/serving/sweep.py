@@ -148,7 +148,8 @@ async def _drive(url: str, model: str, prompts: list[dict], point: Point,
 
     async def one(client, i: int, p: dict) -> None:
         rid = f"{run_id}:{i:04d}"
-        body = {"model": model, "messages": [{"role": "user", "content": p["text"]}],
+        turns = list(p.get("messages") or [])[:-1]  # a multi-turn prompt's earlier turns
+        body = {"model": model, "messages": turns + [{"role": "user", "content": p["text"]}],
                 "max_tokens": point.output_len, "temperature": point.temperature,
                 "stream": True, "stream_options": {"include_usage": True}}
         async with sem:
@@ -226,6 +227,10 @@ def run_point(point: Point, out_dir: Path, *, model: str, draft: str, tokenizer:
         served = json.loads(_get(srv.url + "/v1/models"))["data"][0]["id"]
         results, wall = asyncio.run(_drive(srv.url, served, prompts, point, run_id))
     records = read_trace(raw).records
+    sent = {res["request_id"]: res["prompt"] for res in results}
+    records = [dataclasses.replace(r, prompt_id=sent[r.request_id]["id"],
+                                   category=sent[r.request_id].get("category", ""))
+               if isinstance(r, schema.RequestRecord) and r.request_id in sent else r for r in records]
     server = {r.request_id: r for r in records if isinstance(r, schema.RequestRecord)}
     ref = refs.get(point.reference())
     ref_tokens = ref.figures.get("tokens_by_index") if ref else None

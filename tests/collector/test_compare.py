@@ -19,7 +19,8 @@ def traces(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cmp")
     out = {}
     for name, extra in (("good0", ["--seed", "0"]), ("good1", ["--seed", "1"]),
-                        ("bad", ["--fault", "draft_prob_shortcut"])):
+                        ("bad", ["--fault", "draft_prob_shortcut"]),
+                        ("greedy", ["--seed", "2", "--temperature", "0"])):
         path = tmp / f"{name}.jsonl"
         assert run_cli(*COMMON, *extra, "-o", str(path)).returncode == 0
         out[name] = path
@@ -68,4 +69,16 @@ def test_cli_compare_and_regress(traces):
     rows = {r["metric"]: r for r in json.loads(out.stdout)["rows"]}
     assert rows["acceptance_rate"]["verdict"] == "worse"
     text = run_cli("regress", str(traces["good0"]), str(traces["bad"]), "--bootstrap", "200").stdout
-    assert "<- first bad" in text.splitlines()[2]
+    assert "<- first bad" in text.splitlines()[-1] and "2 run(s)" in text.splitlines()[0]
+
+
+def test_regress_compares_like_with_like(traces):
+    """A temperature-0 run among temperature-0.7 runs is its own group: never the baseline of
+    the others, and told that it has nothing to compare with."""
+    series = regression_series([_sample(traces[n]) for n in ("good0", "greedy", "good1")], n_boot=200)
+    by = {e["run_id"]: e for e in series}
+    greedy, good1 = series[1], series[2]
+    assert greedy["group"] != good1["group"] and "t=0 " in greedy["group"] + " "
+    assert greedy["group_runs"] == 1 and "nothing to compare" in greedy["note"]
+    assert greedy["baseline"] is None and good1["baseline"] == series[0]["run_id"]
+    assert len(by) == 3

@@ -73,5 +73,5 @@ def test_report_compare_and_regress_say_inconclusive_on_a_run_too_small_to_fail(
     gate_rows = [line for line in compare.splitlines() if line.startswith("eval gate")]
     assert len(gate_rows) == 2 and all("INCONCLUSIVE (need ~" in line for line in gate_rows)
     regress = run_cli("regress", str(trace), "--bootstrap", "100").stdout
-    (row,) = [line for line in regress.splitlines()[1:] if line.strip()]
+    (row,) = [line for line in regress.splitlines()[1:] if line.strip() and not line.startswith(("[", "run "))]
     assert "inconclusive" in row and "good" not in row and "bad" not in row

@@ -46,7 +46,8 @@ def regression_rows(series: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for e in series:
         f = e["figures"]
-        rows.append({"run": e["label"], "vs last good": e["baseline"] or "—",
+        rows.append({"run": e["label"], "group": e.get("group", ""),
+                     "vs last good": e["baseline"] or (e.get("note") or "—"),
                      "acceptance length": _r(f.get("mean_acceptance_length")),
                      "acceptance rate": _r(f.get("acceptance_rate")),
                      "tok/s": _r(f.get("output_tok_s"), 1), "TTFT ms": _r(f.get("ttft_ms"), 1),
