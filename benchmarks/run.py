@@ -15,6 +15,7 @@ from .common import Row, machine
 from .dashboard import bench_dashboard
 from .detectors import bench_detectors
 from .engine import bench_decoder, bench_drafts, bench_hf, bench_hooks
+from .explain import bench_explain
 from .imports import bench_logs, bench_notebook
 from .reliability import bench_reliability
 from .serving import bench_serve
@@ -23,7 +24,8 @@ from .wire import bench_wire
 
 BENCHES = {"dashboard": bench_dashboard, "serve": bench_serve, "hooks": bench_hooks,
            "decoder": bench_decoder, "drafts": bench_drafts,
-           "collector": bench_collector, "import": bench_import, "logs": bench_logs, "notebook": bench_notebook, "hf": bench_hf,
+           "collector": bench_collector, "import": bench_import, "logs": bench_logs,
+           "notebook": bench_notebook, "explain": bench_explain, "hf": bench_hf,
            "wire": bench_wire, "reliability": bench_reliability, "detectors": bench_detectors}
 
 

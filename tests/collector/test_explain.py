@@ -1,0 +1,86 @@
+"""``specscope explain``: the speedup from separately measured factors, with a verdict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specscope import schema
+from specscope.collector.explain import explain_pair, per_k, run_factors
+from specscope.engine.decoder import SpecConfig
+from specscope.engine.workload import WorkloadSpec, run_workload
+from specscope.importers import import_file
+from tests.conftest import run_cli
+
+MS = 1_000_000
+
+
+def _run(spec_ms: dict[str, float] | None, steps: int, accepted: int, k: int = 3,
+         target_ms: float = 10.0) -> list:
+    """One request decoded in ``steps`` steps: speculative (phases ``spec_ms``, ``accepted``
+    drafts per step) or target-only (one ``decode`` phase of ``target_ms``)."""
+    out, t = [], 1_000 * MS
+    out.append(schema.PhaseRecord(run_id="r", rank=0, step=0, phase="prefill", device="cpu",
+                                  t_start_ns=t, duration_ns=5 * MS))
+    t += 5 * MS
+    tokens = 1
+    for i in range(steps):
+        for name, ms in (spec_ms or {"decode": target_ms}).items():
+            out.append(schema.PhaseRecord(run_id="r", rank=0, step=i, phase=name, device="cpu",
+                                          t_start_ns=t, duration_ns=int(ms * MS)))
+            t += int(ms * MS)
+        if spec_ms:
+            out.append(schema.VerifyStepRecord(
+                run_id="r", config_id="c", rank=0, step=i, t_ns=t, batch_size=1,
+                entries=(schema.VerifyEntry(request_id="q", num_drafted=k, num_draft_tokens=k,
+                                            num_accepted=accepted, accepted_per_pos=(1,) * accepted,
+                                            temperature=0.0),)))
+        tokens += accepted + 1 if spec_ms else 1
+    out.append(schema.RequestRecord(run_id="r", rank=0, request_id="q", t_arrival_ns=1_000 * MS,
+                                    t_first_token_ns=1_005 * MS, t_finish_ns=t,
+                                    num_prompt_tokens=4, num_output_tokens=tokens))
+    return out
+
+
+def test_factors_and_verdict_on_a_constructed_pair():
+    """AL 3 (2 of 3 drafts accepted every step) at a 40 ms step against 10 ms target-only
+    steps: 3 x 10 / 40 = 0.75x, so don't speculate; at a 20 ms step it is 1.5x."""
+    base = _run(None, 60, 0)
+    slow = _run({"draft_extend": 5, "draft": 15, "verify_forward": 18, "verify_sample": 2}, 20, 2)
+    e = explain_pair(slow, base)
+    assert e["spec"]["acceptance_length"] == pytest.approx(3.0)
+    assert e["steady_state_speedup"] == pytest.approx(0.75, rel=0.01)
+    assert e["predicted_speedup"] == pytest.approx(e["measured_speedup"], rel=0.02)
+    assert e["verdict"]["best_k"] == 0 and e["verdict"]["throughput"].startswith("don't speculate")
+    assert e["verify_vs_target_step"] == pytest.approx(1.8)
+    fast = _run({"draft_extend": 2, "draft": 6, "verify_forward": 11, "verify_sample": 1}, 20, 2)
+    e = explain_pair(fast, base, tpot_ms=8)
+    assert e["steady_state_speedup"] == pytest.approx(1.5, rel=0.01)
+    assert e["verdict"]["best_k"] >= 1 and "speculate with k" in e["verdict"]["throughput"]
+    assert e["verdict"]["latency"].startswith("speculate with k")
+    rows = per_k(run_factors(fast), run_factors(base), 3)
+    assert [r["k"] for r in rows] == [1, 2, 3] and rows[-1]["measured"]
+    assert rows[-1]["step_ms"] == pytest.approx(20.0, rel=0.01)  # the measured k is not modelled
+    assert rows[-1]["break_even_acceptance_length"] == pytest.approx(2.0, rel=0.01)
+
+
+def test_engine_data_without_draft_timings_says_what_it_could_not_measure(samples):
+    spec = import_file(samples / "vllm_server_specdecode_log_1.txt").records
+    e = explain_pair(spec, [])
+    assert any("target-only step" in m for m in e["not_measured"])
+    assert any("draft time" in m for m in e["not_measured"])
+    assert "predicted_speedup" not in e and "verdict" not in e
+
+
+def test_a_recorded_run_explains_itself(tiny, tmp_path):
+    path = run_workload(tiny, SpecConfig(num_steps=3), WorkloadSpec(requests=8, concurrency=2,
+                        max_new_tokens=24), tmp_path / "t.jsonl", progress=False)
+    out = run_cli("explain", str(path), "--json", "--tpot-ms", "50")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    (e,) = data["runs"].values()
+    assert abs(e["prediction_error"]) < 0.10  # the phases account for the run's wall clock
+    assert {"throughput", "latency"} <= set(e["verdict"]) and data["engine_configs"]["k_by_batch_size"]
+    text = run_cli("explain", str(path)).stdout
+    assert "verify_forward" in text and "break-even AL" in text
