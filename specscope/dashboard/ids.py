@@ -42,3 +42,8 @@ PROFILE_DOWNLOAD = "profile-download"
 
 ACCURACY_REFERENCE = "accuracy-reference"
 ACCURACY_TABLE = "accuracy-table"
+
+REQUESTS_FIGURE = "requests-distribution"
+REQUESTS_TABLE = "requests-table"
+REQUESTS_PICK = "requests-pick"
+REQUESTS_TIMELINE = "requests-timeline"

@@ -161,3 +161,17 @@ def test_the_banner_says_inconclusive_where_a_run_is_too_small_to_pass(tmp_path_
         assert not browser.find_elements(By.ID, "banner-ok")
     finally:
         srv.shutdown()
+
+
+def test_requests_page_shows_the_distribution_and_one_requests_steps(server, browser):
+    browser.get(server + "/requests")
+    _settle(browser)
+    deadline = time.time() + 20
+    while time.time() < deadline and not (_names(browser, "requests-timeline") or [None])[0]:
+        time.sleep(0.2)
+    assert _names(browser, "requests-timeline") == ["accepted drafts", "k (drafted)"]
+    assert _names(browser, "requests-distribution")[0] == "requests"
+    # 16 requests per run, two runs; the table lists every one, flagged first
+    rows = browser.execute_script("return document.querySelectorAll('#requests-table tbody tr').length")
+    assert rows == 32
+    browser.save_screenshot(str(ARTIFACTS / "requests.png"))

@@ -1,0 +1,62 @@
+"""Requests page figures: acceptance length over requests, and one request's step timeline."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import plotly.graph_objects as go
+
+from ... import schema
+from ...collector.requests import RequestRow, distribution
+from .. import figures
+
+
+def request_rows(rows: Sequence[RequestRow]) -> list[dict[str, Any]]:
+    """The table: flagged requests first, then by acceptance length."""
+    ordered = sorted(rows, key=lambda r: (not r.flags, r.acceptance_length or 0))
+    return [{"run": r.run_id, "request": r.request_id, "category": r.category or "—",
+             "steps": r.steps, "drafted": r.drafted, "accepted": r.accepted,
+             "acceptance length": None if r.acceptance_length is None else round(r.acceptance_length, 2),
+             "output tokens": r.output_tokens,
+             "flags": "; ".join(f"{f['flag']}: {f['evidence']}" for f in r.flags) or "—"}
+            for r in ordered]
+
+
+def distribution_figure(rows: Sequence[RequestRow]) -> go.Figure:
+    known = [r.acceptance_length for r in rows if r.acceptance_length is not None]
+    if not known:
+        return figures.empty("no per-request speculative figures in the selected runs")
+    d = distribution(rows)
+    fig = go.Figure(go.Histogram(x=known, nbinsx=30, name="requests",
+                                 marker={"color": figures.COLORS[0]}))
+    for key, label, dash, where in (
+            ("request_weighted_mean_acceptance_length", "request-weighted mean", "dot", "top left"),
+            ("token_weighted_mean_acceptance_length", "token-weighted mean", "dash", "top right")):
+        if d[key] is not None:
+            fig.add_vline(x=d[key], line={"dash": dash}, annotation_text=f"{label} {d[key]:.2f}",
+                          annotation_position=where)
+    fig.update_xaxes(title_text="acceptance length per request (bonus token included)")
+    fig.update_yaxes(title_text="requests")
+    return figures.styled(fig, f"{len(known)} requests; flagged: {d['num_flagged']}")
+
+
+def timeline_figure(records: Sequence[Any], run_id: str, request_id: str) -> go.Figure:
+    """Accepted drafts and k per verify step of one request (step time on the x axis)."""
+    xs, acc, k = [], [], []
+    for r in records:
+        if isinstance(r, schema.VerifyStepRecord) and r.run_id == run_id:
+            for e in r.entries:
+                if e.request_id == request_id:
+                    xs.append(r.t_ns / 1e9)
+                    acc.append(e.num_accepted)
+                    k.append(e.num_drafted)
+    if not xs:
+        return figures.empty(f"no verify steps recorded for {request_id}")
+    t0 = xs[0]
+    x = [t - t0 for t in xs]
+    fig = go.Figure([go.Bar(x=x, y=acc, name="accepted drafts", marker={"color": figures.COLORS[0]}),
+                     go.Scatter(x=x, y=k, name="k (drafted)", mode="lines",
+                                line={"shape": "hv", "color": figures.COLORS[1]})])
+    fig.update_xaxes(title_text="seconds since the request's first verify step")
+    fig.update_yaxes(title_text="tokens")
+    return figures.styled(fig, f"{request_id}: {len(x)} verify steps")
