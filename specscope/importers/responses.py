@@ -65,14 +65,19 @@ def _float(v: Any) -> float | None:
     return float(v)
 
 
+#: no engine drafts more tokens per step than this; a histogram key beyond it is not one
+MAX_DEPTH = 4096
+
+
 def _hist(v: Any) -> tuple[int, ...]:
     """A dense list or a sparse ``{"j": n}`` mapping, as a dense tuple (index = accepted)."""
     if isinstance(v, list) and all(_int(x) is not None for x in v):
         return tuple(int(x) for x in v)
     if isinstance(v, dict) and v:
         pairs = {int(k): _int(n) for k, n in v.items()}
-        if any(n is None or k < 0 for k, n in pairs.items()):
-            raise ValueError(f"histogram with a bad entry: {v!r}")
+        if any(n is None or k < 0 or k > MAX_DEPTH for k, n in pairs.items()):
+            raise ValueError(f"histogram with a bad entry (keys are accepted drafts, 0..{MAX_DEPTH}): "
+                             f"{str(v)[:200]}")
         out = [0] * (max(pairs) + 1)
         for k, n in pairs.items():
             out[k] = n

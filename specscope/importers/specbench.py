@@ -17,7 +17,7 @@ from collections import Counter
 from .. import schema
 from ..schema import Problem
 from ._common import ImportResult, run_record
-from .responses import iter_objects
+from .responses import MAX_DEPTH, iter_objects
 
 
 def sniff(obj: object) -> bool:
@@ -39,6 +39,8 @@ def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
             tokens = sum(int(x) for x in c["new_tokens"])
             lengths = [int(x) for x in c.get("accept_lengths") or []]
             wall = sum(float(x) for x in c.get("wall_time") or [])
+            if any(not 0 <= x <= MAX_DEPTH + 1 for x in lengths):
+                raise ValueError(f"an accept length outside 0..{MAX_DEPTH + 1}")
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             res.problems.append(Problem(name, lineno, f"not a Spec-Bench answer: {exc!r}"))
             continue

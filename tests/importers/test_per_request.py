@@ -235,6 +235,14 @@ def test_aiperf_records_with_spec_decode_metrics(tmp_path):
     assert "request-vs-token-weighted" in check_file(p).traps
 
 
+def test_a_histogram_key_no_engine_could_write_is_a_problem_not_a_huge_list(tmp_path):
+    """A sparse histogram key of 10**12 (a corrupt file) would allocate a 10**12-entry list."""
+    bad = _vllm_choice(10, 5, {"1000000000000": 1}, [0.5])
+    res = import_file(_write(tmp_path, "bad.jsonl", [bad, VLLM_TOP]))
+    assert len(res.problems) == 1 and "histogram with a bad entry" in res.problems[0].message
+    assert res.problems[0].line == 1 and len(_requests(res)) == 1  # the good line is kept
+
+
 BASES = [json.dumps(VLLM_TOP), json.dumps(SGLANG_NATIVE), json.dumps(SGLANG_OPENAI),
          "draft acceptance = 0.64479 (  167 accepted /   259 generated), mean acceptance length =  2.92\n"
          "statistics draft: #calls = 10, #gen drafts = 10, #acc drafts = 10, #gen tokens = 110, #acc tokens = 98\n"
