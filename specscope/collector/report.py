@@ -55,6 +55,10 @@ def spec_figures(s: SpecStats) -> dict[str, Any]:
         "per_position_acceptance": s.per_position_acceptance,
         "reported_mean_acceptance_length": (s.reported_al_sum / s.reported_al_n
                                             if s.reported_al_n else None),
+        #: the source's own acceptance rate (its definition, e.g. SGLang's gauge), averaged
+        #: over the values it reported; never mixed into the pooled rate above
+        "reported_acceptance_rate": (s.reported_rate_sum / s.reported_rate_n
+                                     if s.reported_rate_n else None),
     }
 
 

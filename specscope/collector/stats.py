@@ -98,6 +98,9 @@ class SpecStats:
     #: sources that report only a mean acceptance length: sum and number of reported values
     reported_al_sum: float = 0.0
     reported_al_n: int = 0
+    #: sources that report an acceptance rate of their own (SGLang gauges, V0, benchmarks)
+    reported_rate_sum: float = 0.0
+    reported_rate_n: int = 0
     #: engine gauges (SampleRecord): name -> [sum, count]
     gauges: dict[str, list[float]] = field(default_factory=dict)
     benchmarks: list[Any] = field(default_factory=list)
@@ -149,6 +152,9 @@ class SpecStats:
         if r.reported_mean_acceptance_length is not None and math.isfinite(r.reported_mean_acceptance_length):
             self.reported_al_sum += r.reported_mean_acceptance_length
             self.reported_al_n += 1
+        if r.reported_acceptance_rate is not None and math.isfinite(r.reported_acceptance_rate):
+            self.reported_rate_sum += r.reported_acceptance_rate
+            self.reported_rate_n += 1
         if r.draft_tokens is None and r.accepted_tokens is not None and r.num_drafts:
             # steps and accepted tokens without the drafted count (Spec-Bench answers, some
             # per-request files): acceptance length is known, the acceptance rate is not
@@ -285,7 +291,9 @@ class SpecStats:
             phase_ns=phases, evals=evals, hists=hists,
             keep_samples=self.keep_samples and other.keep_samples,
             reported_al_sum=self.reported_al_sum + other.reported_al_sum,
-            reported_al_n=self.reported_al_n + other.reported_al_n, gauges=gauges,
+            reported_al_n=self.reported_al_n + other.reported_al_n,
+            reported_rate_sum=self.reported_rate_sum + other.reported_rate_sum,
+            reported_rate_n=self.reported_rate_n + other.reported_rate_n, gauges=gauges,
             num_counted=self.num_counted + other.num_counted,
             benchmarks=self.benchmarks + other.benchmarks)
 

@@ -143,6 +143,7 @@ def _specscope(path: Path, run_id: str) -> ImportResult:
     trace = read_trace(path)
     res = ImportResult("specscope", problems=trace.problems)
     res.extend(trace.records)
+    res.lines_read = len(trace.records) + len(trace.problems)  #: records (and bad lines) read
     return res
 
 

@@ -10,6 +10,7 @@ or a ``# TYPE`` line for a family already seen in the current snapshot.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import defaultdict
 
@@ -75,8 +76,45 @@ def _delta(cur: dict, before: dict, field: str) -> int | None:
     return int(cur[field] - old if cur[field] >= old else cur[field])
 
 
+def _run_names(keys: set[tuple], run_id: str) -> dict[tuple, str]:
+    """One run per label set, named by the labels that tell the sets apart (gauges of
+    different label sets are never averaged into one run)."""
+    if len(keys) <= 1:
+        return {k: run_id for k in keys}
+    varying = sorted({name for k in keys for name, v in k
+                      if len({dict(x).get(name) for x in keys}) > 1})
+    return {k: run_id + "/" + ",".join(f"{n}={dict(k).get(n, '')}" for n in varying) for k in keys}
+
+
 def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
+    """Counters and gauges per label set; with several label sets (engines of a data-parallel
+    deployment, models) each becomes its own run, ``RUN/engine=1`` and so on."""
+    inner = _parse(path, run_id)
+    keys = {k for k in inner.keys}
+    names = _run_names(keys, run_id)
+    res = ImportResult("prometheus-text", problems=inner.problems, lines_read=inner.lines_read)
+    for key, recs in inner.by_key.items():
+        rid = names.get(key, run_id)
+        res.extend(dataclasses.replace(r, run_id=rid) for r in recs)
+    for rid in sorted(set(names.values()) or {run_id}):
+        res.add(run_record(rid, inner.engine, "prometheus-text", path, num_steps=inner.k_seen,
+                           labels={"label_set": rid[len(run_id) + 1:]} if rid != run_id else None))
+    return res
+
+
+@dataclasses.dataclass
+class _Parsed:
+    problems: list
+    lines_read: int
+    by_key: dict
+    keys: set
+    engine: str
+    k_seen: int
+
+
+def _parse(path: str | os.PathLike, run_id: str) -> _Parsed:
     res = ImportResult("prometheus-text")
+    by_key: dict[tuple, list] = defaultdict(list)
     prev: dict[tuple, dict] = {}
     k_seen = 0
     engine = "prometheus"
@@ -106,13 +144,12 @@ def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
             k_seen = max(k_seen, len(per_pos))
             prev[key] = cur
             rank = int(dict(key).get("engine", "0") or 0) if dict(key).get("engine", "0").isdigit() else 0
-            res.add(schema.SpecCountsRecord(
+            by_key[key].append(schema.SpecCountsRecord(
                 run_id=run_id, rank=rank, t_ns=snap["t"], num_drafts=drafts, draft_tokens=drafted,
                 accepted_tokens=accepted, accepted_per_pos=tuple(per_pos), source="vllm-metrics"))
-        for g in gauges.values():
-            res.add(schema.SpecCountsRecord(
+        for key, g in gauges.items():
+            by_key[key].append(schema.SpecCountsRecord(
                 run_id=run_id, t_ns=snap["t"],
                 reported_mean_acceptance_length=g.get("sglang:spec_accept_length"),
                 reported_acceptance_rate=g.get("sglang:spec_accept_rate"), source="sglang-metrics"))
-    res.add(run_record(run_id, engine, "prometheus-text", path, num_steps=k_seen))
-    return res
+    return _Parsed(res.problems, res.lines_read, by_key, set(by_key), engine, k_seen)

@@ -276,3 +276,21 @@ def test_sglang_bench_jsonl_and_console(tmp_path):
     assert b.metrics["e2el_ms_p50"] == 4800.0 and b.metrics["ttft_ms_p99"] == 300.2
     (c,) = [r for r in con.records if isinstance(r, schema.SpecCountsRecord)]
     assert c.reported_mean_acceptance_length == 2.41 and c.accepted_tokens is None
+
+
+def test_gauges_of_different_label_sets_are_separate_runs(tmp_path):
+    """Two data-parallel ranks of an SGLang server (SGLang's scheduler metrics carry
+    model_name, engine_type and tp/pp/dp rank labels): one run each, never averaged, and the
+    engine's acceptance rate kept beside its acceptance length."""
+    def line(name, dp, v):
+        return (f'sglang:{name}{{engine_type="unified",model_name="m",tp_rank="0",pp_rank="0",'
+                f'dp_rank="{dp}"}} {v}\n')
+    text = ("# TYPE sglang:spec_accept_length gauge\n" + line("spec_accept_length", 0, 3.2)
+            + line("spec_accept_length", 1, 1.4) + "# TYPE sglang:spec_accept_rate gauge\n"
+            + line("spec_accept_rate", 0, 0.73) + line("spec_accept_rate", 1, 0.13))
+    from specscope.collector.report import build_report
+
+    rep = build_report(import_file(_write(tmp_path, "sg.txt", text)).records)
+    got = {s["run"]["run_id"]: (s["totals"]["reported_mean_acceptance_length"],
+                                s["totals"]["reported_acceptance_rate"]) for s in rep["runs"]}
+    assert got == {"sg/dp_rank=0": (3.2, 0.73), "sg/dp_rank=1": (1.4, 0.13)}
