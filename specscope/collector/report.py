@@ -46,9 +46,11 @@ def _pct(values: Sequence[float]) -> dict[str, float | None]:
 def spec_figures(s: SpecStats) -> dict[str, Any]:
     """The acceptance keys shared by ``totals`` and each window."""
     return {
-        "num_drafts": s.num_drafts,
-        #: null where no source gave counts (a log or console with only a reported mean)
-        "draft_tokens": s.draft_tokens if s.counts_known else None,
+        #: drafts and drafted tokens include those a source gave without an accepted count
+        #: (those enter no rate or length); null where no source gave them
+        "num_drafts": s.num_drafts + s.drafts_unmatched,
+        "draft_tokens": (s.draft_tokens + s.draft_tokens_unmatched
+                         if s.counts_known or s.draft_tokens_unmatched else None),
         "accepted_tokens": s.accepted_tokens if s.counts_known else None,
         "mean_acceptance_length": s.mean_acceptance_length,
         "acceptance_rate": s.acceptance_rate,

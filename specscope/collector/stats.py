@@ -98,6 +98,9 @@ class SpecStats:
     #: sources that report only a mean acceptance length: sum and number of reported values
     reported_al_sum: float = 0.0
     reported_al_n: int = 0
+    #: drafts / drafted tokens a source gave without the accepted count (shown, never in a rate)
+    drafts_unmatched: int = 0
+    draft_tokens_unmatched: int = 0
     #: sources that report an acceptance rate of their own (SGLang gauges, V0, benchmarks)
     reported_rate_sum: float = 0.0
     reported_rate_n: int = 0
@@ -155,6 +158,11 @@ class SpecStats:
         if r.reported_acceptance_rate is not None and math.isfinite(r.reported_acceptance_rate):
             self.reported_rate_sum += r.reported_acceptance_rate
             self.reported_rate_n += 1
+        if r.accepted_tokens is None and (r.num_drafts or r.draft_tokens):
+            # drafts and drafted tokens without the accepted count (a vLLM page missing its
+            # accepted counter): they are known and shown, and enter no rate or length
+            self.drafts_unmatched += max(0, r.num_drafts or 0)
+            self.draft_tokens_unmatched += max(0, r.draft_tokens or 0)
         if r.draft_tokens is None and r.accepted_tokens is not None and r.num_drafts:
             # steps and accepted tokens without the drafted count (Spec-Bench answers, some
             # per-request files): acceptance length is known, the acceptance rate is not
@@ -292,6 +300,8 @@ class SpecStats:
             keep_samples=self.keep_samples and other.keep_samples,
             reported_al_sum=self.reported_al_sum + other.reported_al_sum,
             reported_al_n=self.reported_al_n + other.reported_al_n,
+            drafts_unmatched=self.drafts_unmatched + other.drafts_unmatched,
+            draft_tokens_unmatched=self.draft_tokens_unmatched + other.draft_tokens_unmatched,
             reported_rate_sum=self.reported_rate_sum + other.reported_rate_sum,
             reported_rate_n=self.reported_rate_n + other.reported_rate_n, gauges=gauges,
             num_counted=self.num_counted + other.num_counted,

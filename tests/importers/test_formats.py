@@ -294,3 +294,18 @@ def test_gauges_of_different_label_sets_are_separate_runs(tmp_path):
     got = {s["run"]["run_id"]: (s["totals"]["reported_mean_acceptance_length"],
                                 s["totals"]["reported_acceptance_rate"]) for s in rep["runs"]}
     assert got == {"sg/dp_rank=0": (3.2, 0.73), "sg/dp_rank=1": (1.4, 0.13)}
+
+
+def test_a_vllm_page_without_its_accepted_counter_keeps_the_drafted_counts(tmp_path):
+    """The drafts and draft-token counters are known and shown; acceptance length and rate,
+    which need the accepted counter, stay null (never 0)."""
+    from specscope.collector.report import build_report
+
+    text = ('# TYPE vllm:spec_decode_num_drafts counter\n'
+            'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 1000.0\n'
+            '# TYPE vllm:spec_decode_num_draft_tokens counter\n'
+            'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 3000.0\n')
+    t = build_report(import_file(_write(tmp_path, "vm.txt", text)).records)["totals"]
+    assert (t["num_drafts"], t["draft_tokens"]) == (1000, 3000)
+    assert t["accepted_tokens"] is None and t["mean_acceptance_length"] is None
+    assert t["acceptance_rate"] is None
