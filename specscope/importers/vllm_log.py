@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
-from typing import Any
 
 import numpy as np
 
@@ -40,10 +39,6 @@ FIELD = {
     "per_pos": re.compile(r"Per-position acceptance rate: ([\d., nan]+?)(?:,\s*[A-Z]|$)"),
     "rate": re.compile(r"(?:Avg )?Draft acceptance rate: ([\d.]+|nan)(%?)"),
 }
-V1_NOW = re.compile(r"SpecDecoding metrics: Mean acceptance length: ([\d.]+|nan), Accepted throughput: "
-                    r"[\d.]+ tokens/s, Drafted throughput: [\d.]+ tokens/s, Accepted: (\d+) tokens, "
-                    r"Drafted: (\d+) tokens, Per-position acceptance rate: ([\d., na]*?), "
-                    r"Avg Draft acceptance rate: ([\d.]+|nan)%")
 V0 = re.compile(r"Speculative metrics: Draft acceptance rate: ([\d.]+|nan), System efficiency: "
                 r"([\d.]+|nan), Number of speculative tokens: (\d+), Number of accepted tokens: "
                 r"(\d+), Number of draft tokens: (\d+), Number of emitted tokens: (\d+)")
@@ -359,13 +354,8 @@ def _v0_identities(res: ImportResult, mv: re.Match, prev: tuple[int, int, int] |
 
 
 def _v1_fields(body: str) -> tuple[int, int, list, float | None, float | None]:
-    """accepted, drafted, per-position rates, mean acceptance length, rate (a fraction)."""
-    fast = V1_NOW.search(body)
-    if fast:  # the current release's field order, in one match
-        rates = [num(x) for x in fast.group(4).split(",")] if fast.group(4).strip() else []
-        rate = num(fast.group(5))
-        return (int(fast.group(2)), int(fast.group(3)), rates, num(fast.group(1)),
-                None if rate is None else rate / 100)
+    """accepted, drafted, per-position rates, mean acceptance length, rate (a fraction), field
+    by field: every release's order (the current one is matched whole by LINE_V1 first)."""
     got = {k: rx.search(body) for k, rx in FIELD.items()}
     if not got["accepted"] or not got["drafted"]:
         raise ValueError("SpecDecoding line without 'Accepted: N tokens, Drafted: N tokens'")
