@@ -207,9 +207,16 @@ def line_hits(text: str, markers: tuple[str, ...]) -> list[tuple[int, str]]:
     return out
 
 
-def marked_lines(path: str | os.PathLike, markers: tuple[str, ...], res: ImportResult):
-    """(line number, line) of every line holding one of ``markers``, every line counted."""
+def marked_lines(path: str | os.PathLike, markers: tuple[str, ...], res: ImportResult,
+                 whole_block=None):
+    """(line number, line) of every line holding one of ``markers``, every line counted.
+
+    ``whole_block(text, first_line_number)``, when given, may take a block itself (returning
+    True), and its lines are then not yielded.
+    """
     for base, text in blocks(path, res):
+        if whole_block is not None and whole_block(text, base):
+            continue
         counted, lineno = 0, base
         for start, line in line_hits(text, markers):
             lineno += text.count("\n", counted, start)

@@ -18,6 +18,7 @@ V0's "Number of accepted tokens" is not a prefix count (see ``_v0``): committed 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import re
 
@@ -26,7 +27,7 @@ import numpy as np
 from .. import schema
 from ..io.columns import CountsColumns
 from ..schema import Problem
-from ._common import (ImportResult, Tally, blocks, file_year, line_hits, num, run_record, steps_from_mean,
+from ._common import (ImportResult, Tally, file_year, marked_lines, num, run_record, steps_from_mean,
                       to_ns)
 
 PREFIX = re.compile(r"^\((?P<proc>[A-Za-z][A-Za-z0-9]*)(?:_TP(?P<tp>\d+))?(?:_\w+)?"
@@ -64,18 +65,13 @@ def sniff(head: str) -> bool:
 def parse(path: str | os.PathLike, run_id: str, emit=None) -> ImportResult:
     res = ImportResult("vllm-log", emit=emit)
     reader = _Reader(res, run_id, file_year(path), str(path))
-    for base, text in blocks(path, res):
-        if _dense(reader, text, base):  # a block of nothing but current V1 lines: as columns
-            continue
-        counted, lineno = 0, base
-        for start, line in line_hits(text, MARKERS):
-            lineno += text.count("\n", counted, start)
-            counted = start
-            m = LINE_V1.match(line) if "SpecDecoding metrics: Mean" in line else None
-            if m:  # the current release's line: one match gives every field
-                reader.fast(m, lineno)
-            else:
-                reader.line(line, lineno)
+    # a block of nothing but current V1 lines is read whole, as columns (_dense)
+    for lineno, line in marked_lines(path, MARKERS, res, whole_block=functools.partial(_dense, reader)):
+        m = LINE_V1.match(line) if "SpecDecoding metrics: Mean" in line else None
+        if m:  # the current release's line: one match gives every field
+            reader.fast(m, lineno)
+        else:
+            reader.line(line, lineno)
     return reader.finish(path)
 
 
