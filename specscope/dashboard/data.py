@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 

@@ -7,10 +7,12 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+import numpy as np
 
 from .. import schema
-from ..io.columns import CountsColumns
+from ..io.intervals import BATCHES
 from ..schema import Problem
 
 
@@ -79,9 +81,10 @@ class ImportResult:
         self.traps.setdefault(key, text)
 
     def add(self, record: Any) -> None:
-        """One record, or a CountsColumns batch of them (counted as its rows)."""
-        n = len(record) if isinstance(record, CountsColumns) else 1
-        kind = "SpecCountsRecord" if isinstance(record, CountsColumns) else type(record).__name__
+        """One record, or a CountsColumns / SampleColumns batch of them (counted as its rows)."""
+        batch = isinstance(record, BATCHES)
+        n = len(record) if batch else 1
+        kind = (record.record_type if batch else type(record)).__name__
         self.counts[kind] = self.counts.get(kind, 0) + n
         self.records.append(record)
         self._pending += n
@@ -160,6 +163,24 @@ def steps_from_mean(accepted: int, mean_len: float | None, decimals: int = 2) ->
     lo = math.ceil(accepted / hi_len - 1e-9)
     hi = math.floor(accepted / lo_len + 1e-9) if lo_len > 0 else lo + 2
     return lo if lo == hi and lo > 0 else None
+
+
+def fixed_number(decimals: int) -> str:
+    """A regex group for a figure printed with exactly ``decimals`` places (or ``nan``), short
+    enough (15 digits) that ``fixed`` reads it exactly; no sign (a -0.0 would read as 0.0)."""
+    if decimals:
+        return rf"(\d{{1,{15 - decimals}}}\.\d{{{decimals}}}|nan)"
+    return r"(\d{1,15}|nan)"
+
+
+def fixed(texts: Sequence[str], decimals: int) -> np.ndarray:
+    """Figures matched by ``fixed_number(decimals)`` as the floats ``float()`` reads (nan as
+    NaN): without a nan, the whole number over the power of ten, both exact in a double, divided
+    with one correct rounding, which is the correctly rounded decimal ``float()`` gives."""
+    joined = ",".join(texts)
+    if "n" in joined:
+        return np.fromstring(joined, sep=",")
+    return np.fromstring(joined.replace(".", ""), np.int64, sep=",") / 10 ** decimals
 
 
 def blocks(path: str | os.PathLike, res: ImportResult, size: int = 1 << 22):

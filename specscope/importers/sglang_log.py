@@ -13,12 +13,16 @@ figure and pooled counts stay null. ``accept rate`` changed meaning between rele
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import re
 
+import numpy as np
+
 from .. import schema
+from ..io.intervals import CountsColumns, SampleColumns
 from ..schema import Problem
-from ._common import ImportResult, marked_lines, num, run_record, to_ns
+from ._common import ImportResult, fixed, fixed_number, marked_lines, num, run_record, to_ns
 
 PREFIX = re.compile(r"^\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?"
                     r"(?: DP(?P<dp>\d+))?(?: TP(?P<tp>\d+))?(?: EP(?P<ep>\d+))?[^\]]*\]\s*")
@@ -30,11 +34,15 @@ def sniff(head: str) -> bool:
     return "Decode batch" in head or "Prefill batch" in head
 
 
+def _key(raw: str) -> str:
+    key = raw.strip().lstrip("#").strip().replace(" ", "_").replace("-", "_")
+    return key.replace("(token/s)", "tok_s").replace("_(token/s)", "_tok_s")
+
+
 def _fields(rest: str) -> dict[str, float]:
     out = {}
     for key, value in PAIR.findall(rest):
-        key = key.strip().lstrip("#").strip().replace(" ", "_").replace("-", "_")
-        key = key.replace("(token/s)", "tok_s").replace("_(token/s)", "_tok_s")
+        key = _key(key)
         v = value.strip()
         if v in ("True", "False"):
             out[key] = float(v == "True")
@@ -49,7 +57,8 @@ def parse(path: str | os.PathLike, run_id: str, emit=None) -> ImportResult:
     res = ImportResult("sglang-log", emit=emit)
     name = str(path)
     stamps: dict[str, int] = {}
-    for lineno, line in marked_lines(path, ("Decode batch", "Prefill batch"), res):
+    block = functools.partial(_dense, res, run_id, stamps)
+    for lineno, line in marked_lines(path, ("Decode batch", "Prefill batch"), res, whole_block=block):
         m = PREFIX.match(line)
         body = line[m.end():] if m else line
         k = KIND.search(body)
@@ -82,3 +91,58 @@ def parse(path: str | os.PathLike, run_id: str, emit=None) -> ImportResult:
             values={prefix + key: v for key, v in values.items()}, source="sglang"))
     res.add(run_record(run_id, "sglang", "sglang-log", path))
     return res
+
+
+@functools.lru_cache(maxsize=32)
+def _shape(raw_keys: tuple[str, ...], decimals: tuple[int, ...]) -> re.Pattern:
+    """Every line of one shape: the prefix with a time, ``Decode batch``, these keys in this
+    order with values printed with these decimals (read exactly by ``fixed``), to the end of
+    the line. It starts with the newline before the line (the block is searched with one put
+    in front), a literal sre skips to at C speed, so a match always starts a line."""
+    pairs = ", ".join(re.escape(k.strip()) + ": " + fixed_number(d) for k, d in zip(raw_keys, decimals))
+    return re.compile(r"\n\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?(?: DP\d+)?(?: TP(\d+))?"
+                      r"(?: EP\d+)?[^\]\n]*\][ \t]*Decode batch[.,][ \t]*" + pairs + r",?[ \t]*(?=\n)")
+
+
+def _dense(res: ImportResult, run_id: str, stamps: dict[str, int], text: str, base: int) -> bool:
+    """Read a block of nothing but ``Decode batch`` lines of one shape (the first line's keys,
+    in its order, every value a number) as columns: one anchored regex over the whole block,
+    numpy over what it gives. False where the block needs the line path (other lines, another
+    shape, a bad time, an unknown accept len), which gives the same records."""
+    n = text.count("\n")
+    if not n or text.count("Decode batch") != n:
+        return False
+    first = text[:text.find("\n")]
+    k = KIND.search(first)
+    if not k:
+        return False
+    pairs = PAIR.findall(first[k.end():])
+    raw = tuple(key for key, _ in pairs)
+    decimals = tuple(len(v.strip().partition(".")[2]) for _, v in pairs)
+    keys = [_key(r).replace("(", "").replace(")", "") for r in raw]
+    if "accept_len" not in keys or len(set(keys)) != len(keys):
+        return False
+    found = _shape(raw, decimals).findall("\n" + text)
+    if len(found) != n:
+        return False
+    cols = list(zip(*found))
+    for st in set(cols[0]) - stamps.keys():
+        try:
+            stamps[st] = to_ns(_dt.datetime.strptime(st, "%Y-%m-%d %H:%M:%S"))
+        except ValueError:
+            return False
+    t = np.fromiter(map(stamps.__getitem__, cols[0]), np.int64, n)
+    rank = np.fromstring(",".join(x or "0" for x in cols[1]), np.int64, sep=",")
+    values = np.column_stack([fixed(c, d) for c, d in zip(cols[2:], decimals)])
+    if values.shape != (n, len(keys)) or np.isinf(values).any():
+        return False
+    spec = {name: values[:, keys.index(name)] for name in ("accept_len", "accept_rate") if name in keys}
+    if np.isnan(spec["accept_len"]).any():
+        return False
+    kept = [i for i, name in enumerate(keys) if name not in spec]
+    res.add(CountsColumns.of_arrays(
+        run_id, "sglang", rank=rank, t_ns=t, reported_mean_acceptance_length=spec["accept_len"],
+        reported_acceptance_rate=spec.get("accept_rate")))
+    res.add(SampleColumns(run_id, "sglang", rank, t, ["decode_" + keys[i] for i in kept],
+                          np.ascontiguousarray(values[:, kept])))
+    return True

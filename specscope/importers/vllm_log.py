@@ -25,10 +25,10 @@ import re
 import numpy as np
 
 from .. import schema
-from ..io.columns import CountsColumns
+from ..io.intervals import CountsColumns
 from ..schema import Problem
-from ._common import (ImportResult, Tally, file_year, marked_lines, num, run_record, steps_from_mean,
-                      to_ns)
+from ._common import (ImportResult, Tally, file_year, fixed, fixed_number, marked_lines, num, run_record,
+                      steps_from_mean, to_ns)
 
 PREFIX = re.compile(r"^\((?P<proc>[A-Za-z][A-Za-z0-9]*)(?:_TP(?P<tp>\d+))?(?:_\w+)?"
                     r"(?: pid=(?P<pid>\d+))?\)\s*")
@@ -75,85 +75,80 @@ def parse(path: str | os.PathLike, run_id: str, emit=None) -> ImportResult:
     return reader.finish(path)
 
 
-#: the same line from its level on: starting with a literal, sre skips ahead at C speed, so one
-#: findall over a whole block whose every line is such a line gives its fields line by line
-BLOCK_V1 = re.compile(
-    r"INFO (\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? \[[\w.]+:\d+\] SpecDecoding metrics: Mean "
-    r"acceptance length: ([\d.]+|nan), Accepted throughput: [\d.]+ tokens/s, Drafted throughput: "
-    r"[\d.]+ tokens/s, Accepted: (\d+) tokens, Drafted: (\d+) tokens, Per-position acceptance rate: "
-    r"([^A\n]*), Avg Draft acceptance rate: ([\d.]+|nan)%")
+@functools.lru_cache(maxsize=16)
+def _block_v1(k: int, d_al: int, d_pp: int, d_rate: int) -> re.Pattern:
+    """The current release's line from its level on, with exactly ``k`` per-position rates and
+    each figure printed with the given number of decimals (read exactly by ``fixed``): starting
+    with a literal, sre skips ahead at C speed, so one findall over a whole block whose every
+    line is such a line gives its fields line by line."""
+    pp = rf"\d{{1,{15 - d_pp}}}\.\d{{{d_pp}}}"
+    return re.compile(
+        r"INFO (\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? \[[\w.]+:\d+\] SpecDecoding metrics: Mean "
+        rf"acceptance length: {fixed_number(d_al)}, Accepted throughput: [\d.]+ tokens/s, Drafted "
+        r"throughput: [\d.]+ tokens/s, Accepted: (0|[1-9]\d*) tokens, Drafted: (0|[1-9]\d*) tokens, "
+        rf"Per-position acceptance rate: ((?:{pp}, ){{{k - 1}}}{pp}), Avg Draft acceptance rate: "
+        rf"{fixed_number(d_rate)}%")
+
+
 BLOCK_TP = re.compile(r"_TP(\d+)[^\n]*?SpecDecoding metrics: Mean")
+BLOCK_SHAPE = re.compile(r"length: \d+\.(\d+), .*rate: ((?:\d+\.\d+, )*\d+\.(\d+)), Avg Draft "
+                         r"acceptance rate: \d+\.(\d+)%")
 
 
 def _dense(reader: "_Reader", text: str, base: int) -> bool:
-    """Read a block whose every line is a current-release SpecDecoding line as columns: a few
-    regexes that start with a literal run over the whole block (C speed, aligned line by line),
-    numpy over what they give. False where the block needs the line path (other lines, other
-    markers, a field that does not parse), which gives the same records."""
+    """Read a block whose every line is a current-release SpecDecoding line with one draft
+    depth k (drafts = drafted / k, agreeing with the line's mean acceptance length) as arrays:
+    one regex over the whole block, numpy over what it gives, no object per line. False where
+    the block needs the line path (other lines, a varying k, nan, a bad time), which gives the
+    same records."""
     n = text.count("\n")
-    if text.count("SpecDecoding metrics: Mean") != n or not n:
+    if not n or text.count("SpecDecoding metrics: Mean") != n:
         return False
-    found = BLOCK_V1.findall(text)
-    tp = BLOCK_TP.findall(text) if "_TP" in text else [""] * n
-    if len(found) != n or len(tp) != n:
+    first = BLOCK_SHAPE.search(text, 0, text.find("\n"))
+    if not first:
+        return False
+    k = first.group(2).count(",") + 1
+    d_al, d_pp, d_rate = (len(first.group(i)) for i in (1, 3, 4))
+    found = _block_v1(k, d_al, d_pp, d_rate).findall(text)
+    tp = BLOCK_TP.findall(text) if "_TP" in text else None
+    if len(found) != n or (tp is not None and len(tp) != n):
         return False
     stamp, al_s, acc_s, dr_s, pp_s, rate_s = zip(*found)
     when = {st: reader.stamp_ns(st) for st in set(stamp)}
-    t = np.fromiter(map(when.__getitem__, stamp), np.int64, n)
-    k_of = {p.count(",") + 1 if p.strip() else 0 for p in pp_s}
-    if (t == 0).any() or len(k_of) != 1 or "n" in "".join(pp_s):
+    if 0 in when.values():
         return False
-    k = k_of.pop()
-    acc = np.fromiter(map(int, acc_s), np.int64, n)
-    dr = np.fromiter(map(int, dr_s), np.int64, n)
-    al = np.fromiter(map(float, al_s), float, n)
-    rate = np.fromiter(map(float, rate_s), float, n) / 100
-    # drafts: drafted / k where the line's own mean acceptance length agrees (see _drafts)
-    by_k = np.where((dr % k == 0) if k else False, dr // max(k, 1), -1)
+    t = np.fromiter(map(when.__getitem__, stamp), np.int64, n)
+    acc = np.fromstring(",".join(acc_s), np.int64, sep=",")
+    dr = np.fromstring(",".join(dr_s), np.int64, sep=",")
+    al = fixed(al_s, d_al)
+    drafts = dr // k
     with np.errstate(divide="ignore", invalid="ignore"):
-        agree = (by_k > 0) & (np.abs(1 + acc / np.where(by_k > 0, by_k, 1) - al) <= 0.005 + 1e-9)
-    simple = agree | np.isnan(al) | (acc == 0)
-    drafts: list = np.where(by_k >= 0, by_k, 0).tolist()
-    for i in np.flatnonzero(~simple).tolist():
-        drafts[i], varied = _drafts(int(acc[i]), int(dr[i]), k, float(al[i]))
-        if varied:
-            reader.res.trap("varying-k", VARYING_K)
-    for i in np.flatnonzero(simple & (by_k < 0)).tolist():
-        drafts[i] = None
-    dd = np.fromiter((x or 0 for x in drafts), float, n) if not simple.all() else np.maximum(by_k, 0).astype(float)
-    known = dd > 0
-    if k:
-        rates = np.fromiter(map(float, ",".join(pp_s).split(",")), float, n * k).reshape(n, k)
-        per_pos_arr = np.rint(rates * dd[:, None]).astype(np.int64)
-        per_pos = per_pos_arr.tolist()  # lists: CountsColumns writes them as JSON arrays
-        for i in np.flatnonzero(~known).tolist():
-            if drafts[i] is None:
-                per_pos[i] = []
-    else:
-        per_pos = [[] for _ in range(n)]
-    interval = (np.diff(t, prepend=reader.last_t or 0) / 1e9).tolist()
+        agree = (dr % k == 0) & (drafts > 0) & (np.abs(1 + acc / drafts - al) <= 0.005 + 1e-9)
+    if not agree.all():
+        return False
+    rate = fixed(rate_s, d_rate) / 100
+    per_pos = np.rint(fixed(pp_s, d_pp).reshape(n, k) * drafts[:, None]).astype(np.int64)
+    interval = np.diff(t, prepend=reader.last_t or 0) / 1e9
     if not reader.last_t:
-        interval[0] = None
-    reader.columns(
-        [int(x) if x else 0 for x in tp] if "_TP" in text else [0] * n, t.tolist(), interval, drafts,
-        dr.tolist(), acc.tolist(), per_pos, _nan_none(al), _nan_none(rate))
+        interval[0] = np.nan
+    rank = np.fromstring(",".join(tp), np.int64, sep=",") if tp else np.zeros(n, np.int64)
+    reader.block(CountsColumns.of_arrays(
+        reader.run_id, "vllm-v1", rank=rank, t_ns=t, interval_s=interval, num_drafts=drafts,
+        draft_tokens=dr, accepted_tokens=acc, accepted_per_pos=per_pos,
+        reported_mean_acceptance_length=al, reported_acceptance_rate=rate,
+        texts={"draft_tokens": dr_s, "accepted_tokens": acc_s}))  # whole numbers, no leading 0
     reader.last_t = int(t[-1])
     reader.k_seen = max(reader.k_seen, k)
 
     tally = reader.tally
-    with np.errstate(divide="ignore", invalid="ignore"):
-        _bulk(tally["rate"], (dr > 0) & ~np.isnan(rate), rate, acc / np.maximum(dr, 1), 0.0005, reader, base)
-        _bulk(tally["al"], known & ~np.isnan(al), al, 1 + acc / np.maximum(dd, 1), 0.005, reader, base)
+    tally["al"].held += n
+    _bulk(tally["rate"], (dr > 0) & ~np.isnan(rate), rate, acc / np.maximum(dr, 1), 0.0005, reader, base)
     if k > 1:
-        rising = (np.diff(per_pos_arr, axis=1) > 0).sum(axis=1)
-        _bulk(tally["order"], known, rising.astype(float), np.zeros(n), 0, reader, base)
-    elif k == 1:
-        tally["order"].held += int(known.sum())
+        rising = (np.diff(per_pos, axis=1) > 0).sum(axis=1)
+        _bulk(tally["order"], np.ones(n, bool), rising.astype(float), np.zeros(n), 0, reader, base)
+    else:
+        tally["order"].held += n
     return True
-
-
-def _nan_none(a: np.ndarray) -> list:
-    return [None if x != x else x for x in a.tolist()] if np.isnan(a).any() else a.tolist()
 
 
 def _bulk(t: Tally, mask: np.ndarray, left: np.ndarray, right: np.ndarray, tol: float,
@@ -206,12 +201,12 @@ class _Reader:
             self.res.problems.append(Problem(self.name, lineno, "bad timestamp; line kept without time"))
         return t_ns
 
-    def columns(self, *columns: list) -> None:
-        """A block's intervals at once, in CountsColumns.FIELDS order."""
-        self.cols.extend(*columns)
-        if len(self.cols) >= self.res.batch:
+    def block(self, cols: CountsColumns) -> None:
+        """A block's intervals at once, after the rows read line by line before it."""
+        if len(self.cols):
             self.res.add(self.cols)
             self.cols = CountsColumns(self.run_id, "vllm-v1")
+        self.res.add(cols)
 
     def fast(self, m: re.Match, lineno: int) -> None:
         tp, stamp, al, acc, dr, pp, rate = m.groups()

@@ -9,13 +9,13 @@ the columnar twin of a run of ``VerifyStepRecord``s: ``to_records()`` rebuilds t
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from .. import schema
+from .intervals import BATCHES
 
 MODES = schema.SAMPLING_MODES
 MODE_CODE = {m: i for i, m in enumerate(MODES)}
@@ -277,72 +277,11 @@ DETAIL_ARRAYS = ("seq", "step", "batch_size", "draft_depth", "temperature", "top
                  "flags")
 
 
-class CountsColumns:
-    """N spec-decode counter intervals of one (run, source) as columns: what a log importer
-    builds, appended a line or a block at a time, instead of one SpecCountsRecord per line.
-
-    ``json_lines()`` writes each row exactly as ``json.dumps(schema.to_dict(record))`` would
-    (compact separators) without building the record or its dict, one column at a time;
-    ``to_records()`` rebuilds the records for everything else.
-    """
-
-    FIELDS = ("rank", "t_ns", "interval_s", "num_drafts", "draft_tokens", "accepted_tokens",
-              "accepted_per_pos", "reported_mean_acceptance_length", "reported_acceptance_rate")
-
-    __slots__ = ("run_id", "source", "cols")
-
-    def __init__(self, run_id: str, source: str) -> None:
-        self.run_id = run_id
-        self.source = source
-        self.cols: list[list] = [[] for _ in self.FIELDS]  #: one list per field, FIELDS order
-
-    def append(self, *row: Any) -> None:
-        """One interval, its values in FIELDS order."""
-        for col, v in zip(self.cols, row):
-            col.append(v)
-
-    def extend(self, *columns: list) -> None:
-        """Many intervals, one equally long list per field in FIELDS order."""
-        for col, values in zip(self.cols, columns):
-            col.extend(values)
-
-    def __len__(self) -> int:
-        return len(self.cols[0])
-
-    def to_records(self) -> list[schema.SpecCountsRecord]:
-        rid, src, names = self.run_id, self.source, self.FIELDS
-        out = []
-        for row in zip(*self.cols):
-            r = dict(zip(names, row))
-            r["accepted_per_pos"] = tuple(r["accepted_per_pos"])  # columns may hold lists
-            out.append(schema.SpecCountsRecord(run_id=rid, source=src, **r))
-        return out
-
-    def json_lines(self) -> list[str]:
-        head = '{"kind":"spec_counts","run_id":' + json.dumps(self.run_id) + ',"rank":'
-        tail = ',"source":' + json.dumps(self.source) + "}"
-        rank, t, iv, nd, dt, at, pp, al, rate = self.cols
-        pp_s = [str(x).replace(" ", "") if type(x) is list else "[" + ",".join(map(str, x)) + "]"
-                for x in pp]
-        return [f'{head}{a},"t_ns":{b},"interval_s":{c},"num_drafts":{d},"draft_tokens":{e},'
-                f'"accepted_tokens":{f},"accepted_per_pos":{g},"reported_mean_acceptance_length":'
-                f'{h},"reported_acceptance_rate":{i}{tail}'
-                for a, b, c, d, e, f, g, h, i in zip(rank, t, _j(iv), _j(nd), _j(dt), _j(at), pp_s,
-                                                     _j(al), _j(rate))]
-
-
-def _j(values: list) -> list[str]:
-    """Numbers or None as ``json`` writes them (floats by repr, None as null)."""
-    if None not in values:  # the common case: one C loop (repr of an int or float is its JSON)
-        return list(map(repr, values))
-    return ["null" if v is None else repr(v) for v in values]
-
-
 def expand(items: Iterable[Any]) -> list[Any]:
     """Records, with every VerifyColumns and CountsColumns among them rebuilt as records."""
     out: list[Any] = []
     for item in items:
-        if isinstance(item, (VerifyColumns, CountsColumns)):
+        if isinstance(item, (VerifyColumns, *BATCHES)):
             out.extend(item.to_records())
         else:
             out.append(item)

@@ -18,7 +18,8 @@ from typing import Any, Iterable, Sequence
 
 from .. import schema
 from ..schema import TraceError
-from .columns import HAS_HIST, HAS_TRUTH, CountsColumns, VerifyColumns, expand
+from .columns import HAS_HIST, HAS_TRUTH, VerifyColumns, expand
+from .intervals import BATCHES
 
 _VERSION_KEY = b"specscope_schema_version"
 _STEP_FIELDS = ("run_id", "config_id", "rank", "step", "t_ns", "batch_size", "draft_depth",
@@ -82,9 +83,9 @@ def write_parquet(records: Iterable[Any], out_dir: str | os.PathLike) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     items = list(records)
     columns = [r for r in items if isinstance(r, VerifyColumns)]
-    counts = [r for r in items if isinstance(r, CountsColumns)]
+    batches = [r for r in items if isinstance(r, BATCHES)]
     configs: dict[str, str] = {}
-    rows_by_kind = _rows(r for r in items if not isinstance(r, (VerifyColumns, CountsColumns)))
+    rows_by_kind = _rows(r for r in items if not isinstance(r, (VerifyColumns, *BATCHES)))
     for row in rows_by_kind.get("run", []):
         configs[row["run_id"]] = row.get("config_id", "")
     parts: list[tuple[str, str, str, Any]] = []
@@ -99,10 +100,9 @@ def write_parquet(records: Iterable[Any], out_dir: str | os.PathLike) -> Path:
     for c in columns:
         if len(c):
             parts.append(("verify", _safe(c.config_id), _safe(c.run_id), _columns_table(c, pa)))
-    for cc in counts:
+    for cc in batches:
         if len(cc):
-            parts.append(("spec_counts", _safe(configs.get(cc.run_id, "")), _safe(cc.run_id),
-                          _counts_table(cc, pa)))
+            parts.append((schema.KIND_OF[cc.record_type], _safe(configs.get(cc.run_id, "")), _safe(cc.run_id), cc.table(pa)))
     for kind, config, run, table in parts:
         meta = {_VERSION_KEY: str(schema.SCHEMA_VERSION).encode(), b"specscope_kind": kind.encode()}
         _write_part(out / kind / f"config={config}" / f"run={run}",
@@ -120,21 +120,6 @@ def _write_part(folder: Path, table: Any, pq: Any) -> Path:
     pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP)
     os.replace(tmp, final)
     return final
-
-
-def _counts_table(c: CountsColumns, pa: Any) -> Any:
-    """A spec_counts table straight from columns, laid out as ``_rows`` lays out the records."""
-    n = len(c)
-    data: dict[str, Any] = {"run_id": pa.array([c.run_id] * n, pa.string())}
-    for name, values in zip(CountsColumns.FIELDS, c.cols):
-        if name == "accepted_per_pos":
-            data[name] = pa.array([list(v) for v in values], pa.list_(pa.int64()))
-        elif name in ("interval_s", "reported_mean_acceptance_length", "reported_acceptance_rate"):
-            data[name] = pa.array(values, pa.float64())
-        else:
-            data[name] = pa.array(values, pa.int64())
-    data["source"] = pa.array([c.source] * n, pa.string())
-    return pa.table(data)
 
 
 def _columns_table(c: VerifyColumns, pa: Any) -> Any:
@@ -223,7 +208,7 @@ class ParquetTraceWriter:
     def write(self, records: Sequence[Any]) -> None:
         with self._lock:
             self._buf.extend(records)
-            self._buffered += sum(len(r) if isinstance(r, (VerifyColumns, CountsColumns)) else 1
+            self._buffered += sum(len(r) if isinstance(r, (VerifyColumns, *BATCHES)) else 1
                                   for r in records)
             if self._buffered >= self.roll_records or self._clock() - self._last_roll >= self.roll_s:
                 self._roll()

@@ -54,28 +54,42 @@ class TraceWriter:
         self._lock = threading.Lock()
         self._fsync = fsync
         self.num_written = 0
-        self._write_lines([json.dumps({"kind": HEADER_KIND, "schema_version": schema.SCHEMA_VERSION,
-                                       "created_ns": time.time_ns()})])
+        self._write_text(json.dumps({"kind": HEADER_KIND, "schema_version": schema.SCHEMA_VERSION,
+                                     "created_ns": time.time_ns()}) + "\n")
 
     def write(self, records: Sequence[Any]) -> None:
-        from .columns import CountsColumns, VerifyColumns
+        from .columns import VerifyColumns
+        from .intervals import BATCHES
 
+        chunks: list[str] = []  #: text ending in a newline
         lines: list[str] = []
+        n = 0
         for r in records:
-            if isinstance(r, CountsColumns):  # straight from columns, no object per row
-                lines.extend(r.json_lines())
-            elif isinstance(r, VerifyColumns):
-                lines.extend(json.dumps(schema.to_dict(x), separators=(",", ":")) for x in r.to_records())
+            if isinstance(r, BATCHES):  # straight from columns, no object per row
+                if lines:
+                    chunks.append("\n".join(lines) + "\n")
+                    lines = []
+                chunks.append(r.json_text())
+                n += len(r)
+                continue
+            if isinstance(r, VerifyColumns):
+                recs = r.to_records()
+                lines.extend(json.dumps(schema.to_dict(x), separators=(",", ":")) for x in recs)
+                n += len(recs)
             else:
                 lines.append(json.dumps(schema.to_dict(r), separators=(",", ":")))
-        self._write_lines(lines)
-        self.num_written += len(lines)
+                n += 1
+        if lines:
+            chunks.append("\n".join(lines) + "\n")
+        self._write_text("".join(chunks))
+        self.num_written += n
 
-    def _write_lines(self, lines: list[str]) -> None:
-        if not lines:
+    def _write_text(self, text: str) -> None:
+        """Whole lines (each ending in a newline), written and flushed at once."""
+        if not text:
             return
         with self._lock:
-            self._f.write("\n".join(lines) + "\n")
+            self._f.write(text)
             self._f.flush()
             if self._fsync:
                 os.fsync(self._f.fileno())
