@@ -23,6 +23,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
     steps = 0 if args.spec_draft_tokens == 0 else args.spec_steps
     cfg = SpecConfig(algorithm=args.spec_algorithm, num_steps=steps, topk=args.spec_topk,
                      num_draft_tokens=args.spec_draft_tokens or 0, verify_mode=args.verify_mode,
+                     policy=args.spec_policy if steps else "fixed",
                      fault=args.fault or "")
     spec = WorkloadSpec(requests=args.requests, concurrency=args.concurrency,
                         max_new_tokens=args.max_new_tokens, temperature=args.temperature,
@@ -125,7 +126,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     from ..engine.workload import WorkloadSpec
 
     cfg = SpecConfig(algorithm=args.spec_algorithm, num_steps=args.spec_steps, topk=args.spec_topk,
-                     num_draft_tokens=args.spec_draft_tokens or 0, fault=args.fault or "")
+                     num_draft_tokens=args.spec_draft_tokens or 0, fault=args.fault or "",
+                     policy=args.spec_policy)
     spec = WorkloadSpec(requests=args.requests, concurrency=args.concurrency,
                         max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                         seed=args.seed, reference=False)
@@ -282,6 +284,10 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec-topk", type=int, default=1, help="draft branching; >1 drafts a tree")
     p.add_argument("--spec-draft-tokens", type=int, default=None, help="tokens per verify pass, "
                    "root included (steps+1 for a chain; tree budget); 0 = no speculation")
+    p.add_argument("--spec-policy", default="fixed", help="k per step: fixed (--spec-steps "
+                   "always), batch:B1=K1,B2=K2,... (k by running batch size: the K of the largest "
+                   "B not above it; K=0 turns speculation off) or adaptive (k chosen from measured "
+                   "acceptance and step times; off when speculation loses). Default: fixed")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,7 +11,8 @@ def _spec_config(args: argparse.Namespace):
     steps = 0 if args.spec_draft_tokens == 0 else args.spec_steps
     return SpecConfig(algorithm=args.spec_algorithm, num_steps=steps, topk=args.spec_topk,
                       num_draft_tokens=args.spec_draft_tokens or 0,
-                      verify_mode=args.verify_mode, fault=args.fault or "")
+                      verify_mode=args.verify_mode, fault=args.fault or "",
+                      policy=args.spec_policy if steps else "fixed")
 
 
 def _cmd_serve_engine(args: argparse.Namespace) -> int:

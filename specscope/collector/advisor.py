@@ -10,6 +10,9 @@ Model (chain drafting):
   scale as a + b * (k + 1) tokens when runs at two or more depths are given (a least-squares
   fit), else are held constant (the GPU regime: a small verify batch is latency-bound).
 - tokens/s per request = AL(k) / t(k).
+- k = 0 (no speculation) is a candidate wherever a target-only step was timed: a run without
+  speculation among the measured ones, or the base run's own steps with speculation off (a
+  speculation policy's); AL(0) = 1 and t(0) = the mean ``decode`` phase.
 """
 
 from __future__ import annotations
@@ -36,6 +39,15 @@ def _per_step(section: dict[str, Any], *names: str) -> float:
     steps = section["totals"]["num_verify_steps"] or 0
     total = sum(section["phases"].get(n, {}).get("total_s", 0.0) for n in names)
     return total / steps if steps else 0.0
+
+
+def _decode_step_s(sections: Sequence[dict[str, Any]]) -> float | None:
+    """The mean target-only (``decode``) step of the first section that timed one."""
+    for s in sections:
+        d = (s.get("phases") or {}).get("decode") or {}
+        if d.get("n") and d.get("total_s"):
+            return d["total_s"] / d["n"]
+    return None
 
 
 def predict_al(per_position: Sequence[float], k: int) -> float | None:
@@ -76,8 +88,13 @@ def advise(base: dict[str, Any], measured: Sequence[dict[str, Any]] = (),
     """
     pp = base["totals"]["per_position_acceptance"]
     costs = fit_costs([base, *measured])
+    decode = _decode_step_s([*measured, base])
     by_k = {(s["run"] or {}).get("num_steps"): s for s in measured if s["phases"]}
     rows, errors = [], {"al": [], "tok_s": []}
+    if decode is not None:
+        rows.append({"num_steps": 0, "num_draft_tokens": 0, "predicted_al": 1.0,
+                     "predicted_tok_s": 1.0 / decode, "measured_al": None, "measured_tok_s": None,
+                     "note": "no speculation: the target-only step as measured"})
     for k in depths:
         al = predict_al(pp, k)
         step = costs.step_s(k) if costs else None

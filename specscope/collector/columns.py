@@ -22,6 +22,27 @@ def _tail_counts(values: np.ndarray) -> list[int]:
     return np.cumsum(bc[::-1])[::-1][1:].tolist()
 
 
+def _observe_depths(stats: SpecStats, c: VerifyColumns) -> None:
+    """The k of each step (where given), one per step in step order."""
+    depth = c.draft_depth
+    if depth is None:
+        return
+    if c.step_sizes is not None:
+        t = c.t_ns
+    elif c.seq is not None:
+        _, first = np.unique(c.seq, return_index=True)
+        depth, t = depth[first], c.t_ns[first]
+    else:
+        return
+    given = depth >= 0
+    if given.any():
+        reasons = c.depth_reasons or {}
+        if reasons and c.seq is not None:  # a selection of steps: only the reasons of its own
+            present = set(np.unique(c.seq).tolist())
+            reasons = [s for s in reasons if s in present]
+        stats.observe_depths(depth[given].tolist(), t[given].tolist(), len(reasons))
+
+
 def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
     """Fold columnar entries into ``stats`` (same result as observing the records)."""
     if not len(c):
@@ -35,6 +56,7 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
     stats.num_steps += c.num_steps
     has = d > 0
     stats.num_drafts += int(has.sum())
+    stats.undrafted_request_steps += int((d == 0).sum())
     stats.draft_tokens += int(d.sum())
     stats.draft_tokens_scored += int(np.maximum(d, c.num_draft_tokens)[has].sum())
     stats.accepted_tokens += int(a.sum())
@@ -47,6 +69,7 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
     accepted_pp += [0] * (len(drafted_pp) - len(accepted_pp))
     stats.drafted_per_pos = _add_lists(stats.drafted_per_pos, drafted_pp)
     stats.accepted_per_pos = _add_lists(stats.accepted_per_pos, accepted_pp)
+    _observe_depths(stats, c)
     modes = c.mode_names
     n_modes = len(modes)
     pair = c.mode_requested.astype(np.int64) * n_modes + c.mode_used

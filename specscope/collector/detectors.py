@@ -287,7 +287,32 @@ class QualityDetector:
         return out
 
 
-DEFAULT_DETECTORS = (SamplingTruthDetector(), FallbackDetector(), DraftHealthDetector())
+@dataclass
+class SpeculationOffDetector:
+    """Speculation has been off (k = 0, as a speculation policy chose) for longer than
+    ``max_off_s``, measured between the steps' own times: the draft model is loaded and idle,
+    and whatever turned it off (acceptance, batch size) has lasted."""
+
+    max_off_s: float = 60.0
+
+    def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
+        if stats.last_depth != 0 or stats.off_since_ns is None or stats.last_depth_ns is None:
+            return []
+        off_s = (stats.last_depth_ns - stats.off_since_ns) / 1e9
+        if off_s <= self.max_off_s:
+            return []
+        return [schema.AnomalyRecord(
+            run_id=run_id, kind="speculation_off", severity="warning",
+            message=f"speculation has been off for {off_s:.0f} s (more than {self.max_off_s:.0f} s): "
+                    f"{stats.depth_steps.get(0, 0)} steps without drafting, {stats.off_periods} "
+                    "off period(s); the trace's depth reasons say why",
+            evidence={"off_s": off_s, "off_since_ns": stats.off_since_ns,
+                      "off_steps": stats.depth_steps.get(0, 0), "off_periods": stats.off_periods,
+                      "max_off_s": self.max_off_s})]
+
+
+DEFAULT_DETECTORS = (SamplingTruthDetector(), FallbackDetector(), DraftHealthDetector(),
+                     SpeculationOffDetector())
 
 
 def detectors_for(run: schema.RunRecord | None) -> tuple:
@@ -295,7 +320,8 @@ def detectors_for(run: schema.RunRecord | None) -> tuple:
     dtype = (run.labels.get("draft_dtype", "") if run is not None else "") or ""
     if not dtype:
         return DEFAULT_DETECTORS
-    return (SamplingTruthDetector(), FallbackDetector(), DraftHealthDetector(draft_dtype=dtype))
+    return (SamplingTruthDetector(), FallbackDetector(), DraftHealthDetector(draft_dtype=dtype),
+            SpeculationOffDetector())
 
 
 def evaluate(stats: SpecStats, run_id: str = "", detectors=DEFAULT_DETECTORS

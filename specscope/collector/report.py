@@ -71,8 +71,11 @@ def window_figures(t_s: float | None, window_s: float | None, s: SpecStats) -> d
     """One window: acceptance figures, committed tokens (accepted + bonus) and fallbacks.
     ``t_s`` None: the source gave no time; the window is one of its lines, in file order."""
     return {"time": t_s, "window_s": window_s, **spec_figures(s),
-            "committed_tokens": s.accepted_tokens + s.num_drafts,
-            "fallbacks": dict(s.fallbacks)}
+            #: one token per request-step that drafted nothing (speculation off)
+            "committed_tokens": s.accepted_tokens + s.num_drafts + s.undrafted_request_steps,
+            "fallbacks": dict(s.fallbacks),
+            #: mean k of the window's steps (0 for a step with speculation off); null: not given
+            "mean_draft_depth": s.mean_draft_depth, "off_steps": s.depth_steps.get(0, 0)}
 
 
 def _windows(records: Sequence[Any], window_s: float | None) -> list[dict[str, Any]]:
@@ -236,7 +239,11 @@ def stats_section(s: SpecStats, run: schema.RunRecord | None, windows: list[dict
                    "output_tokens": s.output_tokens,
                    "output_tokens_per_s": (s.output_tokens / span_s)
                    if span_s and s.num_requests else None,
-                   "num_clamped": s.num_clamped},
+                   "num_clamped": s.num_clamped,
+                   #: steps by the draft depth k they ran with (0: speculation off, as a
+                   #: policy chose), steps where the policy changed k, times it went off
+                   "steps_by_depth": {str(k): v for k, v in sorted(s.depth_steps.items())},
+                   "depth_changes": s.depth_changes, "off_periods": s.off_periods},
         "windows": windows,
         "sampling_truth": _truth(s, checks),
         "requests_flagged": [a.evidence for a in per_request],

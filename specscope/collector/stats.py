@@ -107,6 +107,18 @@ class SpecStats:
     #: engine gauges (SampleRecord): name -> [sum, count]
     gauges: dict[str, list[float]] = field(default_factory=dict)
     benchmarks: list[Any] = field(default_factory=list)
+    #: draft depth per step (a speculation policy moves it): k -> steps (k = 0: speculation
+    #: off); steps that carried a reason; entries into k = 0; the first and latest k and times
+    depth_steps: Counter = field(default_factory=Counter)
+    depth_changes: int = 0
+    off_periods: int = 0
+    first_depth: int | None = None
+    first_depth_ns: int | None = None
+    last_depth: int | None = None
+    last_depth_ns: int | None = None
+    off_since_ns: int | None = None  #: start of the current off period (latest k is 0)
+    #: request-steps that drafted nothing (speculation off): one token each, no verify
+    undrafted_request_steps: int = 0
 
     # ------------------------------------------------------------------ observe
     def observe(self, record: Any) -> None:
@@ -139,6 +151,25 @@ class SpecStats:
                     hits = self.evals.setdefault(name, [0, 0])
                     hits[0] += bool(value)
                     hits[1] += 1
+
+    def observe_depths(self, depths: list[int], times: list[int], reasons: int = 0) -> None:
+        """Steps in time order: the k each ran with and its time; ``reasons``: how many of them
+        carried a reason. An off period that starts a batch is counted (``merge`` takes it back
+        where the batch before ended off)."""
+        self.depth_changes += reasons
+        prev = self.last_depth
+        for k, t in zip(depths, times):
+            self.depth_steps[k] += 1
+            if k == 0 and prev != 0:
+                self.off_periods += 1
+                self.off_since_ns = t
+            prev = k
+        if depths:
+            if self.first_depth is None:
+                self.first_depth, self.first_depth_ns = depths[0], times[0]
+            self.last_depth, self.last_depth_ns = depths[-1], times[-1]
+            if self.last_depth:
+                self.off_since_ns = None
 
     def observe_all(self, records: Iterable[Any]) -> "SpecStats":
         for r in records:
@@ -191,6 +222,8 @@ class SpecStats:
     def _observe_verify(self, r: schema.VerifyStepRecord) -> None:
         self.num_steps += 1
         self._touch(r.t_ns)
+        if r.draft_depth is not None:
+            self.observe_depths([r.draft_depth], [r.t_ns], int(bool(r.depth_reason)))
         for e in r.entries:
             drafted, accepted = e.num_drafted, e.num_accepted
             if drafted < 0 or accepted < 0 or accepted > drafted:
@@ -198,6 +231,8 @@ class SpecStats:
                 drafted = max(0, drafted)
                 accepted = min(max(0, accepted), drafted)
             self.modes[(e.mode_requested, e.mode_used)] += 1
+            if drafted == 0:
+                self.undrafted_request_steps += 1
             if drafted > 0:
                 self.num_drafts += 1
                 self.draft_tokens += drafted
@@ -276,7 +311,19 @@ class SpecStats:
             hists[k] = hists[k].merge(v) if k in hists else v
         firsts = [t for t in (self.t_first_ns, other.t_first_ns) if t is not None]
         lasts = [t for t in (self.t_last_ns, other.t_last_ns) if t is not None]
+        a, b = self, other  # b follows a in time (totals and windows fold batches in order)
+        joined_off = a.last_depth == 0 and b.first_depth == 0  # one off period, not two
+        later = b if b.last_depth is not None else a
+        off_since = later.off_since_ns
+        if later is b and joined_off and b.off_since_ns == b.first_depth_ns:
+            off_since = a.off_since_ns
+        first = a if a.first_depth is not None else b
         return SpecStats(
+            depth_steps=a.depth_steps + b.depth_steps, depth_changes=a.depth_changes + b.depth_changes,
+            undrafted_request_steps=a.undrafted_request_steps + b.undrafted_request_steps,
+            off_periods=a.off_periods + b.off_periods - joined_off,
+            first_depth=first.first_depth, first_depth_ns=first.first_depth_ns,
+            last_depth=later.last_depth, last_depth_ns=later.last_depth_ns, off_since_ns=off_since,
             num_steps=self.num_steps + other.num_steps,
             num_drafts=self.num_drafts + other.num_drafts,
             draft_tokens=self.draft_tokens + other.draft_tokens,
@@ -324,6 +371,12 @@ class SpecStats:
     def per_position_acceptance(self) -> list[float | None]:
         """Share of request-steps that drafted position i whose token i was accepted."""
         return [a / d if d else None for a, d in zip(self.accepted_per_pos, self.drafted_per_pos)]
+
+    @property
+    def mean_draft_depth(self) -> float | None:
+        """Mean k over the steps that gave one, off steps (k = 0) included."""
+        n = sum(self.depth_steps.values())
+        return sum(k * c for k, c in self.depth_steps.items()) / n if n else None
 
     def eval_rate(self, name: str) -> float | None:
         hits, n = self.evals.get(name, [0, 0])

@@ -25,6 +25,7 @@ COMPARE_NOTE = "compare-note"
 COMPARE_POSITION = "compare-per-position"
 COMPARE_CDF_TTFT = "compare-cdf-ttft"
 COMPARE_CDF_TPOT = "compare-cdf-tpot"
+COMPARE_CATEGORIES = "compare-categories"
 
 SWEEP_FIGURE = "sweep-pareto"
 SWEEP_TABLE = "sweep-table"

@@ -58,7 +58,10 @@ def _read_field(s: SpecStats, m: Metric, labels: Any, v: float) -> None:
         arr.extend([0] * (pos + 1 - len(arr)))
         arr[pos] += int(v)
     elif m.label is not None:
-        getattr(s, m.field)[labels.get(m.label, "")] += int(v)
+        value = labels.get(m.label, "")
+        getattr(s, m.field)[int(value) if m.label == "k" else value] += int(v)
+    elif m.kind == "gauge":  # the latest value, not a count
+        setattr(s, m.field, int(v))
     else:
         setattr(s, m.field, getattr(s, m.field) + int(v))
     if m.field in ("num_drafts", "draft_tokens", "accepted_tokens"):

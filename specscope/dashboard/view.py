@@ -42,6 +42,8 @@ class Window(Acceptance):
     window_s: float | None = None
     committed_tokens: int = 0  #: accepted + bonus, from verify steps
     fallbacks: Mapping[str, int] = field(default_factory=dict)
+    mean_draft_depth: float | None = None  #: mean k of its steps (0: speculation off)
+    off_steps: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,9 @@ class Totals(Acceptance):
     output_tokens: int = 0
     output_tokens_per_s: float | None = None
     num_clamped: int = 0
+    steps_by_depth: Mapping[str, int] = field(default_factory=dict)
+    depth_changes: int = 0
+    off_periods: int = 0
 
 
 @dataclass(frozen=True, slots=True)

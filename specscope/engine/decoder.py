@@ -17,6 +17,7 @@ import torch
 from .. import schema
 from . import sampling
 from .kv import BatchKV, causal, feed_pending
+from .policy import parse_policy
 from .tree import draft_tree, walk_tree
 
 FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut")
@@ -35,6 +36,8 @@ class SpecConfig:
     verify_mode: str = ""  #: for temperature > 0; default speculative sampling (chain) / target-only (tree)
     renorm_kernels: bool = True  #: False mirrors a backend without top-p/top-k renorm kernels
     fault: str = ""  #: one of FAULTS, or ""
+    #: k per step: "fixed", "batch:B1=K1,B2=K2,..." or "adaptive" (engine/policy.py)
+    policy: str = "fixed"
 
     def __post_init__(self) -> None:
         if self.fault and self.fault not in FAULTS:
@@ -56,12 +59,19 @@ class SpecConfig:
                              "target-only temperature sampling")
         if self.fault == "topk_fallback":
             self.renorm_kernels = False
+        self.policy = self.policy or "fixed"
+        if self.policy != "fixed":
+            parse_policy(self.policy, self.num_steps)  # a clear error now, not at the first step
+            if self.topk != 1 or not self.num_steps:
+                raise ValueError(f"--spec-policy {self.policy} needs a chain draft "
+                                 "(--spec-topk 1, --spec-steps >= 1)")
 
     @property
     def config_id(self) -> str:
         if self.num_steps == 0:
             return "no-spec"
-        return f"{self.algorithm}-s{self.num_steps}-k{self.topk}-d{self.num_draft_tokens}"
+        tail = "" if self.policy == "fixed" else "-" + self.policy.replace(":", "").replace(",", "_").replace("=", "k")
+        return f"{self.algorithm}-s{self.num_steps}-k{self.topk}-d{self.num_draft_tokens}{tail}"
 
     @property
     def budget(self) -> int:
@@ -97,9 +107,11 @@ class SpeculativeDecoder:
 
     def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | None, config: SpecConfig,
                  *, recorder=None, eos_ids: tuple[int, ...] = (), seed: int = 0,
-                 device: str | torch.device = "cpu", run_id: str = "") -> None:
+                 device: str | torch.device = "cpu", run_id: str = "", policy=None) -> None:
         if config.num_steps and draft is None:
             raise ValueError("speculation needs a draft model")
+        #: k per step (engine/policy.py): the config's, unless one is given
+        self.policy = policy if policy is not None else parse_policy(config.policy, config.num_steps)
         self.target, self.draft, self.cfg = target, draft, config
         self.recorder = recorder
         self.eos = set(eos_ids)
@@ -191,10 +203,15 @@ class SpeculativeDecoder:
         requests that finished."""
         if not batch.rows:
             return []
-        if self.cfg.num_steps == 0:
-            done = self._decode_step(batch, on_chunk)
+        b = len(batch.rows)
+        k, why = self.policy.choose(b) if self.cfg.num_steps else (0, "")
+        t0 = time.perf_counter()
+        if k == 0:
+            done, acc = self._decode_step(batch, on_chunk, policy_off=bool(self.cfg.num_steps),
+                                          why=why), ()
         else:
-            done = self._spec_step(batch, on_chunk)
+            done, acc = self._spec_step(batch, on_chunk, k, why)
+        self.policy.observe(k, b, time.perf_counter() - t0, acc)
         self.step_index += 1
         finished = self._retire(batch, done)
         batch.kv_t.compact()
@@ -274,8 +291,11 @@ class SpeculativeDecoder:
                 self.recorder.record_request(out.record)
         return [row.out for row in finished]
 
-    def _decode_step(self, batch: "Batch", on_chunk) -> list[bool]:
-        """Plain autoregressive decoding (no speculation): one token per request."""
+    def _decode_step(self, batch: "Batch", on_chunk, policy_off: bool = False,
+                     why: str = "") -> list[bool]:
+        """Plain autoregressive decoding (no speculation): one token per request. With
+        ``policy_off`` (a speculative run whose policy chose k = 0) the step is recorded as a
+        verify step with nothing drafted, its depth 0 and, on a change, the reason."""
         rows = batch.rows
         with self._phase("decode"):
             pending = [row.committed[row.cached_t:] for row in rows]
@@ -283,14 +303,22 @@ class SpeculativeDecoder:
             temp, top_p, top_k, trunc = self._params(rows)
             toks = sampling.sample_from(sampling.process_probs(logits, temp, top_p, top_k, trunc),
                                         self.gen).tolist()
+        if policy_off and self.recorder is not None:
+            rs = [row.req for row in rows]
+            self.recorder.record_verify(
+                request_ids=[r.request_id for r in rs], num_accepted=torch.zeros(len(rs), dtype=torch.long),
+                num_drafted=0, num_draft_tokens=0, temperature=[r.temperature for r in rs],
+                top_p=[r.top_p for r in rs], top_k=[r.top_k for r in rs], step=self.step_index,
+                draft_depth=0, depth_reason=why)
         for row in rows:
             row.cached_t = len(row.committed)
         return [self._commit(row, [tok], on_chunk) for row, tok in zip(rows, toks)]
 
-    def _spec_step(self, batch: "Batch", on_chunk) -> list[bool]:
+    def _spec_step(self, batch: "Batch", on_chunk, d: int, why: str = ""):
+        """Draft ``d`` tokens per request and verify them; (finished flags, accepted per row)."""
         cfg, dev = self.cfg, self.device
         kv_t, kv_d, rows = batch.kv_t, batch.kv_d, batch.rows
-        b, d = len(rows), cfg.num_steps
+        b = len(rows)
         rs = [row.req for row in rows]
         codes, used = self._row_modes(rs)
         self._fallbacks(rs, used)
@@ -299,7 +327,8 @@ class SpeculativeDecoder:
         mode = torch.tensor(codes, device=dev)
         base = torch.tensor([len(row.committed) for row in rows], device=dev)  # first draft pos
         last_tok = torch.tensor([row.committed[-1] for row in rows], device=dev)
-        # draft extend: the draft catches up on tokens committed since its last step
+        # draft extend: the draft catches up on tokens committed since its last step (all of
+        # them after steps with speculation off: the catch-up is this step's)
         with self._phase("draft_extend"):
             lg = feed_pending(kv_d, [row.committed[row.cached_d:] for row in rows],
                               [row.cached_d for row in rows])
@@ -307,7 +336,7 @@ class SpeculativeDecoder:
             row.cached_d = len(row.committed)
         with self._phase("draft"):
             if cfg.topk == 1:
-                draft, q, top1 = self._draft_chain(kv_d, lg, base, mode, temp, top_p, top_k, trunc)
+                draft, q, top1 = self._draft_chain(kv_d, lg, base, mode, temp, top_p, top_k, trunc, d)
             else:
                 tree = draft_tree(kv_d, lg, last_tok, base, d, cfg.topk, cfg.budget)
         with self._phase("verify_forward"):
@@ -328,10 +357,10 @@ class SpeculativeDecoder:
             if self.recorder is not None:
                 self.recorder.record_verify(
                     request_ids=[r.request_id for r in rs], num_accepted=num_acc, num_drafted=d,
-                    num_draft_tokens=cfg.budget, temperature=[r.temperature for r in rs],
+                    num_draft_tokens=cfg.budget if cfg.topk > 1 else d, temperature=[r.temperature for r in rs],
                     top_p=[r.top_p for r in rs], top_k=[r.top_k for r in rs], mode_used=used,
                     committed_tokens=fixed, target_logits=path_logits, draft_top1_probs=top1,
-                    step=self.step_index, draft_depth=d)
+                    step=self.step_index, draft_depth=d, depth_reason=why)
             acc = num_acc.tolist()  # the engine's own readback: it must know what to commit
             toks = fixed.tolist()
         for row, a in zip(rows, acc):  # the request's own figures, from the host copy above
@@ -350,11 +379,11 @@ class SpeculativeDecoder:
         kv_t.invalidate_tail(keep)
         for k, row in enumerate(rows):
             row.cached_t = len(row.committed) + acc[k]
-        return [self._commit(row, toks[k][:acc[k] + 1], on_chunk) for k, row in enumerate(rows)]
+        return [self._commit(row, toks[k][:acc[k] + 1], on_chunk) for k, row in enumerate(rows)], acc
 
-    def _draft_chain(self, kv_d, lg, base, mode, temp, top_p, top_k, trunc):
-        """Draft ``num_steps`` tokens one after another; returns tokens, q, top-1 probability."""
-        b, d, dev = lg.shape[0], self.cfg.num_steps, self.device
+    def _draft_chain(self, kv_d, lg, base, mode, temp, top_p, top_k, trunc, d):
+        """Draft ``d`` tokens one after another; returns tokens, q, top-1 probability."""
+        b, dev = lg.shape[0], self.device
         shortcut = self.cfg.fault == "draft_prob_shortcut"
         toks, qs, top1 = [], [], []
         spec_rows = (mode == 2)[:, None]

@@ -103,7 +103,8 @@ def run_record(run_id: str, pair: ModelPair, cfg: SpecConfig, role: str,
         engine="specscope-reference", engine_version=_version(), verify_mode=cfg.verify_mode,
         fault=cfg.fault, started_ns=time.time_ns(), env_flags=env, host=host_facts(),
         # the decoder takes the draft's probabilities through a float32 softmax
-        labels={"role": role, **({"draft_dtype": "float32"} if cfg.num_steps else {}), **labels})
+        labels={"role": role, **({"draft_dtype": "float32"} if cfg.num_steps else {}),
+                **({"spec_policy": cfg.policy} if cfg.policy != "fixed" else {}), **labels})
 
 
 def _version() -> str:

@@ -73,6 +73,10 @@ METRICS: dict[str, Metric] = {
     "specscope_anomalies_total": Metric("counter", "Times a detector started firing, by kind."),
     "specscope_anomaly_active": Metric("gauge", "1 while a detector fires, by kind."),
     "specscope_check_state": Metric("gauge", "1 for the state a detector's check is in, by check: pass, fail, or inconclusive (too little data to fail yet)."),
+    "specscope_draft_depth": Metric("gauge", "Draft depth k of the latest step (0: speculation off, as a speculation policy chose).", "last_depth"),
+    "specscope_draft_depth_steps_total": Metric("counter", "Steps by the draft depth k they ran with (k = 0: speculation off).", "depth_steps", "k"),
+    "specscope_draft_depth_changes_total": Metric("counter", "Steps where a speculation policy changed k (or confirmed it after a probe), with a reason in the trace.", "depth_changes"),
+    "specscope_speculation_off_periods_total": Metric("counter", "Times speculation was turned off (k = 0) by a speculation policy.", "off_periods"),
     "specscope_requests_total": Metric("counter", "Finished requests.", "num_requests"),
     "specscope_output_tokens_total": Metric("counter", "Output tokens of finished requests.", "output_tokens"),
     "specscope_clamped_entries_total": Metric("counter", "Impossible verify entries (accepted > drafted, negative) clamped.", "num_clamped"),
@@ -142,7 +146,7 @@ def _render_field(lines: list[str], name: str, m: Metric, base: str, s: Any) -> 
     elif m.label is not None:
         for value, n in sorted(getattr(s, m.field).items()):
             lines.append(f"{name}{_labels(base, _lv(**{m.label: value}))} {n}")
-    else:
+    elif getattr(s, m.field) is not None:  # a gauge with nothing to say yet stays absent
         lines.append(f"{name}{_labels(base)} {getattr(s, m.field)}")
 
 

@@ -167,8 +167,9 @@ class VerifyColumns:
                     else zeros
                 rows.append((r.t_ns, e.num_drafted, e.num_draft_tokens, e.num_accepted,
                              code(e.mode_requested), code(e.mode_used),
-                             e.num_verified, e.num_top1, e.expected_top1, e.var_top1, hist))
-                if detail and r.depth_reason and seq not in reasons.setdefault(key, {}):
+                             e.num_verified, e.num_top1, e.expected_top1, e.var_top1, hist,
+                             seq, depth))
+                if r.depth_reason and seq not in reasons.setdefault(key, {}):
                     reasons[key][seq] = r.depth_reason
                 if detail:
                     flags = (HAS_TRUTH if e.num_verified else 0) | \
@@ -178,7 +179,7 @@ class VerifyColumns:
                          e.top_k, flags))
         out = []
         for key, rows in groups.items():
-            cols = list(zip(*rows)) if rows else [()] * 11
+            cols = list(zip(*rows)) if rows else [()] * 13
             c = cls(
                 run_id=key[0], config_id=key[1], rank=key[2], num_steps=steps[key],
                 t_ns=np.asarray(cols[0], dtype=np.int64),
@@ -192,19 +193,19 @@ class VerifyColumns:
                 expected_top1=np.asarray(cols[8], dtype=np.float64),
                 var_top1=np.asarray(cols[9], dtype=np.float64),
                 draft_hist=np.asarray(cols[10], dtype=np.int64).reshape(-1, schema.DRAFT_HIST_BINS),
-                mode_names=tuple(names))
+                mode_names=tuple(names),
+                # which step each entry is of and its k: aggregation counts steps by k
+                seq=np.asarray(cols[11], dtype=np.int64), draft_depth=np.asarray(cols[12], dtype=np.int64),
+                depth_reasons=reasons.get(key) or None)
             if detail:
                 x = list(zip(*extra.get(key, []))) or [()] * 9
-                c.seq = np.asarray(x[0], dtype=np.int64)
                 c.step = np.asarray(x[1], dtype=np.int64)
                 c.batch_size = np.asarray(x[2], dtype=np.int64)
-                c.draft_depth = np.asarray(x[3], dtype=np.int64)
                 c.request_ids = Strings.of(list(x[4]))
                 c.temperature = np.asarray(x[5], dtype=np.float64)
                 c.top_p = np.asarray(x[6], dtype=np.float64)
                 c.top_k = np.asarray(x[7], dtype=np.int64)
                 c.flags = np.asarray(x[8], dtype=np.int8)
-                c.depth_reasons = reasons.get(key) or None
             out.append(c)
         return out
 

@@ -278,18 +278,30 @@ def iter_verify_columns(path: str | os.PathLike):
     cols = ["run_id", "config_id", "rank", "step", "t_ns", "num_drafted", "num_draft_tokens",
             "num_accepted", "mode_requested", "mode_used", "num_verified", "num_top1",
             "expected_top1", "var_top1", "draft_top1_hist"]
+    depth_cols = [_SEQ, "draft_depth", "depth_reason"]  #: the steps' k (traces since they had it)
     for f in _files(Path(path)):
-        meta = pq.read_schema(f).metadata or {}
+        file_schema = pq.read_schema(f)
+        meta = file_schema.metadata or {}
         if _check(f, meta) != "verify":
             continue
+        has_depth = all(c in file_schema.names for c in depth_cols)
         # strings arrive dictionary-encoded: no per-row string objects on the fast path
         pf = pq.ParquetFile(f, read_dictionary=["run_id", "config_id", "mode_requested", "mode_used"])
         for group in range(pf.metadata.num_row_groups):  # one row group in memory at a time
-            batch = pf.read_row_group(group, columns=cols)
+            names = cols + depth_cols if has_depth else cols
+            batch = pf.read_row_group(group, columns=names)
             if not batch.num_rows:
                 continue
-            col = {c: batch.column(i).combine_chunks() for i, c in enumerate(cols)}
+            col = {c: batch.column(i).combine_chunks() for i, c in enumerate(names)}
             arr = _numpy_getter(col, np)
+            seq = depth = reasons = None
+            if has_depth:
+                seq = arr(_SEQ, np.int64)
+                depth = np.nan_to_num(col["draft_depth"].to_numpy(zero_copy_only=False).astype(float),
+                                      nan=-1).astype(np.int64)
+                said = np.flatnonzero(np.asarray(col["depth_reason"].fill_null("").to_numpy(
+                    zero_copy_only=False), dtype=object) != "")
+                reasons = {int(seq[i]): col["depth_reason"][int(i)].as_py() for i in said}
 
             hist = _hist_matrix(col["draft_top1_hist"], len(batch), np)
             req = _codes(col["mode_requested"], np)
@@ -315,7 +327,9 @@ def iter_verify_columns(path: str | os.PathLike):
                     mode_used=used[mask], num_verified=arr("num_verified", np.int64)[mask],
                     num_top1=arr("num_top1", np.int64)[mask],
                     expected_top1=arr("expected_top1", np.float64)[mask],
-                    var_top1=arr("var_top1", np.float64)[mask], draft_hist=hist[mask])
+                    var_top1=arr("var_top1", np.float64)[mask], draft_hist=hist[mask],
+                    seq=None if seq is None else seq[mask],
+                    draft_depth=None if depth is None else depth[mask], depth_reasons=reasons or None)
 
 
 def _numpy_getter(col: dict, np):

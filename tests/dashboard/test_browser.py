@@ -175,3 +175,57 @@ def test_requests_page_shows_the_distribution_and_one_requests_steps(server, bro
     rows = browser.execute_script("return document.querySelectorAll('#requests-table tbody tr').length")
     assert rows == 32
     browser.save_screenshot(str(ARTIFACTS / "requests.png"))
+
+
+def test_live_page_draws_k_over_time_under_acceptance(tmp_path_factory, browser):
+    """A run whose policy moves k with the running batch (k 0 at 5 rows or more, 3 below; 16
+    requests in batches of 6, 6 and 4): the Live page's acceptance figure gains a draft-depth
+    panel whose line moves."""
+    from specscope.dashboard import TraceSource, create_app
+    from specscope.dashboard.app import serve
+    from specscope.engine.decoder import SpecConfig
+    from specscope.engine.models import tiny_pair
+    from specscope.engine.workload import WorkloadSpec, run_workload
+
+    folder = tmp_path_factory.mktemp("policy-trace")
+    run_workload(tiny_pair(), SpecConfig(num_steps=3, policy="batch:1=3,5=0"),
+                 WorkloadSpec(requests=16, concurrency=6, max_new_tokens=32, reference=False),
+                 folder / "policy.jsonl", progress=False, run_id="policy-s3")
+    srv = serve(create_app(TraceSource([folder]), n_boot=100), "127.0.0.1", free_port())
+    try:
+        browser.get(f"http://127.0.0.1:{srv.server_port}/")
+        _settle(browser)
+        script = ("var g = document.querySelector('#live-acceptance .js-plotly-plot');"
+                  " if (!g || !g.data) return null;"
+                  " return [g.data.filter(t => t.yaxis === 'y3').map(t => t.y),"
+                  " (g.layout.annotations || []).map(a => a.text)]")
+        deadline, got = time.time() + 20, None
+        while time.time() < deadline and not (got and got[0]):
+            got = browser.execute_script(script)
+            time.sleep(0.2)
+        browser.save_screenshot(str(ARTIFACTS / "live-draft-depth.png"))
+        depth_lines, titles = got
+        assert any(t.startswith("draft depth k") for t in titles)
+        ys = [y for line in depth_lines for y in line if y is not None]
+        assert min(ys) < max(ys) and min(ys) >= 0 and max(ys) <= 3
+    finally:
+        srv.shutdown()
+
+
+def test_compare_page_shows_the_category_matrix(server, browser):
+    """Two runs of the same prompts: a heatmap with one row per workload category, the second
+    run's speedup over the first in each cell and its interval on hover."""
+    browser.get(server + "/compare")
+    _settle(browser)
+    script = ("var g = document.querySelector('#compare-categories .js-plotly-plot');"
+              " return g && g.data && g.data.length && g.data[0].type === 'heatmap'"
+              " ? [g.data[0].y, g.data[0].x, g.data[0].hovertext] : null")
+    deadline, got = time.time() + 20, None
+    while time.time() < deadline and not got:
+        got = browser.execute_script(script)
+        time.sleep(0.2)
+    browser.save_screenshot(str(ARTIFACTS / "compare-categories.png"))
+    categories, runs, hover = got
+    assert len(categories) >= 2 and len(runs) == 1
+    cells = [h for row in hover for h in row]
+    assert any("speedup" in h and "matched" in h for h in cells)

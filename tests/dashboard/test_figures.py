@@ -78,3 +78,36 @@ def test_tables_say_what_they_compare():
                               "ci_pct": [4.0, 16.0], "level": 0.95, "verdict": "better"}])
     assert cmp[0]["95% CI of Δ%"] == "[+4.00, +16.00]"
     assert live.empty("x").layout.annotations[0].text == "x"
+
+
+def test_category_heatmap_cells_carry_speedup_interval_and_acceptance():
+    from specscope.collector.requests import CategoryRow
+    from specscope.dashboard.figures.requests import category_heatmap
+
+    rows = [CategoryRow("code", 4, 2.6, 0.53, 12.0, speedup=1.31, ci=(1.1, 1.5), matched=4),
+            CategoryRow("translation", 3, 1.4, 0.13, 7.0, speedup=0.82, ci=None, matched=1)]
+    fig = category_heatmap([("eagle-s3", rows), ("empty", [])])
+    hm = fig.data[0]
+    assert list(hm.y) == ["code", "translation"] and list(hm.x) == ["eagle-s3"]
+    assert [r[0] for r in hm.z] == [1.31, 0.82] and hm.zmid == 1.0
+    assert "speedup 1.31x [1.10, 1.50] over 4 matched" in hm.hovertext[0][0]
+    assert "no interval" in hm.hovertext[1][0] and "acceptance length 1.40" in hm.hovertext[1][0]
+    # no baseline matched anywhere: the cells are acceptance lengths, and the title says so
+    plain = category_heatmap([("a", [CategoryRow("qa", 2, 2.0, 0.3, 5.0)])])
+    assert plain.data[0].z[0][0] == 2.0 and "Acceptance length" in plain.layout.title.text
+    assert "no requests" in category_heatmap([]).layout.annotations[0].text
+
+
+def test_advisor_offers_no_speculation_where_a_target_only_step_was_timed():
+    base = {"run": {"num_steps": 2}, "totals": {"per_position_acceptance": [0.5, 0.3],
+                                                 "num_verify_steps": 10},
+            "phases": {"draft": {"total_s": 1.0, "n": 20}, "verify_forward": {"total_s": 1.5, "n": 10}}}
+    assert advise(base)["rows"][0]["num_steps"] == 1  # nothing says what a target-only step costs
+    target_only = {"run": {"num_steps": 0}, "totals": {"num_verify_steps": 0},
+                   "phases": {"decode": {"total_s": 0.8, "n": 10}}}
+    rows = advise(base, [target_only])["rows"]
+    assert rows[0]["num_steps"] == 0 and rows[0]["predicted_al"] == 1.0
+    assert rows[0]["predicted_tok_s"] == pytest.approx(1 / 0.08)
+    # k 1: 0.05 s of draft per token (0.1 s per step over 2 drafted) + 0.15 s verify
+    assert rows[1]["predicted_tok_s"] == pytest.approx(1.5 / 0.2)
+    assert max(rows, key=lambda r: r["predicted_tok_s"] or 0)["num_steps"] == 0

@@ -17,24 +17,40 @@ def acceptance_over_time(views: Sequence[Any]) -> go.Figure:
     fig = go.Figure()
     for i, v in enumerate(views):
         w = [x for x in v.view.windows if x.num_drafts]
-        t = since_first(w)
+        t = since_first(w, v.view.windows)
         c = COLORS[i % len(COLORS)]
         fig.add_scatter(x=t, y=[x.mean_acceptance_length for x in w], mode="lines+markers",
                         name=short(v.label), line={"color": c}, legendgroup=v.run_id)
         fig.add_scatter(x=t, y=[x.acceptance_rate for x in w], mode="lines+markers",
                         name=short(v.label), line={"color": c}, legendgroup=v.run_id,
                         showlegend=False, xaxis="x2", yaxis="y2")
-    # two stacked panels sharing time, laid out by hand (make_subplots costs ~11 ms a call)
-    fig.update_layout(
-        yaxis={"domain": [0.56, 1.0]}, yaxis2={"domain": [0.0, 0.44]},
-        xaxis={"anchor": "y", "matches": "x2", "showticklabels": False},
-        xaxis2={"anchor": "y2", "title": {"text": "seconds since the run's first window"}},
-        annotations=[{"text": "acceptance length (bonus token included)", "x": 0.5, "y": 1.0,
-                      "xref": "paper", "yref": "paper", "showarrow": False, "yanchor": "bottom"},
-                     {"text": "acceptance rate (accepted / drafted, pooled)", "x": 0.5,
-                      "y": 0.44, "xref": "paper", "yref": "paper", "showarrow": False,
-                      "yanchor": "bottom"}])
-    return styled(fig, "Acceptance over time", 460)
+    # stacked panels sharing time, laid out by hand (make_subplots costs ~11 ms a call); the
+    # draft depth k under them where the runs give it (a speculation policy moves it)
+    depth = any(x.mean_draft_depth is not None for v in views for x in v.view.windows)
+    if depth:
+        for i, v in enumerate(views):
+            w = [x for x in v.view.windows if x.mean_draft_depth is not None]
+            fig.add_scatter(x=since_first(w, v.view.windows), y=[x.mean_draft_depth for x in w], mode="lines+markers",
+                            name=short(v.label), line={"color": COLORS[i % len(COLORS)], "shape": "hv"},
+                            legendgroup=v.run_id, showlegend=False, xaxis="x3", yaxis="y3",
+                            customdata=[x.off_steps for x in w],
+                            hovertemplate="k %{y:.2f}, %{customdata} steps off<extra></extra>")
+    tops = (1.0, 0.66, 0.30) if depth else (1.0, 0.44, None)
+    domains = ([0.72, 1.0], [0.36, 0.62], [0.0, 0.26]) if depth else ([0.56, 1.0], [0.0, 0.44], None)
+    titles = ["acceptance length (bonus token included)", "acceptance rate (accepted / drafted, pooled)",
+              "draft depth k, mean per window (0: speculation off)"]
+    last = "x3" if depth else "x2"
+    layout = {"yaxis": {"domain": domains[0]}, "yaxis2": {"domain": domains[1]},
+              "xaxis": {"anchor": "y", "matches": last, "showticklabels": False},
+              "xaxis2": {"anchor": "y2", **({"matches": "x3", "showticklabels": False} if depth else
+                                            {"title": {"text": "seconds since the run's first window"}})}}
+    if depth:
+        layout["yaxis3"] = {"domain": domains[2], "rangemode": "tozero"}
+        layout["xaxis3"] = {"anchor": "y3", "title": {"text": "seconds since the run's first window"}}
+    fig.update_layout(**layout, annotations=[
+        {"text": text, "x": 0.5, "y": top, "xref": "paper", "yref": "paper", "showarrow": False,
+         "yanchor": "bottom"} for text, top in zip(titles, tops) if top is not None])
+    return styled(fig, "Acceptance over time", 620 if depth else 460)
 
 
 def throughput_over_time(views: Sequence[Any]) -> go.Figure:
@@ -49,7 +65,7 @@ def throughput_over_time(views: Sequence[Any]) -> go.Figure:
                                  y=[x.committed_tokens / x.window_s for x in w],
                                  mode="lines", name=short(v.label), line={"color": COLORS[i % len(COLORS)]}))
     fig.update_yaxes(title_text="committed tokens/s")
-    return styled(fig, "Throughput (tokens committed by verify steps per second)")
+    return styled(fig, "Throughput (tokens committed per second: verify steps, and steps with speculation off)")
 
 
 def per_position(views: Sequence[Any]) -> go.Figure:
@@ -167,11 +183,15 @@ def fallbacks_over_time(views: Sequence[Any]) -> go.Figure:
     return styled(fig, "Fallback events by reason over time")
 
 
-def since_first(windows: Sequence[Any]) -> list[float]:
-    """Seconds since the first window; a source without times counts its windows instead."""
-    if any(x.time is None for x in windows):
-        return [float(i) for i in range(len(windows))]
-    return [x.time - windows[0].time for x in windows]
+def since_first(windows: Sequence[Any], run: Sequence[Any] | None = None) -> list[float]:
+    """Seconds since the first window of ``run`` (all the run's windows; ``windows`` may be
+    some of them, and every panel keeps the same zero); a source without times counts its
+    windows instead."""
+    run = windows if run is None else run
+    if any(x.time is None for x in run):
+        place = {id(x): float(i) for i, x in enumerate(run)}
+        return [place[id(x)] for x in windows]
+    return [x.time - run[0].time for x in windows] if run else []
 
 
 def _r(v: float | None, nd: int = 3) -> float | None:

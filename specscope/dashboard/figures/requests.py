@@ -60,3 +60,44 @@ def timeline_figure(records: Sequence[Any], run_id: str, request_id: str) -> go.
     fig.update_xaxes(title_text="seconds since the request's first verify step")
     fig.update_yaxes(title_text="tokens")
     return figures.styled(fig, f"{request_id}: {len(x)} verify steps")
+
+
+def category_heatmap(columns: Sequence[tuple[str, Sequence[Any]]]) -> go.Figure:
+    """The category matrix: one column per run, one row per workload category, each cell the
+    run's speedup over the baseline on the same prompts (tokens/s of matched requests), the
+    95% bootstrap interval and acceptance length on hover; a run without a matched baseline
+    shows its acceptance length instead (a column says which). ``columns``: (run label,
+    ``collector.requests.category_rows`` of that run)."""
+    columns = [(label, rows) for label, rows in columns if rows]
+    if not columns:
+        return figures.empty("no requests with categories in the selected runs")
+    cats = sorted({r.category for _, rows in columns for r in rows})
+    speed = any(r.speedup is not None for _, rows in columns for r in rows)
+    z, text, hover = [], [], []
+    for cat in cats:
+        zr, tr, hr = [], [], []
+        for label, rows in columns:
+            r = next((x for x in rows if x.category == cat), None)
+            value = None if r is None else (r.speedup if speed else r.acceptance_length)
+            zr.append(value)
+            tr.append("" if value is None else (f"{value:.2f}x" if speed else f"{value:.2f}"))
+            if r is None:
+                hr.append(f"{cat or '(none)'} · {label}: no requests")
+                continue
+            ci = f" [{r.ci[0]:.2f}, {r.ci[1]:.2f}]" if r.ci else " (no interval: too few matched)"
+            al = "—" if r.acceptance_length is None else f"{r.acceptance_length:.2f}"
+            hr.append(f"{cat or '(none)'} · {label}<br>" + (
+                f"speedup {r.speedup:.2f}x{ci} over {r.matched} matched request(s)<br>"
+                if r.speedup is not None else "no baseline match<br>")
+                + f"acceptance length {al} (bonus incl.), {r.requests} request(s)")
+        z.append(zr)
+        text.append(tr)
+        hover.append(hr)
+    fig = go.Figure(go.Heatmap(
+        z=z, x=[label for label, _ in columns], y=[c or "(none)" for c in cats], text=text,
+        texttemplate="%{text}", hovertext=hover, hoverinfo="text",
+        colorscale="RdBu", zmid=1.0 if speed else None,
+        colorbar={"title": {"text": "speedup" if speed else "AL"}}))
+    title = ("Speedup over the first selected run by category (tokens/s on the same prompts)"
+             if speed else "Acceptance length by category (bonus included; no baseline matched)")
+    return figures.styled(fig, title, 140 + 40 * len(cats))

@@ -24,6 +24,9 @@ EXTRA_DEFINITIONS = {
              "'no significant difference' where it spans 0",
     "time per committed token": "all phase time / tokens committed (accepted + bonus)",
     "draft overhead share": "draft and draft-extend phase time / all phase time",
+    "speedup": "output tokens/s of a category's requests over the first selected run's on the "
+               "same prompts (matched by prompt id); 95% bootstrap interval over matched prompts "
+               "on hover",
 }
 
 

@@ -48,8 +48,9 @@ def register(app, ctx) -> None:
             return (fig.pareto_figure(points), render_table(rows), empty, render_table([]),
                     "Select a speculative run with phase timings.")
         base = chosen[0]
+        # runs of the same model and workload at other depths, and without speculation (k = 0)
         same = [v.section for v in everything if v.run and v.run.model == base.run.model
-                and v.run.num_steps and v.run.topk == 1 and v.view.phases
+                and (v.run.topk == 1 or not v.run.num_steps) and v.view.phases
                 and not v.run.fault and _workload(v) == _workload(base)]
         advice = advise(base.section, same)
         arows = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
