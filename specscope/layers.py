@@ -17,6 +17,7 @@ FLOORS: dict[str, int] = {
     "importers": 2,
     "collector": 2,
     "exporters": 3,
+    "scrape": 3,
     "engine": 4,
     "serving": 5,
     "dashboard": 5,

@@ -443,9 +443,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", required=True)
     c.set_defaults(func=_cmd_compact)
 
-    from . import serving
+    from . import scrape, serving
 
     serving.add_parsers(sub, _add_model_flags)
+    scrape.add_parser(sub)
     from . import analysis
 
     analysis.add_parsers(sub)

@@ -76,7 +76,7 @@ def _delta(cur: dict, before: dict, field: str) -> int | None:
     return int(cur[field] - old if cur[field] >= old else cur[field])
 
 
-def _run_names(keys: set[tuple], run_id: str) -> dict[tuple, str]:
+def run_names(keys: set[tuple], run_id: str) -> dict[tuple, str]:
     """One run per label set, named by the labels that tell the sets apart (gauges of
     different label sets are never averaged into one run)."""
     if len(keys) <= 1:
@@ -91,7 +91,7 @@ def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
     deployment, models) each becomes its own run, ``RUN/engine=1`` and so on."""
     inner = _parse(path, run_id)
     keys = {k for k in inner.keys}
-    names = _run_names(keys, run_id)
+    names = run_names(keys, run_id)
     res = ImportResult("prometheus-text", problems=inner.problems, lines_read=inner.lines_read)
     for key, recs in inner.by_key.items():
         rid = names.get(key, run_id)
@@ -112,44 +112,70 @@ class _Parsed:
     k_seen: int
 
 
-def _parse(path: str | os.PathLike, run_id: str) -> _Parsed:
-    res = ImportResult("prometheus-text")
-    by_key: dict[tuple, list] = defaultdict(list)
-    prev: dict[tuple, dict] = {}
-    k_seen = 0
-    engine = "prometheus"
-    for snap in _snapshots(path, res):
+class Series:
+    """Consecutive snapshots of one source's pages into counter windows per label set: vLLM's
+    counters differenced (a value that went down is a restart: the new value is the increase),
+    SGLang's gauges kept as reported. With ``baseline`` the first snapshot of each label set only
+    sets the starting point (a live scrape: totals are what was seen while recording); without
+    it, the first snapshot's counters count from zero (a file of cumulative counters)."""
+
+    def __init__(self, run_id: str, *, baseline: bool = False) -> None:
+        self.run_id, self.baseline = run_id, baseline
+        self.prev: dict[tuple, dict] = {}
+        self.k_seen = 0
+        self.engine = "prometheus"
+        self.restarts = 0  #: counters that went down (engine restarts)
+
+    def feed(self, samples, t_ns: int) -> list[tuple[tuple, schema.SpecCountsRecord]]:
+        """(label set, record) of one snapshot's (name, labels, value) samples."""
+        out = []
         now: dict[tuple, dict] = defaultdict(lambda: {"per_pos": {}})
         gauges: dict[tuple, dict] = defaultdict(dict)
-        for name, labels, value in snap["samples"]:
+        for name, labels, value in samples:
             key = tuple(sorted((k, v) for k, v in labels.items() if k != "position"))
             if name.startswith(VLLM):
-                engine = "vllm"
+                self.engine = "vllm"
                 short = name[len(VLLM):]
                 if short == "num_accepted_tokens_per_pos_total" and "position" in labels:
                     now[key]["per_pos"][int(labels["position"])] = value
                 elif short in COUNTERS:
                     now[key][COUNTERS[short]] = value
             elif name in ("sglang:spec_accept_length", "sglang:spec_accept_rate"):
-                engine = "sglang"
+                self.engine = "sglang"
                 gauges[key][name] = value
         for key, cur in now.items():
-            before = prev.get(key, {"per_pos": {}})
+            first = key not in self.prev
+            before = self.prev.get(key, {"per_pos": {}})
+            self.prev[key] = cur
+            if first and self.baseline:
+                continue
             drafts, drafted, accepted = (_delta(cur, before, f) for f in ("drafts", "draft_tokens", "accepted"))
+            self.restarts += any(f in cur and cur[f] < before.get(f, 0.0)
+                                 for f in ("drafts", "draft_tokens", "accepted"))
             per_pos = []
             for p in sorted(cur["per_pos"]):
                 old = before["per_pos"].get(p, 0.0)
                 v = cur["per_pos"][p]
                 per_pos.append(int(v - old if v >= old else v))
-            k_seen = max(k_seen, len(per_pos))
-            prev[key] = cur
-            rank = int(dict(key).get("engine", "0") or 0) if dict(key).get("engine", "0").isdigit() else 0
-            by_key[key].append(schema.SpecCountsRecord(
-                run_id=run_id, rank=rank, t_ns=snap["t"], num_drafts=drafts, draft_tokens=drafted,
-                accepted_tokens=accepted, accepted_per_pos=tuple(per_pos), source="vllm-metrics"))
+            self.k_seen = max(self.k_seen, len(per_pos))
+            engine_label = dict(key).get("engine", "0")
+            rank = int(engine_label) if engine_label.isdigit() else 0
+            out.append((key, schema.SpecCountsRecord(
+                run_id=self.run_id, rank=rank, t_ns=t_ns, num_drafts=drafts, draft_tokens=drafted,
+                accepted_tokens=accepted, accepted_per_pos=tuple(per_pos), source="vllm-metrics")))
         for key, g in gauges.items():
-            by_key[key].append(schema.SpecCountsRecord(
-                run_id=run_id, t_ns=snap["t"],
+            out.append((key, schema.SpecCountsRecord(
+                run_id=self.run_id, t_ns=t_ns,
                 reported_mean_acceptance_length=g.get("sglang:spec_accept_length"),
-                reported_acceptance_rate=g.get("sglang:spec_accept_rate"), source="sglang-metrics"))
-    return _Parsed(res.problems, res.lines_read, by_key, set(by_key), engine, k_seen)
+                reported_acceptance_rate=g.get("sglang:spec_accept_rate"), source="sglang-metrics")))
+        return out
+
+
+def _parse(path: str | os.PathLike, run_id: str) -> _Parsed:
+    res = ImportResult("prometheus-text")
+    by_key: dict[tuple, list] = defaultdict(list)
+    series = Series(run_id)
+    for snap in _snapshots(path, res):
+        for key, rec in series.feed(snap["samples"], snap["t"]):
+            by_key[key].append(rec)
+    return _Parsed(res.problems, res.lines_read, by_key, set(by_key), series.engine, series.k_seen)

@@ -1,0 +1,198 @@
+"""``specscope scrape``: poll running engines' Prometheus pages and record what they say.
+
+Every ``interval_s`` all endpoints are fetched concurrently (one thread each, a timeout and a
+size cap per page, optional headers for auth, TLS verification on unless told otherwise). Each
+endpoint x label set (vLLM's ``engine`` ranks, models) is its own run, named
+``HOST:PORT[/labels]``. Consecutive scrapes become counter windows: the first scrape of a label
+set is the baseline (totals are the increase seen while recording), a counter that goes down is
+a restart (the new value is the increase), SGLang's gauges are kept as reported. Records are
+written to the trace as each round completes (JSONL, one flushed line per record: a killed
+scrape leaves every finished round readable), and handed to ``on_records`` (a collector: live
+detectors and ``/metrics`` under specscope's names). An endpoint that fails is counted and named
+on its round; the others go on.
+
+What is read is vLLM's and SGLang's spec-decode families (``importers/promtext.py``); other
+engines' families are not mapped yet, so their pages record nothing (said once per endpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+from urllib.parse import urlsplit
+
+from . import schema
+from .importers._common import run_record
+from .importers.promtext import Series, run_names
+from .io.promtext import ExpositionError, Parser
+from .io.trace import open_writer
+
+
+@dataclass
+class Endpoint:
+    url: str
+    labels: dict[str, str] = field(default_factory=dict)  #: from a targets file
+    name: str = ""  #: HOST:PORT (the run id's stem)
+    series: Series | None = None
+    runs: dict[tuple, str] = field(default_factory=dict)  #: label set -> run id written
+    scrapes: int = 0
+    failures: int = 0
+    last_error: str = ""
+    mapped: bool = False  #: a page gave a family we read
+
+
+@dataclass
+class ScrapeResult:
+    endpoints: list[Endpoint]
+    rounds: int
+    records: int
+
+
+def targets_from_file(path: str | Path) -> list[Endpoint]:
+    """Endpoints of a Prometheus file-discovery targets file (JSON or YAML: a list of
+    ``{"targets": ["host:port", ...], "labels": {...}}``); ``__metrics_path__`` and
+    ``__scheme__`` labels are honoured as Prometheus does."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        groups = json.loads(text)
+    except json.JSONDecodeError:
+        import yaml
+
+        groups = yaml.safe_load(text)
+    if not isinstance(groups, list):
+        raise ValueError(f"{path}: a targets file is a list of {{targets, labels}} groups")
+    out = []
+    for i, g in enumerate(groups):
+        if not isinstance(g, dict) or not isinstance(g.get("targets"), list):
+            raise ValueError(f"{path}: group {i + 1} has no list of targets")
+        labels = {str(k): str(v) for k, v in (g.get("labels") or {}).items()}
+        scheme = labels.pop("__scheme__", "http")
+        metrics_path = labels.pop("__metrics_path__", "/metrics")
+        for t in g["targets"]:
+            out.append(Endpoint(f"{scheme}://{t}{metrics_path}", labels))
+    return out
+
+
+def _fetch(url: str, timeout_s: float, max_bytes: int, headers: dict[str, str],
+           context: ssl.SSLContext | None) -> str:
+    req = urllib.request.Request(url, headers={"Accept": "text/plain", **headers})
+    with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
+        body = resp.read(max_bytes + 1)
+    if len(body) > max_bytes:
+        raise ValueError(f"page larger than the cap of {max_bytes} bytes (--max-bytes)")
+    return body.decode("utf-8", errors="replace")
+
+
+def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    parser, out = Parser(), []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            s = parser.line(line)
+        except ExpositionError:
+            continue  # one bad line never loses the page
+        if s is not None:
+            out.append((s.name, s.labels, s.value))
+    return out
+
+
+def scrape(urls: Sequence[str | Endpoint], out: str | Path, *, interval_s: float = 5.0,
+           duration_s: float | None = None, rounds: int | None = None, timeout_s: float = 3.0,
+           max_bytes: int = 8 << 20, headers: dict[str, str] | None = None,
+           verify_tls: bool = True, ca_file: str | None = None,
+           on_records: Callable[[list], None] | None = None,
+           stop: threading.Event | None = None, log=sys.stderr) -> ScrapeResult:
+    """Poll ``urls`` until ``duration_s`` or ``rounds`` pass (or ``stop`` is set); write the
+    trace ``out``. Never raises for an endpoint's failure."""
+    endpoints = [u if isinstance(u, Endpoint) else Endpoint(u) for u in urls]
+    if not endpoints:
+        raise ValueError("no endpoints to scrape: give URLs or --targets")
+    for ep in endpoints:
+        parts = urlsplit(ep.url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{ep.url}: not an http(s) URL")
+        ep.name = parts.netloc
+        ep.series = Series(ep.name, baseline=True)
+    context = None
+    if any(urlsplit(ep.url).scheme == "https" for ep in endpoints):
+        context = ssl.create_default_context(cafile=ca_file)
+        if not verify_tls:
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    stop = stop or threading.Event()
+    writer = open_writer(out)
+    start, n_round, n_records = time.monotonic(), 0, 0
+    try:
+        with ThreadPoolExecutor(max_workers=min(32, len(endpoints))) as pool:
+            while not stop.is_set():
+                t_round = time.monotonic()
+                t_ns = time.time_ns()
+                pages = list(pool.map(lambda ep: _one(ep, timeout_s, max_bytes, headers or {},
+                                                      context), endpoints))
+                batch: list[Any] = []
+                for ep, page in zip(endpoints, pages):
+                    if page is None:
+                        print(f"scrape {ep.url}: {ep.last_error}", file=log)
+                        continue
+                    batch += _records(ep, page, t_ns, log)
+                if batch:
+                    writer.write(batch)
+                    if on_records is not None:
+                        on_records(batch)
+                n_round += 1
+                n_records += len(batch)
+                if (rounds is not None and n_round >= rounds) or \
+                        (duration_s is not None and time.monotonic() - start >= duration_s):
+                    break
+                stop.wait(max(0.0, interval_s - (time.monotonic() - t_round)))
+    finally:
+        writer.close()
+    return ScrapeResult(endpoints, n_round, n_records)
+
+
+def _one(ep: Endpoint, timeout_s: float, max_bytes: int, headers: dict[str, str],
+         context: ssl.SSLContext | None) -> str | None:
+    ep.scrapes += 1
+    try:
+        return _fetch(ep.url, timeout_s, max_bytes, headers, context)
+    except Exception as exc:  # one endpoint's failure never stops the others
+        ep.failures += 1
+        ep.last_error = f"{type(exc).__name__}: {exc}"
+        return None
+
+
+def _records(ep: Endpoint, page: str, t_ns: int, log) -> list[Any]:
+    found = ep.series.feed(_samples(page), t_ns)
+    out: list[Any] = []
+    if ep.series.engine != "prometheus":
+        ep.mapped = True
+    elif ep.scrapes == 1:
+        print(f"scrape {ep.url}: no spec-decode family this version reads (vllm:spec_decode_*, "
+              "sglang:spec_accept_*)", file=log)
+    keys = set(ep.runs) | {k for k, _ in found}
+    names = run_names(keys, ep.name)
+    for key, rec in found:
+        rid = names[key]
+        if key not in ep.runs:
+            ep.runs[key] = rid
+            labels = {"endpoint": ep.url, **ep.labels}
+            if rid != ep.name:
+                labels["label_set"] = rid[len(ep.name) + 1:]
+            out.append(run_record(rid, ep.series.engine, "prometheus-scrape", ep.url,
+                                  num_steps=ep.series.k_seen, labels=labels,
+                                  model=dict(key).get("model_name", "")))
+        out.append(schema.SpecCountsRecord(**{**_fields(rec), "run_id": ep.runs[key]}))
+    return out
+
+
+def _fields(rec: schema.SpecCountsRecord) -> dict[str, Any]:
+    return {f: getattr(rec, f) for f in rec.__dataclass_fields__}

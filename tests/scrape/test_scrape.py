@@ -1,0 +1,106 @@
+"""``specscope scrape`` against a served copy of a real vLLM /metrics page whose spec-decode
+counters advance by the page's own values on every scrape (a server started by the test on
+127.0.0.1 and stopped by it): windows are the increases, the first scrape is the baseline, a
+counter that drops is a restart, a dead endpoint is counted while the live one goes on."""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from specscope import schema
+from specscope.io.trace import read_trace
+from specscope.scrape import Endpoint, scrape, targets_from_file
+from specscope.serving.harness import free_port
+
+TOTAL = re.compile(r"^(vllm:spec_decode_\w+_total\{[^}]*\}) (\S+)$", re.M)
+
+
+@pytest.fixture
+def engine(samples):
+    """A /metrics server: the n-th page's spec-decode counters are the sample's times factor(n)."""
+    page = (samples / "vllm_metrics_scrape_specdecode_1.txt").read_text()
+    factors = iter([1, 2, 3, 1, 2, 3, 4, 5, 6, 7, 8])  # the 4th page: the engine restarted
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            f = next(factors)
+            body = TOTAL.sub(lambda m: f"{m.group(1)} {float(m.group(2)) * f}", page).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_port}/metrics"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_scrape_records_counter_increases_per_window(engine, tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}/metrics"  # nothing listens there
+    out = tmp_path / "scrape.jsonl"
+    seen = []
+    res = scrape([engine, dead], out, interval_s=0.05, rounds=5, timeout_s=2.0,
+                 on_records=seen.extend, log=io.StringIO())
+    tr = read_trace(out)
+    runs = [r for r in tr.records if isinstance(r, schema.RunRecord)]
+    counts = [r for r in tr.records if isinstance(r, schema.SpecCountsRecord)]
+    assert len(runs) == 1 and runs[0].run_id.startswith("127.0.0.1:") and runs[0].engine == "vllm"
+    assert runs[0].labels["endpoint"] == engine and runs[0].num_steps == 3
+    assert runs[0].model == "MiniMaxAI/MiniMax-M2.5"  # the page's model_name label
+    # rounds 2..5 give windows; round 4's counters went down (a restart): its window is the
+    # new value, which here is one page's worth, like every other window
+    assert len(counts) == 4 and all(c.run_id == runs[0].run_id for c in counts)
+    for c in counts:
+        assert (c.num_drafts, c.draft_tokens, c.accepted_tokens) == (43680, 131040, 58695)
+        assert c.accepted_per_pos == (29030, 18342, 11323)
+    assert seen == tr.records  # the same records went to the collector
+    ep_live, ep_dead = res.endpoints
+    assert (ep_live.scrapes, ep_live.failures) == (5, 0)
+    assert (ep_dead.scrapes, ep_dead.failures) == (5, 5) and "Connection" in ep_dead.last_error
+    assert ep_live.series.restarts == 1
+
+
+def test_page_cap_and_bad_urls_are_named(engine, tmp_path):
+    res = scrape([engine], tmp_path / "s.jsonl", rounds=1, max_bytes=1000, log=io.StringIO())
+    assert res.endpoints[0].failures == 1 and "larger than the cap" in res.endpoints[0].last_error
+    with pytest.raises(ValueError, match="not an http"):
+        scrape(["ftp://x/metrics"], tmp_path / "t.jsonl", rounds=1)
+
+
+def test_targets_file_in_prometheus_file_discovery_shape(tmp_path):
+    f = tmp_path / "targets.json"
+    f.write_text('[{"targets": ["10.0.0.1:8000", "10.0.0.2:8000"], "labels": {"job": "vllm", '
+                 '"__metrics_path__": "/prom"}}]')
+    eps = targets_from_file(f)
+    assert [e.url for e in eps] == ["http://10.0.0.1:8000/prom", "http://10.0.0.2:8000/prom"]
+    assert eps[0].labels == {"job": "vllm"} and isinstance(eps[0], Endpoint)
+    f.write_text('{"targets": []}')
+    with pytest.raises(ValueError, match="list of"):
+        targets_from_file(f)
+
+
+def test_scraped_windows_reexport_under_specscopes_names(engine, tmp_path):
+    """What --metrics-port serves: the collector fed by the scrape renders the engine's
+    increases as specscope_* counters, labelled by the run's configuration."""
+    from specscope.collector.service import Collector
+    from specscope.exporters.prometheus import render
+
+    collector = Collector()
+    scrape([engine], tmp_path / "s.jsonl", interval_s=0.05, rounds=3, on_records=collector.observe,
+           log=io.StringIO())
+    text = render(collector.snapshot())
+    drafted = [ln for ln in text.splitlines() if ln.startswith("specscope_draft_tokens_total{")]
+    accepted = [ln for ln in text.splitlines() if ln.startswith("specscope_accepted_tokens_total{")]
+    assert len(drafted) == 1 and drafted[0].endswith(" 262080")  # two windows of 131040
+    assert accepted[0].endswith(" 117390")
