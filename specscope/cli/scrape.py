@@ -21,13 +21,23 @@ def _cmd_scrape(args: argparse.Namespace) -> int:
             print(f"--header {h!r}: expected NAME: VALUE", file=sys.stderr)
             return 2
         headers[name.strip()] = value.strip()
-    on_records, server, collector = None, None, None
+    from ..collector.service import Collector
+
+    # the detectors the counters allow run live on every round (acceptance against the run's
+    # trailing windows, ...); a new finding is printed once, when it starts
+    collector, server, seen = Collector(window_s=max(args.interval, 1.0)), None, set()
+
+    def on_records(records: list) -> None:
+        collector.observe(records)
+        for key, a in collector.tick():
+            if (key, a.kind) not in seen:
+                seen.add((key, a.kind))
+                print(f"anomaly {a.kind} ({a.severity}) in {a.run_id or key[-2] or 'run'}: "
+                      f"{a.message}", file=sys.stderr)
+
     if args.metrics_port is not None:
-        from ..collector.service import Collector
         from ..exporters.http import MetricsServer
 
-        collector = Collector().start()
-        on_records = collector.observe
         server = MetricsServer(collector, host=args.metrics_host, port=args.metrics_port).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -44,7 +54,7 @@ def _cmd_scrape(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.close()
-            collector.close()
+        collector.close()
     for ep in res.endpoints:
         runs = ", ".join(sorted(ep.runs.values())) or "no spec-decode series"
         print(f"{ep.url}: {ep.scrapes} scrapes, {ep.failures} failed; runs: {runs}")

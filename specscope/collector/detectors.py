@@ -212,7 +212,10 @@ class AcceptanceRegressionDetector:
         check = "acceptance vs baseline"
         evidence = {"num_drafts": stats.num_drafts, "drafts_needed": needed,
                     "baseline_mean_acceptance_length": m0, "mean_acceptance_length": m1}
-        if n1 < self.min_drafts or n0 < self.min_drafts:
+        # counters (an engine's /metrics, imported logs) give per-position counts without the
+        # accept-length histogram: then the per-position tests alone run
+        counters_only = not stats.accept_len_hist and not base.accept_len_hist
+        if (n1 < self.min_drafts or n0 < self.min_drafts) and not counters_only:
             state, need = assessed(False, n1, needed)
             return [Assessment(check, state, evidence, need, "drafts")]
         se = math.sqrt(v1 / n1 + v0 / n0) if n1 and n0 else 0.0
@@ -221,7 +224,7 @@ class AcceptanceRegressionDetector:
             findings["mean_acceptance_length"] = {"baseline": m0, "now": m1, "z": z}
         for pos, (a1, d1, a0, d0) in enumerate(zip(stats.accepted_per_pos, stats.drafted_per_pos,
                                                    base.accepted_per_pos, base.drafted_per_pos)):
-            if not d1 or not d0:
+            if d1 < self.min_drafts or d0 < self.min_drafts:
                 continue
             p1, p0 = a1 / d1, a0 / d0
             pooled = (a1 + a0) / (d1 + d0)

@@ -104,3 +104,40 @@ def test_scraped_windows_reexport_under_specscopes_names(engine, tmp_path):
     accepted = [ln for ln in text.splitlines() if ln.startswith("specscope_accepted_tokens_total{")]
     assert len(drafted) == 1 and drafted[0].endswith(" 262080")  # two windows of 131040
     assert accepted[0].endswith(" 117390")
+
+
+def test_cli_names_an_acceptance_drop_while_scraping(samples, capsys, tmp_path):
+    """The CLI runs the detectors on every round: a page whose accepted counters stop growing
+    (acceptance falls from 0.45 to ~0) is named on stderr while the scrape goes on."""
+    from specscope.cli import main
+
+    page = (samples / "vllm_metrics_scrape_specdecode_1.txt").read_text()
+    rounds = iter(range(1000))
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            n = next(rounds)
+            def advance(m):
+                v = float(m.group(2))
+                accepted = "accepted" in m.group(1)
+                return f"{m.group(1)} {v * min(n, 4) if accepted else v * n}"  # accepted stall at 4
+            body = TOTAL.sub(advance, page).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        rc = main(["scrape", f"http://127.0.0.1:{srv.server_port}/metrics", "--interval", "0.25",
+                   "--duration", "6", "-o", str(tmp_path / "drop.jsonl")])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    err = capsys.readouterr().err
+    assert rc == 0
+    assert "anomaly acceptance_regression" in err or "anomaly acceptance" in err, err
