@@ -1,5 +1,6 @@
-"""Runs from Prometheus text: a specscope ``/metrics`` endpoint polled over time, or a
-Prometheus server's HTTP API (``query_range``) over the same counters.
+"""Runs from Prometheus text: a specscope ``/metrics`` endpoint, or an engine's own (vLLM's
+``vllm:spec_decode_*`` counters, SGLang's ``sglang:spec_accept_*`` gauges), polled over time;
+or a Prometheus server's HTTP API (``query_range``) over the same series.
 
 Counters become SpecStats per label set; consecutive samples become windows (increases between
 them). Latency percentiles come from the exported histograms' buckets.
@@ -23,6 +24,7 @@ from ..collector.report import stats_section, window_figures
 from ..collector.service import LABELS
 from ..collector.stats import SpecStats, TruthStats
 from ..exporters.prometheus import METRICS, Metric
+from ..importers.promtext import ENGINE_FAMILIES, cumulative
 from .data import RunView
 
 #: the series read from Prometheus: every counter of the exporter's table that comes from a
@@ -73,7 +75,11 @@ def stats_from_samples(samples: list[Sample]) -> tuple[dict[tuple, SpecStats], d
     stats: dict[tuple, SpecStats] = defaultdict(lambda: SpecStats(keep_samples=False))
     active: dict[tuple, list] = defaultdict(list)
     buckets: dict[tuple, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    engine_samples = []
     for name, labels, v in samples:
+        if name in ENGINE_FAMILIES:
+            engine_samples.append((name, labels, v))
+            continue
         if not name.startswith("specscope_") or "algorithm" not in labels:
             continue
         key, s = _key(labels), stats[_key(labels)]
@@ -87,6 +93,14 @@ def stats_from_samples(samples: list[Sample]) -> tuple[dict[tuple, SpecStats], d
             buckets[key][LATENCY[name[:-7]]].append((float("inf") if le == "+Inf" else float(le), v))
     for s in stats.values():
         s.accepted_with_drafts = s.accepted_tokens if s.num_drafts else 0
+    # an engine's own series: one run per engine (data-parallel rank) and model, its depth k
+    # the number of per-position counters it exports
+    for labels, engine, rec in cumulative(engine_samples):
+        k = len(rec.accepted_per_pos)
+        key = _key({"algorithm": engine, "num_steps": str(k) if k else "",
+                    "topk": "1" if k else "", "num_draft_tokens": str(k + 1) if k else "",
+                    "model": labels.get("model_name", ""), "rank": labels.get("engine", "0")})
+        stats[key].observe(rec)
     for key, hists in buckets.items():
         for field_name, pairs in hists.items():
             pairs.sort()
@@ -179,10 +193,13 @@ def views_from_prometheus(url: str, minutes: float = 30, points: int = 120) -> l
     start = end - minutes * 60
     step = max(1.0, (end - start) / points)
     by_time: dict[float, list[Sample]] = defaultdict(list)
-    names = COUNTERS + tuple(f"{n}_bucket" for n in LATENCY)
+    names = COUNTERS + tuple(f"{n}_bucket" for n in LATENCY) + ENGINE_FAMILIES
     for name in names:
         for series in _query_range(url, name, start, end, step):
-            labels = {k: v for k, v in series["metric"].items() if k not in ("job", "instance")}
+            # an engine's series keep their instance apart (two servers of one model are two
+            # label sets, summed into the model's run); specscope's carry their own labels
+            drop = ("job",) if name in ENGINE_FAMILIES else ("job", "instance")
+            labels = {k: v for k, v in series["metric"].items() if k not in drop}
             for t, v in series["values"]:
                 by_time[float(t)].append((labels.pop("__name__", name) or name, labels, float(v)))
     history = []

@@ -24,6 +24,19 @@ COUNTERS = {"num_drafts_total": "drafts", "num_draft_tokens_total": "draft_token
             "num_accepted_tokens_total": "accepted"}
 
 
+#: the engine families read (a Prometheus source asks for exactly these)
+ENGINE_FAMILIES = tuple(VLLM + n for n in (*COUNTERS, "num_accepted_tokens_per_pos_total")) + (
+    "sglang:spec_accept_length", "sglang:spec_accept_rate")
+
+
+def cumulative(samples) -> list[tuple[dict[str, str], str, schema.SpecCountsRecord]]:
+    """One snapshot of an engine's page: per label set (labels, engine, record) with vLLM's
+    counts since the engine started and SGLang's gauges as reported."""
+    series = Series("engine")
+    found = series.feed(samples, 0)
+    return [(dict(key), series.engine, rec) for key, rec in found]
+
+
 def sniff(head: str) -> bool:
     return "vllm:" in head or "sglang:" in head or ("# TYPE " in head and "# HELP " in head)
 

@@ -89,6 +89,28 @@ def test_live_and_metrics_sources_agree_with_the_collector(dash_traces):
     assert polled[0].section["latency"]["ttft_s"]["from_buckets"]
 
 
+def test_dashboard_reads_an_engines_own_metrics_page(samples):
+    """`dashboard --live http://vllm:8000/metrics`: a real vLLM page, served with its counters
+    advancing by the page's own values per poll, becomes one run per engine rank with vLLM's
+    acceptance and one window per pair of polls."""
+    from tests.metrics_pages import scaled, serving
+
+    page = (samples / "vllm_metrics_scrape_specdecode_1.txt").read_text()
+    with serving(lambda n: scaled(page, lambda _: n + 1)) as url:
+        src = MetricsSource(url)
+        src.runs()
+        views = src.runs()
+    assert len(views) == 1
+    v = views[0]
+    assert v.run.algorithm == "vllm" and v.run.num_steps == 3 and v.run.model == "MiniMaxAI/MiniMax-M2.5"
+    t = v.section["totals"]
+    assert (t["num_drafts"], t["draft_tokens"], t["accepted_tokens"]) == (2 * 43680, 2 * 131040, 2 * 58695)
+    assert t["mean_acceptance_length"] == pytest.approx(1 + 58695 / 43680)
+    assert [round(x, 3) for x in t["per_position_acceptance"]] == [0.665, 0.42, 0.259]
+    win = v.section["windows"]
+    assert len(win) == 1 and win[0]["accepted_tokens"] == 58695
+
+
 def test_accuracy_files_long_wide_and_json(tmp_path):
     long = tmp_path / "long.csv"
     long.write_text("configuration,benchmark,score\nbaseline,gsm8k,0.975\nmtp-3-1-4,gsm8k,0.035\n")

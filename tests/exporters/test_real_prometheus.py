@@ -117,3 +117,44 @@ def test_promql_acceptance_equals_trace_totals(tmp_path):
     finally:
         for proc in procs:
             _stop(proc)
+
+
+def test_dashboard_reads_engine_series_through_prometheus(tmp_path, samples):
+    """Prometheus scrapes two vLLM servers' pages (a real page, its counters advancing per
+    scrape); the dashboard's Prometheus source gives one vLLM run per model and rank with the
+    two instances' counters summed and vLLM's acceptance."""
+    from specscope.dashboard.promsource import views_from_prometheus
+    from tests.metrics_pages import scaled, serving
+
+    page = (samples / "vllm_metrics_scrape_specdecode_1.txt").read_text()
+    prom_port = _free_port()
+    with serving(lambda n: scaled(page, lambda _: n + 1)) as a, \
+            serving(lambda n: scaled(page, lambda _: 2 * (n + 1))) as b:
+        targets = ", ".join(f"'{urllib.parse.urlsplit(u).netloc}'" for u in (a, b))
+        config = tmp_path / "prometheus.yml"
+        config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n"
+                          f"  - job_name: vllm\n    static_configs:\n      - targets: [{targets}]\n")
+        prom = subprocess.Popen([PROMETHEUS, f"--config.file={config}",
+                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                 f"--web.listen-address=127.0.0.1:{prom_port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline, n = time.time() + 60, 0
+            while time.time() < deadline and n < 2:
+                try:
+                    n = len(_query(prom_port, "vllm:spec_decode_num_drafts_total"))
+                except OSError:
+                    n = 0
+                time.sleep(0.5)
+            time.sleep(2.5)  # a few scrapes each
+            views = views_from_prometheus(f"http://127.0.0.1:{prom_port}", minutes=2)
+        finally:
+            _stop(prom)
+    assert n == 2 and len(views) == 1
+    v = views[0]
+    assert v.run.algorithm == "vllm" and v.run.num_steps == 3 and v.run.model == "MiniMaxAI/MiniMax-M2.5"
+    t = v.section["totals"]
+    # each instance's counters are whole multiples of the page's; their sum keeps its ratios
+    assert t["num_drafts"] % 43680 == 0 and t["num_drafts"] >= 2 * 43680
+    assert t["mean_acceptance_length"] == pytest.approx(1 + 58695 / 43680)
+    assert t["acceptance_rate"] == pytest.approx(58695 / 131040)
