@@ -3,7 +3,10 @@
 vLLM counters ``vllm:spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``,
 ``..._num_accepted_tokens_total`` and ``..._num_accepted_tokens_per_pos_total{position}`` are
 differenced between snapshots (a value that goes down is a restart: the new value is the
-increment). SGLang's ``sglang:spec_accept_length`` / ``sglang:spec_accept_rate`` are gauges: kept
+increment); ``*_created`` series are timestamps and never read. A V0 page (an
+``..._num_emitted_tokens_total`` counter and no drafts counter) keeps its draft tokens and its own
+``..._draft_acceptance_rate`` gauge as reported; its accepted counter is not a prefix count (see
+the V0 log import), so no acceptance length or rate is derived from it. SGLang's ``sglang:spec_accept_length`` / ``sglang:spec_accept_rate`` are gauges: kept
 as reported figures. Snapshots are separated by ``# EOF``, a ``# TIME <unix seconds>`` comment,
 or a ``# TYPE`` line for a family already seen in the current snapshot.
 """
@@ -21,12 +24,14 @@ from ._common import ImportResult, run_record
 
 VLLM = "vllm:spec_decode_"
 COUNTERS = {"num_drafts_total": "drafts", "num_draft_tokens_total": "draft_tokens",
-            "num_accepted_tokens_total": "accepted"}
+            "num_accepted_tokens_total": "accepted", "num_emitted_tokens_total": "emitted"}
+#: vLLM V0's gauges: its own acceptance rate (kept as reported) and system efficiency
+V0_RATE, V0_EFFICIENCY = VLLM + "draft_acceptance_rate", VLLM + "efficiency"
 
 
 #: the engine families read (a Prometheus source asks for exactly these)
 ENGINE_FAMILIES = tuple(VLLM + n for n in (*COUNTERS, "num_accepted_tokens_per_pos_total")) + (
-    "sglang:spec_accept_length", "sglang:spec_accept_rate")
+    V0_RATE, "sglang:spec_accept_length", "sglang:spec_accept_rate")
 
 
 def cumulative(samples) -> list[tuple[dict[str, str], str, schema.SpecCountsRecord]]:
@@ -153,6 +158,8 @@ class Series:
                     now[key]["per_pos"][int(labels["position"])] = value
                 elif short in COUNTERS:
                     now[key][COUNTERS[short]] = value
+                elif name == V0_RATE:
+                    now[key]["v0_rate"] = value
             elif name in ("sglang:spec_accept_length", "sglang:spec_accept_rate"):
                 self.engine = "sglang"
                 gauges[key][name] = value
@@ -163,6 +170,9 @@ class Series:
             if first and self.baseline:
                 continue
             drafts, drafted, accepted = (_delta(cur, before, f) for f in ("drafts", "draft_tokens", "accepted"))
+            v0 = "emitted" in cur and "drafts" not in cur
+            if v0:  # V0 counts every matching draft token, also after a rejection: not a
+                accepted = None  # prefix count, so no rate or length is derived from it
             self.restarts += any(f in cur and cur[f] < before.get(f, 0.0)
                                  for f in ("drafts", "draft_tokens", "accepted"))
             per_pos = []
@@ -175,7 +185,9 @@ class Series:
             rank = int(engine_label) if engine_label.isdigit() else 0
             out.append((key, schema.SpecCountsRecord(
                 run_id=self.run_id, rank=rank, t_ns=t_ns, num_drafts=drafts, draft_tokens=drafted,
-                accepted_tokens=accepted, accepted_per_pos=tuple(per_pos), source="vllm-metrics")))
+                accepted_tokens=accepted, accepted_per_pos=tuple(per_pos),
+                reported_acceptance_rate=cur.get("v0_rate") if v0 else None,
+                source="vllm-v0-metrics" if v0 else "vllm-metrics")))
         for key, g in gauges.items():
             out.append((key, schema.SpecCountsRecord(
                 run_id=self.run_id, t_ns=t_ns,

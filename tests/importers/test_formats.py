@@ -182,6 +182,37 @@ def test_sglang_metrics_gauges(tmp_path):
     assert c.accepted_tokens is None
 
 
+def _v0_page(draft: int, accepted: int, emitted: int, rate: float) -> str:
+    """A vLLM V0 page: the families V0's Prometheus logger registered (accepted, draft and
+    emitted token counters, the acceptance-rate and efficiency gauges; no drafts counter)."""
+    lab = '{model_name="m"}'
+    return (f"# TYPE vllm:spec_decode_draft_acceptance_rate gauge\n"
+            f"vllm:spec_decode_draft_acceptance_rate{lab} {rate}\n"
+            f"# TYPE vllm:spec_decode_efficiency gauge\nvllm:spec_decode_efficiency{lab} 0.4\n"
+            f"# TYPE vllm:spec_decode_num_accepted_tokens_total counter\n"
+            f"vllm:spec_decode_num_accepted_tokens_total{lab} {accepted}\n"
+            f"# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+            f"vllm:spec_decode_num_draft_tokens_total{lab} {draft}\n"
+            f"# TYPE vllm:spec_decode_num_emitted_tokens_total counter\n"
+            f"vllm:spec_decode_num_emitted_tokens_total{lab} {emitted}\n")
+
+
+def test_vllm_v0_page_keeps_its_own_rate_and_no_derived_length(tmp_path):
+    """V0's accepted counter is not a prefix count: the page's draft tokens and V0's own rate
+    are kept, and no acceptance length or rate is derived from the accepted counter."""
+    from specscope.collector.stats import SpecStats
+
+    text = _v0_page(300, 200, 260, 0.6667) + _v0_page(900, 420, 700, 0.4667)
+    res = import_file(_write(tmp_path, "v0.txt", text))
+    counts = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
+    assert [(c.draft_tokens, c.accepted_tokens, c.source) for c in counts] == [
+        (300, None, "vllm-v0-metrics"), (600, None, "vllm-v0-metrics")]
+    assert [c.reported_acceptance_rate for c in counts] == [0.6667, 0.4667]
+    s = SpecStats().observe_all(res.records)
+    assert s.acceptance_rate is None and s.mean_acceptance_length is None
+    assert s.draft_tokens_unmatched == 900
+
+
 def test_unknown_format_names_the_known_ones(tmp_path):
     p = _write(tmp_path, "x.txt", "hello world\n")
     with pytest.raises(ValueError, match="unknown format; specscope imports: aiperf, "):
