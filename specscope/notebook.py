@@ -132,6 +132,14 @@ class Traces:
 
         return build_report(self.records, window_s=window_s, problems=self.problems)
 
+    def explain(self, baseline: "Traces | None" = None, tpot_ms: float | None = None) -> dict[str, Any]:
+        """``specscope explain --json``: the speedup decomposition of every speculative run
+        against its reference run (or ``baseline``'s), and the verdicts as engine settings."""
+        from .collector.explain import explain_all
+
+        return explain_all(self.records, baseline.records if baseline is not None else None,
+                           tpot_ms=tpot_ms)
+
     def compare(self, other: "Traces", n_boot: int = 1000) -> Any:
         """``specscope compare``: this source's first measured run against ``other``'s."""
         from .collector.compare import compare, run_sample

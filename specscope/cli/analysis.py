@@ -8,24 +8,21 @@ import sys
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from ..collector.explain import engine_configs, explain_pair, format_explain, pairs
+    from ..collector.explain import explain_all, format_explain
     from ..io.trace import read_trace
 
-    trace = read_trace(args.trace)
     baseline = read_trace(args.baseline).records if args.baseline else None
-    found = pairs(trace.records, baseline)
-    if not found:
+    out = explain_all(read_trace(args.trace).records, baseline, tpot_ms=args.tpot_ms)
+    if not out["runs"]:
         print("no speculative run with a baseline: record with a reference run (the default of "
               "`specscope record`) or give --baseline", file=sys.stderr)
         return 2
-    results = [(rid, explain_pair(spec, base, tpot_ms=args.tpot_ms)) for rid, spec, base in found]
-    configs = engine_configs([(e["spec"].get("batch"), e) for _, e in results])
     if args.json:
-        print(json.dumps({"runs": {rid: e for rid, e in results}, "engine_configs": configs},
-                         indent=1, default=str))
+        print(json.dumps(out, indent=1, default=str))
         return 0
-    for rid, e in results:
+    for rid, e in out["runs"].items():
         print(format_explain(rid, e))
+    configs = out["engine_configs"]
     if configs:
         print(f"as engine settings (k per batch size, 0 = off): {json.dumps(configs['k_by_batch_size'])}")
         print(f"  vLLM speculative_config: {json.dumps(configs['vllm']['speculative_config'])}")

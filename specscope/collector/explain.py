@@ -210,6 +210,17 @@ def pairs(records: Iterable[Any], baseline: Iterable[Any] | None = None) -> list
     return out
 
 
+def explain_all(records: Iterable[Any], baseline: Iterable[Any] | None = None, *,
+                tpot_ms: float | None = None) -> dict[str, Any]:
+    """``specscope explain --json``'s object: every speculative run against its baseline (its
+    reference run, or ``baseline``'s), and the verdicts as engine settings; ``runs`` is empty
+    where no run has a baseline."""
+    results = {rid: explain_pair(spec, base, tpot_ms=tpot_ms)
+               for rid, spec, base in pairs(records, baseline)}
+    configs = engine_configs([(e["spec"].get("batch"), e) for e in results.values()])
+    return {"runs": results, "engine_configs": configs}
+
+
 def format_explain(run_id: str, e: dict[str, Any]) -> str:
     s, b = e["spec"], e["baseline"]
 

@@ -40,6 +40,10 @@ def test_frames_agree_with_the_report(trace, tmp_path):
     again = specscope.open(pq).steps()
     assert len(again) == len(steps) and again.num_accepted.sum() == steps.num_accepted.sum()
     assert t.compare(specscope.open(trace)).query("metric == 'mean_acceptance_length'").delta_pct.iloc[0] == 0
+    # explain: the CLI's object (the trace carries its reference run)
+    ex = t.explain(tpot_ms=50)
+    (e,) = ex["runs"].values()
+    assert e["verdict"] and ex["engine_configs"]["k_by_batch_size"]
 
 
 def test_a_sweep_folder(trace, tmp_path):
