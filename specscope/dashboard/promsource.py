@@ -35,6 +35,14 @@ COUNTERS = tuple(n for n, m in METRICS.items() if m.field is not None and m.kind
 LATENCY = {name: m.field[6:] for name, m in METRICS.items()
            if m.field is not None and m.field.startswith("hists.")}
 
+#: an engine's latency histograms by the SpecStats histogram they fill (vLLM's inter-token
+#: latency is observed per streamed chunk, one per verify step under speculation: itl_chunk)
+ENGINE_LATENCY = {"vllm:time_to_first_token_seconds": "ttft_s",
+                  "vllm:inter_token_latency_seconds": "itl_chunk_s",
+                  "vllm:request_time_per_output_token_seconds": "tpot_s",
+                  "vllm:e2e_request_latency_seconds": "e2e_s"}
+ENGINE_HIST_SERIES = tuple(f + tail for f in ENGINE_LATENCY for tail in ("_bucket", "_sum"))
+
 Sample = tuple[str, dict[str, str], float]
 
 
@@ -75,10 +83,24 @@ def stats_from_samples(samples: list[Sample]) -> tuple[dict[tuple, SpecStats], d
     stats: dict[tuple, SpecStats] = defaultdict(lambda: SpecStats(keep_samples=False))
     active: dict[tuple, list] = defaultdict(list)
     buckets: dict[tuple, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    totals: dict[tuple, float] = {}  #: (run key, histogram) -> sum of observations
     engine_samples = []
+    #: (model, engine rank, histogram) -> upper bound -> cumulative count (instances summed),
+    #: and the sums of the observations
+    engine_buckets: dict[tuple, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    engine_sums: dict[tuple, float] = defaultdict(float)
     for name, labels, v in samples:
         if name in ENGINE_FAMILIES:
             engine_samples.append((name, labels, v))
+            continue
+        if name in ENGINE_HIST_SERIES:
+            fam, _, tail = name.rpartition("_")
+            where = (labels.get("model_name", ""), labels.get("engine", "0"), ENGINE_LATENCY[fam])
+            if tail == "sum":
+                engine_sums[where] += v
+            else:
+                le = labels.get("le", "+Inf")
+                engine_buckets[where][float("inf") if le == "+Inf" else float(le)] += v
             continue
         if not name.startswith("specscope_") or "algorithm" not in labels:
             continue
@@ -101,13 +123,18 @@ def stats_from_samples(samples: list[Sample]) -> tuple[dict[tuple, SpecStats], d
                     "topk": "1" if k else "", "num_draft_tokens": str(k + 1) if k else "",
                     "model": labels.get("model_name", ""), "rank": labels.get("engine", "0")})
         stats[key].observe(rec)
+        for (model, rank, field_name), by_le in engine_buckets.items():
+            if (model, rank) == (labels.get("model_name", ""), labels.get("engine", "0")):
+                buckets[key][field_name] = sorted(by_le.items())
+                totals[(key, field_name)] = engine_sums.get((model, rank, field_name), 0.0)
     for key, hists in buckets.items():
         for field_name, pairs in hists.items():
             pairs.sort()
             bounds = tuple(b for b, _ in pairs if b != float("inf"))
             cum = [c for _, c in pairs]
             counts = [int(c - (cum[i - 1] if i else 0)) for i, c in enumerate(cum)]
-            stats[key].hists[field_name] = Histogram(bounds, counts, 0.0, int(cum[-1]) if cum else 0)
+            stats[key].hists[field_name] = Histogram(bounds, counts, totals.get((key, field_name), 0.0),
+                                                     int(cum[-1]) if cum else 0)
     return dict(stats), dict(active)
 
 
@@ -193,12 +220,12 @@ def views_from_prometheus(url: str, minutes: float = 30, points: int = 120) -> l
     start = end - minutes * 60
     step = max(1.0, (end - start) / points)
     by_time: dict[float, list[Sample]] = defaultdict(list)
-    names = COUNTERS + tuple(f"{n}_bucket" for n in LATENCY) + ENGINE_FAMILIES
+    names = COUNTERS + tuple(f"{n}_bucket" for n in LATENCY) + ENGINE_FAMILIES + ENGINE_HIST_SERIES
     for name in names:
         for series in _query_range(url, name, start, end, step):
             # an engine's series keep their instance apart (two servers of one model are two
             # label sets, summed into the model's run); specscope's carry their own labels
-            drop = ("job",) if name in ENGINE_FAMILIES else ("job", "instance")
+            drop = ("job",) if name in ENGINE_FAMILIES + ENGINE_HIST_SERIES else ("job", "instance")
             labels = {k: v for k, v in series["metric"].items() if k not in drop}
             for t, v in series["values"]:
                 by_time[float(t)].append((labels.pop("__name__", name) or name, labels, float(v)))

@@ -109,6 +109,19 @@ def test_dashboard_reads_an_engines_own_metrics_page(samples):
     assert [round(x, 3) for x in t["per_position_acceptance"]] == [0.665, 0.42, 0.259]
     win = v.section["windows"]
     assert len(win) == 1 and win[0]["accepted_tokens"] == 58695
+    # latency from vLLM's own histograms: TTFT, and its inter-token latency as the per-chunk
+    # gap (under speculation a chunk is a verify step), never as per-token ITL
+    def count_and_sum(family):
+        lines = {ln.split("{")[0].split(" ")[0]: float(ln.rsplit(" ", 1)[1]) for ln in page.splitlines()
+                 if ln.startswith(family + "_count") or ln.startswith(family + "_sum")}
+        return lines[family + "_count"], lines[family + "_sum"]
+
+    lat = v.section["latency"]
+    n, total = count_and_sum("vllm:time_to_first_token_seconds")
+    assert lat["ttft_s"]["from_buckets"] and lat["ttft_s"]["n"] == n
+    assert lat["ttft_s"]["mean"] == pytest.approx(total / n)
+    n, _ = count_and_sum("vllm:inter_token_latency_seconds")
+    assert lat["itl_chunk_s"]["n"] == n and lat["itl_token_s"]["n"] == 0
 
 
 def test_accuracy_files_long_wide_and_json(tmp_path):
