@@ -113,6 +113,8 @@ def stats_from_samples(samples: list[Sample]) -> tuple[dict[tuple, SpecStats], d
         elif name.endswith("_bucket") and name[:-7] in LATENCY:
             le = labels.get("le", "+Inf")
             buckets[key][LATENCY[name[:-7]]].append((float("inf") if le == "+Inf" else float(le), v))
+        elif name.endswith("_sum") and name[:-4] in LATENCY:  # the mean's numerator
+            totals[(key, LATENCY[name[:-4]])] = totals.get((key, LATENCY[name[:-4]]), 0.0) + v
     for s in stats.values():
         s.accepted_with_drafts = s.accepted_tokens if s.num_drafts else 0
     # an engine's own series: one run per engine (data-parallel rank) and model, its depth k
@@ -220,7 +222,8 @@ def views_from_prometheus(url: str, minutes: float = 30, points: int = 120) -> l
     start = end - minutes * 60
     step = max(1.0, (end - start) / points)
     by_time: dict[float, list[Sample]] = defaultdict(list)
-    names = COUNTERS + tuple(f"{n}_bucket" for n in LATENCY) + ENGINE_FAMILIES + ENGINE_HIST_SERIES
+    names = (COUNTERS + tuple(f"{n}_{tail}" for n in LATENCY for tail in ("bucket", "sum"))
+             + ENGINE_FAMILIES + ENGINE_HIST_SERIES)
     for name in names:
         for series in _query_range(url, name, start, end, step):
             # an engine's series keep their instance apart (two servers of one model are two

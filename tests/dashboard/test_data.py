@@ -87,6 +87,9 @@ def test_live_and_metrics_sources_agree_with_the_collector(dash_traces):
     assert len(win) == 1 and win[0]["accepted_tokens"] == pt["accepted_tokens"] - \
         first[0].section["totals"]["accepted_tokens"]
     assert polled[0].section["latency"]["ttft_s"]["from_buckets"]
+    # the mean from the exported sum, as the collector's own histogram has it
+    assert polled[0].section["latency"]["ttft_s"]["mean"] == pytest.approx(
+        live[0].section["latency"]["ttft_s"]["mean"])
 
 
 def test_dashboard_reads_an_engines_own_metrics_page(samples):
