@@ -200,7 +200,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_rules(args: argparse.Namespace) -> int:
     from ..exporters.rules import alert_rules
 
-    _write_or_print(args.output, alert_rules())
+    _write_or_print(args.output, alert_rules(args.engine))
     return 0
 
 
@@ -348,6 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.set_defaults(func=_cmd_serve)
 
     ru = sub.add_parser("rules", help="write Prometheus alerting and recording rules")
+    ru.add_argument("--engine", default="specscope", choices=["specscope", "vllm"],
+                    help="the series the rules read: specscope's exporter (also what `scrape "
+                    "--metrics-port` serves for any engine) or vLLM's own (default: specscope)")
     ru.add_argument("-o", "--output", default=None)
     ru.set_defaults(func=_cmd_rules)
     gr = sub.add_parser("grafana", help="write a Grafana dashboard JSON over the exporter's metrics")

@@ -73,6 +73,62 @@ groups:
 """
 
 
-def alert_rules() -> str:
-    """The rules file (YAML)."""
-    return RULES
+#: vLLM's own series (a Prometheus that scrapes vLLM directly): the same signals the counters
+#: allow, by model and data-parallel engine. Drafts come from vLLM's drafts counter, never from
+#: drafted tokens / k (k may vary per batch size).
+VLLM_BY = "model_name, engine"
+V = "vllm:spec_decode_"
+VLLM_RULES = f"""\
+groups:
+  - name: specscope-vllm-recording
+    rules:
+      - record: specscope_vllm_acceptance_rate_5m
+        expr: |
+          sum by ({VLLM_BY}) (rate({V}num_accepted_tokens_total[5m]))
+            / sum by ({VLLM_BY}) (rate({V}num_draft_tokens_total[5m]))
+      - record: specscope_vllm_acceptance_rate_1h
+        expr: |
+          sum by ({VLLM_BY}) (rate({V}num_accepted_tokens_total[1h]))
+            / sum by ({VLLM_BY}) (rate({V}num_draft_tokens_total[1h]))
+      - record: specscope_vllm_mean_acceptance_length_5m
+        # tokens committed per draft, bonus token included
+        expr: |
+          1 + sum by ({VLLM_BY}) (rate({V}num_accepted_tokens_total[5m]))
+            / sum by ({VLLM_BY}) (rate({V}num_drafts_total[5m]))
+      - record: specscope_vllm_per_position_acceptance_5m
+        expr: |
+          sum by ({VLLM_BY}, position) (rate({V}num_accepted_tokens_per_pos_total[5m]))
+            / on ({VLLM_BY}) group_left sum by ({VLLM_BY}) (rate({V}num_drafts_total[5m]))
+  - name: specscope-vllm-alerts
+    rules:
+      - alert: SpecscopeVllmAcceptanceDrop
+        expr: specscope_vllm_acceptance_rate_5m < 0.8 * specscope_vllm_acceptance_rate_1h
+        for: 10m
+        labels:
+          severity: warning
+        annotations:
+          summary: "vLLM acceptance rate dropped by more than 20% against the last hour"
+          description: "Acceptance rate is {{{{ $value }}}} (5m) on {{{{ $labels.model_name }}}}, engine {{{{ $labels.engine }}}}."
+      - alert: SpecscopeVllmAcceptanceLengthNearOne
+        expr: |
+          specscope_vllm_mean_acceptance_length_5m < 1.05
+          and on ({VLLM_BY}) sum by ({VLLM_BY}) (increase({V}num_drafts_total[5m])) >= 200
+        for: 10m
+        labels:
+          severity: warning
+        annotations:
+          summary: "vLLM speculation commits almost nothing beyond the bonus token"
+          description: "Acceptance length {{{{ $value }}}} (bonus included): the draft agrees with almost nothing (a broken draft, or garbled output)."
+"""
+
+ENGINE_RULES = {"vllm": VLLM_RULES}
+
+
+def alert_rules(engine: str = "specscope") -> str:
+    """The rules file (YAML): over specscope's exporter (and ``specscope scrape
+    --metrics-port``), or over an engine's own series (``engine="vllm"``)."""
+    if engine == "specscope":
+        return RULES
+    if engine not in ENGINE_RULES:
+        raise ValueError(f"no rules for engine {engine!r}; known: specscope, {', '.join(ENGINE_RULES)}")
+    return ENGINE_RULES[engine]

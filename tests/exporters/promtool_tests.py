@@ -1,13 +1,16 @@
 """The ``promtool test rules`` file for the exporter's alert rules: synthetic series on which
 two alerts must fire (test support, not part of the installed package)."""
 
-TESTS = """\
+HEAD = """\
 rule_files:
   - {rules}
 evaluation_interval: 1m
 tests:
   - interval: 1m
     input_series:
+"""
+
+TESTS = HEAD + """\
       - series: 'specscope_sampling_top1_total{{algorithm="eagle",num_steps="3",topk="1",num_draft_tokens="4",backend="hip",model="m",rank="0",mode_requested="speculative-sampling"}}'
         values: '0+300x20'
       - series: 'specscope_sampling_top1_expected_total{{algorithm="eagle",num_steps="3",topk="1",num_draft_tokens="4",backend="hip",model="m",rank="0",mode_requested="speculative-sampling"}}'
@@ -58,3 +61,48 @@ tests:
 def rule_tests(rules_path: str) -> str:
     """A ``promtool test rules`` file exercising two alerts on synthetic series."""
     return TESTS.format(rules=rules_path)
+
+
+#: vLLM's own series: acceptance falls from 0.6 to 0.2 after 90 minutes (the drop alert fires
+#: 10 minutes on); drafts keep coming, so acceptance length stays above 1.05 (that alert stays
+#: quiet), then accepted tokens stop entirely on a second engine (it fires there)
+VLLM_TESTS = HEAD + """\
+      - series: 'vllm:spec_decode_num_draft_tokens_total{{model_name="m",engine="0"}}'
+        values: '0+300x150'
+      - series: 'vllm:spec_decode_num_drafts_total{{model_name="m",engine="0"}}'
+        values: '0+100x150'
+      - series: 'vllm:spec_decode_num_accepted_tokens_total{{model_name="m",engine="0"}}'
+        values: '0+180x90 16200+60x60'
+      - series: 'vllm:spec_decode_num_draft_tokens_total{{model_name="m",engine="1"}}'
+        values: '0+300x150'
+      - series: 'vllm:spec_decode_num_drafts_total{{model_name="m",engine="1"}}'
+        values: '0+100x150'
+      - series: 'vllm:spec_decode_num_accepted_tokens_total{{model_name="m",engine="1"}}'
+        values: '0+180x90 16200+1x60'
+    alert_rule_test:
+      - eval_time: 85m
+        alertname: SpecscopeVllmAcceptanceDrop
+      - eval_time: 110m
+        alertname: SpecscopeVllmAcceptanceDrop
+        exp_alerts:
+          - exp_labels: {{severity: warning, model_name: m, engine: "0"}}
+            exp_annotations:
+              summary: "vLLM acceptance rate dropped by more than 20% against the last hour"
+              description: "Acceptance rate is 0.2 (5m) on m, engine 0."
+          - exp_labels: {{severity: warning, model_name: m, engine: "1"}}
+            exp_annotations:
+              summary: "vLLM acceptance rate dropped by more than 20% against the last hour"
+              description: "Acceptance rate is 0.003333333333333333 (5m) on m, engine 1."
+      - eval_time: 110m
+        alertname: SpecscopeVllmAcceptanceLengthNearOne
+        exp_alerts:
+          - exp_labels: {{severity: warning, model_name: m, engine: "1"}}
+            exp_annotations:
+              summary: "vLLM speculation commits almost nothing beyond the bonus token"
+              description: "Acceptance length 1.01 (bonus included): the draft agrees with almost nothing (a broken draft, or garbled output)."
+"""
+
+
+def vllm_rule_tests(rules_path: str) -> str:
+    """A ``promtool test rules`` file for the rules over vLLM's own series."""
+    return VLLM_TESTS.format(rules=rules_path)

@@ -19,7 +19,7 @@ from specscope.exporters.grafana import dashboard_json
 from specscope.exporters.http import MetricsServer
 from specscope.exporters.prometheus import METRICS, PromCollector, render
 from specscope.exporters.rules import alert_rules
-from tests.exporters.promtool_tests import rule_tests
+from tests.exporters.promtool_tests import rule_tests, vllm_rule_tests
 from tests.collector.test_stats import _step
 
 
@@ -135,13 +135,28 @@ def test_rules_use_only_emitted_or_recorded_names():
     assert _names_in(text) - recorded <= _emitted_names()
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (Debian prometheus)")
-def test_promtool_checks_and_unit_tests_the_rules(tmp_path):
+def _promtool(tmp_path, rules_text: str, tests_of, n_rules: int) -> None:
+    """``promtool check rules`` finds ``n_rules`` and ``promtool test rules`` passes."""
     rules = tmp_path / "rules.yml"
-    rules.write_text(alert_rules())
+    rules.write_text(rules_text)
     tests = tmp_path / "tests.yml"
-    tests.write_text(rule_tests(str(rules)))
+    tests.write_text(tests_of(str(rules)))
     check = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True)
-    assert check.returncode == 0 and "SUCCESS: 8 rules found" in check.stdout, check.stdout + check.stderr
+    assert check.returncode == 0 and f"SUCCESS: {n_rules} rules found" in check.stdout, \
+        check.stdout + check.stderr
     test = subprocess.run(["promtool", "test", "rules", str(tests)], capture_output=True, text=True)
     assert test.returncode == 0 and "SUCCESS" in test.stdout, test.stdout + test.stderr
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (Debian prometheus)")
+def test_promtool_checks_and_unit_tests_the_rules(tmp_path):
+    _promtool(tmp_path, alert_rules(), rule_tests, 8)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (Debian prometheus)")
+def test_promtool_checks_and_unit_tests_the_vllm_rules(tmp_path):
+    """`specscope rules --engine vllm`: rules over vLLM's own series that promtool accepts, whose
+    alerts fire on a synthetic acceptance drop and stay quiet before it."""
+    _promtool(tmp_path, alert_rules("vllm"), vllm_rule_tests, 6)
+    with pytest.raises(ValueError, match="known: specscope, vllm"):
+        alert_rules("trtllm")
