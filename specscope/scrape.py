@@ -17,6 +17,7 @@ engines' families are not mapped yet, so their pages record nothing (said once p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import ssl
 import sys
@@ -29,10 +30,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
-from . import schema
 from .importers._common import run_record
 from .importers.promtext import Series, run_names
-from .io.promtext import ExpositionError, Parser
+from .io import promtext
 from .io.trace import open_writer
 
 
@@ -89,21 +89,6 @@ def _fetch(url: str, timeout_s: float, max_bytes: int, headers: dict[str, str],
     if len(body) > max_bytes:
         raise ValueError(f"page larger than the cap of {max_bytes} bytes (--max-bytes)")
     return body.decode("utf-8", errors="replace")
-
-
-def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:
-    parser, out = Parser(), []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        try:
-            s = parser.line(line)
-        except ExpositionError:
-            continue  # one bad line never loses the page
-        if s is not None:
-            out.append((s.name, s.labels, s.value))
-    return out
 
 
 def scrape(urls: Sequence[str | Endpoint], out: str | Path, *, interval_s: float = 5.0,
@@ -171,7 +156,7 @@ def _one(ep: Endpoint, timeout_s: float, max_bytes: int, headers: dict[str, str]
 
 
 def _records(ep: Endpoint, page: str, t_ns: int, log) -> list[Any]:
-    found = ep.series.feed(_samples(page), t_ns)
+    found = ep.series.feed([(x.name, x.labels, x.value) for x in promtext.parse(page).samples], t_ns)
     out: list[Any] = []
     if ep.series.engine != "prometheus":
         ep.mapped = True
@@ -190,9 +175,5 @@ def _records(ep: Endpoint, page: str, t_ns: int, log) -> list[Any]:
             out.append(run_record(rid, ep.series.engine, "prometheus-scrape", ep.url,
                                   num_steps=ep.series.k_seen, labels=labels,
                                   model=dict(key).get("model_name", "")))
-        out.append(schema.SpecCountsRecord(**{**_fields(rec), "run_id": ep.runs[key]}))
+        out.append(dataclasses.replace(rec, run_id=ep.runs[key]))
     return out
-
-
-def _fields(rec: schema.SpecCountsRecord) -> dict[str, Any]:
-    return {f: getattr(rec, f) for f in rec.__dataclass_fields__}
