@@ -11,8 +11,10 @@ scrape leaves every finished round readable), and handed to ``on_records`` (a co
 detectors and ``/metrics`` under specscope's names). An endpoint that fails is counted and named
 on its round; the others go on.
 
-What is read is vLLM's and SGLang's spec-decode families (``importers/promtext.py``); other
-engines' families are not mapped yet, so their pages record nothing (said once per endpoint).
+What is read is each engine's spec-decode families as ``importers/metrics`` maps them (vLLM,
+SGLang, TensorRT-LLM's ``/prometheus/metrics``, llama.cpp builds that count drafts); a page
+with none of them records nothing, said once per endpoint. TensorRT-LLM's iteration-stats JSON
+at ``/metrics`` drains on every read (other readers would lose those stats) and is not polled.
 """
 
 from __future__ import annotations
@@ -162,7 +164,8 @@ def _records(ep: Endpoint, page: str, t_ns: int, log) -> list[Any]:
         ep.mapped = True
     elif ep.scrapes == 1:
         print(f"scrape {ep.url}: no spec-decode family this version reads (vllm:spec_decode_*, "
-              "sglang:spec_accept_*)", file=log)
+              "sglang:spec_*, trtllm_spec_decode_*, llamacpp:spec_decode_*); for TensorRT-LLM "
+              "point at /prometheus/metrics", file=log)
     keys = set(ep.runs) | {k for k, _ in found}
     names = run_names(keys, ep.name)
     for key, rec in found:

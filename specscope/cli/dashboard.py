@@ -42,9 +42,11 @@ def add_parsers(sub) -> None:
                        "regression, profile, accuracy. Binds 127.0.0.1 unless --host is given.")
     d.add_argument("trace", nargs="*", help="JSONL traces, Parquet trace directories, or "
                    "directories of traces (a sweep directory)")
-    d.add_argument("--live", default=None, metavar="URL", help="a specscope /metrics URL, polled")
+    d.add_argument("--live", default=None, metavar="URL", help="a /metrics URL, polled: specscope's own, or an engine's (vLLM, SGLang, "
+                   "TensorRT-LLM, llama.cpp)")
     d.add_argument("--prometheus", default=None, metavar="URL",
-                   help="a Prometheus server (its HTTP API is queried for specscope_* series)")
+                   help="a Prometheus server (its HTTP API is queried for specscope_* series and "
+                   "the engines' own)")
     d.add_argument("--trace-root", action="append", default=None, metavar="DIR",
                    help="directories traces may be opened from (default: those of the traces "
                    "given); anything outside is refused")

@@ -122,13 +122,20 @@ def create_app(source: Any, *, title: str = "specscope", refresh_s: float = 2.0,
                   style={"width": "380px"}),
         html.Button("open", id=ids.OPEN_BUTTON),
         html.Span(id=ids.OPEN_STATUS, style={"marginLeft": "8px"})], className="selector")]
+    # an engine's data-parallel ranks: each its own run, or summed per model
+    ranks = [] if not hasattr(source, "sum_ranks") else [html.Div([
+        html.Span("data-parallel ranks: ", style={"color": "#cfd8dc"}),
+        dcc.RadioItems(id=ids.RANKS, value="summed" if source.sum_ranks else "apart", inline=True,
+                       options=[{"label": " apart ", "value": "apart"},
+                                {"label": " summed per model", "value": "summed"}],
+                       style={"display": "inline-block"})], className="selector")]
     app.layout = html.Div([
         dcc.Location(id=ids.URL, refresh="callback-nav"),
         dcc.Interval(id=ids.TICK, interval=int(refresh_s * 1000), disabled=not live),
         html.Div([html.H2(title), html.Nav(nav),
                   html.Div(dcc.Dropdown(id=ids.RUNS, multi=True, placeholder="select runs"),
                            className="selector"),
-                  *opener, html.Div(id=ids.SOURCE_INFO, className="note",
+                  *opener, *ranks, html.Div(id=ids.SOURCE_INFO, className="note",
                                     style={"color": "#cfd8dc"})], className="header"),
         html.Div(id=ids.BANNER),
         html.Div(id=ids.PAGE, className="content"),
@@ -143,10 +150,14 @@ def create_app(source: Any, *, title: str = "specscope", refresh_s: float = 2.0,
     inputs = [Input(ids.TICK, "n_intervals"), Input(ids.URL, "search"), Input(ids.RUNS, "value")]
     if opener:
         inputs.append(Input(ids.OPEN_STATUS, "children"))
+    if ranks:
+        inputs.append(Input(ids.RANKS, "value"))
 
     @app.callback(Output(ids.RUNS, "options"), Output(ids.RUNS, "value"),
                   Output(ids.SOURCE_INFO, "children"), Output(ids.URL, "search"), *inputs)
-    def runs(_tick, search, value, *_opened):
+    def runs(_tick, search, value, *extra):
+        if ranks:
+            source.sum_ranks = extra[-1] == "summed"
         # the selection lives in the URL (?run=A&run=B), so a link reproduces the view: a URL
         # that names runs wins when it changes; a change of the selector rewrites the URL
         views = ctx.all_views()

@@ -9,6 +9,7 @@ SOURCE_INFO = "source-info"
 OPEN_PATH = "open-path"
 OPEN_BUTTON = "open-button"
 OPEN_STATUS = "open-status"
+RANKS = "ranks"
 
 LIVE_ACCEPTANCE = "live-acceptance"
 LIVE_POSITION = "live-per-position"

@@ -24,7 +24,8 @@ from ..collector.report import stats_section, window_figures
 from ..collector.service import LABELS
 from ..collector.stats import SpecStats, TruthStats
 from ..exporters.prometheus import METRICS, Metric
-from ..importers.promtext import ENGINE_FAMILIES, cumulative
+from ..importers import metrics as engines
+from ..importers.promtext import cumulative
 from .data import RunView
 
 #: the series read from Prometheus: every counter of the exporter's table that comes from a
@@ -35,13 +36,8 @@ COUNTERS = tuple(n for n, m in METRICS.items() if m.field is not None and m.kind
 LATENCY = {name: m.field[6:] for name, m in METRICS.items()
            if m.field is not None and m.field.startswith("hists.")}
 
-#: an engine's latency histograms by the SpecStats histogram they fill (vLLM's inter-token
-#: latency is observed per streamed chunk, one per verify step under speculation: itl_chunk)
-ENGINE_LATENCY = {"vllm:time_to_first_token_seconds": "ttft_s",
-                  "vllm:inter_token_latency_seconds": "itl_chunk_s",
-                  "vllm:request_time_per_output_token_seconds": "tpot_s",
-                  "vllm:e2e_request_latency_seconds": "e2e_s"}
-ENGINE_HIST_SERIES = tuple(f + tail for f in ENGINE_LATENCY for tail in ("_bucket", "_sum"))
+ENGINE_FAMILIES = engines.FAMILIES
+ENGINE_HIST_SERIES = engines.HIST_SERIES
 
 Sample = tuple[str, dict[str, str], float]
 
@@ -78,24 +74,28 @@ def _read_field(s: SpecStats, m: Metric, labels: Any, v: float) -> None:
         s.num_counted = max(s.num_counted, 1)  # counted (perhaps 0), not unknown
 
 
-def stats_from_samples(samples: list[Sample]) -> tuple[dict[tuple, SpecStats], dict[tuple, list]]:
-    """Cumulative SpecStats per label set, and the active anomalies per label set."""
+def stats_from_samples(samples: list[Sample], *, sum_ranks: bool = False
+                       ) -> tuple[dict[tuple, SpecStats], dict[tuple, list]]:
+    """Cumulative SpecStats per label set, and the active anomalies per label set. An engine's
+    data-parallel ranks are runs of their own, or one run per model with ``sum_ranks``."""
     stats: dict[tuple, SpecStats] = defaultdict(lambda: SpecStats(keep_samples=False))
     active: dict[tuple, list] = defaultdict(list)
     buckets: dict[tuple, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     totals: dict[tuple, float] = {}  #: (run key, histogram) -> sum of observations
     engine_samples = []
-    #: (model, engine rank, histogram) -> upper bound -> cumulative count (instances summed),
+    #: (engine, model, rank, histogram) -> upper bound -> cumulative count (instances summed),
     #: and the sums of the observations
     engine_buckets: dict[tuple, dict[float, float]] = defaultdict(lambda: defaultdict(float))
     engine_sums: dict[tuple, float] = defaultdict(float)
     for name, labels, v in samples:
-        if name in ENGINE_FAMILIES:
+        if name in engines.BY_FAMILY:
             engine_samples.append((name, labels, v))
             continue
         if name in ENGINE_HIST_SERIES:
             fam, _, tail = name.rpartition("_")
-            where = (labels.get("model_name", ""), labels.get("engine", "0"), ENGINE_LATENCY[fam])
+            m, hist = engines.LATENCY[fam]
+            model, rank = engines.where(m, labels)
+            where = (m.engine, model, "" if sum_ranks else rank, hist)
             if tail == "sum":
                 engine_sums[where] += v
             else:
@@ -117,18 +117,28 @@ def stats_from_samples(samples: list[Sample]) -> tuple[dict[tuple, SpecStats], d
             totals[(key, LATENCY[name[:-4]])] = totals.get((key, LATENCY[name[:-4]]), 0.0) + v
     for s in stats.values():
         s.accepted_with_drafts = s.accepted_tokens if s.num_drafts else 0
-    # an engine's own series: one run per engine (data-parallel rank) and model, its depth k
-    # the number of per-position counters it exports
+    # an engine's own series: one run per engine (data-parallel rank, unless summed) and model,
+    # its depth k the number of per-position counters it exports
+    gauged: dict[tuple, set] = defaultdict(set)  #: run key -> label sets with a gauge
     for labels, engine, rec in cumulative(engine_samples):
         k = len(rec.accepted_per_pos)
+        model, rank = engines.where(engines.BY_NAME[engine], labels)
+        rank = "" if sum_ranks else rank
         key = _key({"algorithm": engine, "num_steps": str(k) if k else "",
                     "topk": "1" if k else "", "num_draft_tokens": str(k + 1) if k else "",
-                    "model": labels.get("model_name", ""), "rank": labels.get("engine", "0")})
+                    "model": model, "rank": rank})
         stats[key].observe(rec)
-        for (model, rank, field_name), by_le in engine_buckets.items():
-            if (model, rank) == (labels.get("model_name", ""), labels.get("engine", "0")):
+        if rec.reported_mean_acceptance_length is not None or rec.reported_acceptance_rate is not None:
+            gauged[key].add(tuple(sorted(labels.items())))
+        for (eng, m_, r_, field_name), by_le in engine_buckets.items():
+            if (eng, m_, r_) == (engine, model, rank):
                 buckets[key][field_name] = sorted(by_le.items())
-                totals[(key, field_name)] = engine_sums.get((model, rank, field_name), 0.0)
+                totals[(key, field_name)] = engine_sums.get((eng, m_, r_, field_name), 0.0)
+    for key, sets in gauged.items():  # gauges of different label sets are never averaged
+        if len(sets) > 1:
+            s = stats[key]
+            s.reported_al_sum = s.reported_rate_sum = 0.0
+            s.reported_al_n = s.reported_rate_n = 0
     for key, hists in buckets.items():
         for field_name, pairs in hists.items():
             pairs.sort()
@@ -191,17 +201,46 @@ def _run_of(labels: dict[str, str]) -> schema.RunRecord:
         num_draft_tokens=num("num_draft_tokens"), backend=labels["backend"], model=labels["model"])
 
 
+def _is_counter(name: str) -> bool:
+    return name.endswith(("_total", "_bucket", "_sum", "_count"))
+
+
+class Monotone:
+    """Each counter series made monotone before series are summed: a value below the series'
+    last one is a restart of that series (its new value is the increase), so one instance's
+    restart never turns a sum of instances into a false drop or a false jump."""
+
+    def __init__(self) -> None:
+        self.last: dict[tuple, float] = {}
+        self.offset: dict[tuple, float] = {}
+
+    def __call__(self, samples: list[Sample]) -> list[Sample]:
+        out = []
+        for name, labels, v in samples:
+            if _is_counter(name):
+                sid = (name, tuple(sorted(labels.items())))
+                last = self.last.get(sid)
+                if last is not None and v < last:
+                    self.offset[sid] = self.offset.get(sid, 0.0) + last
+                self.last[sid] = v
+                v += self.offset.get(sid, 0.0)
+            out.append((name, labels, v))
+        return out
+
+
 _HISTORY: dict[str, list] = {}
+_MONOTONE: dict[str, Monotone] = {}
 _LOCK = threading.Lock()
 
 
-def views_from_metrics(url: str, keep: int = 360) -> list[RunView]:
-    """Poll a specscope ``/metrics`` endpoint; the polls so far become the windows."""
+def views_from_metrics(url: str, keep: int = 360, *, sum_ranks: bool = False) -> list[RunView]:
+    """Poll a specscope or engine ``/metrics`` endpoint; the polls so far become the windows."""
     with urllib.request.urlopen(url, timeout=5) as r:
         text = r.read().decode("utf-8", "replace")
-    stats, active = stats_from_samples(parse_text(text))
     with _LOCK:
-        hist = _HISTORY.setdefault(url, [])
+        samples = _MONOTONE.setdefault(url, Monotone())(parse_text(text))
+        stats, active = stats_from_samples(samples, sum_ranks=sum_ranks)
+        hist = _HISTORY.setdefault((url, sum_ranks), [])
         hist.append((time.time(), stats, active))
         del hist[:-keep]
         return _views(list(hist), url)
@@ -216,8 +255,11 @@ def _query_range(base: str, query: str, start: float, end: float, step: float) -
     return body["data"]["result"]
 
 
-def views_from_prometheus(url: str, minutes: float = 30, points: int = 120) -> list[RunView]:
-    """The same counters from a Prometheus server over the last ``minutes``."""
+def views_from_prometheus(url: str, minutes: float = 30, points: int = 120, *,
+                          sum_ranks: bool = False) -> list[RunView]:
+    """The same counters from a Prometheus server over the last ``minutes``: each series' raw
+    values at the step (``query_range``), made monotone per series before any sum (PromQL's
+    ``increase()`` would extrapolate to the step's edges and give fractional counts)."""
     end = time.time()
     start = end - minutes * 60
     step = max(1.0, (end - start) / points)
@@ -230,11 +272,13 @@ def views_from_prometheus(url: str, minutes: float = 30, points: int = 120) -> l
             # label sets, summed into the model's run); specscope's carry their own labels
             drop = ("job",) if name in ENGINE_FAMILIES + ENGINE_HIST_SERIES else ("job", "instance")
             labels = {k: v for k, v in series["metric"].items() if k not in drop}
+            labels.pop("__name__", None)
+            mono = Monotone()
             for t, v in series["values"]:
-                by_time[float(t)].append((labels.pop("__name__", name) or name, labels, float(v)))
+                by_time[float(t)] += mono([(name, labels, float(v))])
     history = []
     for t in sorted(by_time):
-        stats, active = stats_from_samples(by_time[t])
+        stats, active = stats_from_samples(by_time[t], sum_ranks=sum_ranks)
         history.append((t, stats, active))
     return _views(history, url)
 
@@ -248,12 +292,13 @@ class MetricsSource:
     prometheus: bool = False
     problems: list[str] = field(default_factory=list)
     kind: str = "metrics"
+    sum_ranks: bool = False  #: an engine's data-parallel ranks summed per model (the header's selector)
 
     def runs(self) -> list[RunView]:
         try:
             if self.prometheus:
-                return views_from_prometheus(self.url)
-            return views_from_metrics(self.url)
+                return views_from_prometheus(self.url, sum_ranks=self.sum_ranks)
+            return views_from_metrics(self.url, sum_ranks=self.sum_ranks)
         except OSError as exc:
             self.problems = [f"{self.url}: {exc}"]
             return []

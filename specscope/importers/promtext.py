@@ -1,14 +1,12 @@
-"""Prometheus exposition text from vLLM and SGLang: one snapshot or a series of snapshots.
+"""Prometheus exposition text from vLLM, SGLang, TensorRT-LLM and llama.cpp: one snapshot or
+a series of snapshots.
 
-vLLM counters ``vllm:spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``,
-``..._num_accepted_tokens_total`` and ``..._num_accepted_tokens_per_pos_total{position}`` are
-differenced between snapshots (a value that goes down is a restart: the new value is the
-increment); ``*_created`` series are timestamps and never read. A V0 page (an
-``..._num_emitted_tokens_total`` counter and no drafts counter) keeps its draft tokens and its own
-``..._draft_acceptance_rate`` gauge as reported; its accepted counter is not a prefix count (see
-the V0 log import), so no acceptance length or rate is derived from it. SGLang's ``sglang:spec_accept_length`` / ``sglang:spec_accept_rate`` are gauges: kept
-as reported figures. Snapshots are separated by ``# EOF``, a ``# TIME <unix seconds>`` comment,
-or a ``# TYPE`` line for a family already seen in the current snapshot.
+What each engine's families mean and how they become counts is in ``importers/metrics`` (one
+module per engine); this module turns pages into windows with it. Counters are differenced
+between snapshots (a value that goes down is a restart: the new value is the increment);
+``*_created`` series are timestamps and never read; gauges are kept as reported figures, per
+label set. Snapshots are separated by ``# EOF``, a ``# TIME <unix seconds>`` comment, or a
+``# TYPE`` line for a family already seen in the current snapshot.
 """
 
 from __future__ import annotations
@@ -20,18 +18,11 @@ from collections import defaultdict
 from .. import schema
 from ..io.promtext import ExpositionError, Parser
 from ..schema import Problem
+from . import metrics
 from ._common import ImportResult, run_record
 
-VLLM = "vllm:spec_decode_"
-COUNTERS = {"num_drafts_total": "drafts", "num_draft_tokens_total": "draft_tokens",
-            "num_accepted_tokens_total": "accepted", "num_emitted_tokens_total": "emitted"}
-#: vLLM V0's gauges: its own acceptance rate (kept as reported) and system efficiency
-V0_RATE, V0_EFFICIENCY = VLLM + "draft_acceptance_rate", VLLM + "efficiency"
-
-
 #: the engine families read (a Prometheus source asks for exactly these)
-ENGINE_FAMILIES = tuple(VLLM + n for n in (*COUNTERS, "num_accepted_tokens_per_pos_total")) + (
-    V0_RATE, "sglang:spec_accept_length", "sglang:spec_accept_rate")
+ENGINE_FAMILIES = metrics.FAMILIES
 
 
 def cumulative(samples) -> list[tuple[dict[str, str], str, schema.SpecCountsRecord]]:
@@ -43,7 +34,8 @@ def cumulative(samples) -> list[tuple[dict[str, str], str, schema.SpecCountsReco
 
 
 def sniff(head: str) -> bool:
-    return "vllm:" in head or "sglang:" in head or ("# TYPE " in head and "# HELP " in head)
+    return any(p in head for p in ("vllm:", "sglang:", "llamacpp:", "trtllm_")) or (
+        "# TYPE " in head and "# HELP " in head)
 
 
 def _snapshots(path: str | os.PathLike, res: ImportResult):
@@ -131,11 +123,12 @@ class _Parsed:
 
 
 class Series:
-    """Consecutive snapshots of one source's pages into counter windows per label set: vLLM's
-    counters differenced (a value that went down is a restart: the new value is the increase),
-    SGLang's gauges kept as reported. With ``baseline`` the first snapshot of each label set only
-    sets the starting point (a live scrape: totals are what was seen while recording); without
-    it, the first snapshot's counters count from zero (a file of cumulative counters)."""
+    """Consecutive snapshots of one source's pages into counter windows per label set, by each
+    engine's mapping (``importers/metrics``): counters differenced (a value that went down is a
+    restart: the new value is the increase), gauges kept as reported. With ``baseline`` the
+    first snapshot of each label set only sets the starting point (a live scrape: totals are
+    what was seen while recording); without it, the first snapshot's counters count from zero
+    (a file of cumulative counters)."""
 
     def __init__(self, run_id: str, *, baseline: bool = False) -> None:
         self.run_id, self.baseline = run_id, baseline
@@ -146,54 +139,82 @@ class Series:
 
     def feed(self, samples, t_ns: int) -> list[tuple[tuple, schema.SpecCountsRecord]]:
         """(label set, record) of one snapshot's (name, labels, value) samples."""
-        out = []
-        now: dict[tuple, dict] = defaultdict(lambda: {"per_pos": {}})
-        gauges: dict[tuple, dict] = defaultdict(dict)
+        now: dict[tuple, dict] = {}
         for name, labels, value in samples:
-            key = tuple(sorted((k, v) for k, v in labels.items() if k != "position"))
-            if name.startswith(VLLM):
-                self.engine = "vllm"
-                short = name[len(VLLM):]
-                if short == "num_accepted_tokens_per_pos_total" and "position" in labels:
-                    now[key]["per_pos"][int(labels["position"])] = value
-                elif short in COUNTERS:
-                    now[key][COUNTERS[short]] = value
-                elif name == V0_RATE:
-                    now[key]["v0_rate"] = value
-            elif name in ("sglang:spec_accept_length", "sglang:spec_accept_rate"):
-                self.engine = "sglang"
-                gauges[key][name] = value
+            m = metrics.BY_FAMILY.get(name)
+            if m is None:
+                continue
+            key = tuple(sorted((k, v) for k, v in labels.items() if k != m.pos_label))
+            cur = now.setdefault(key, {"m": m, "c": {}, "pos": {}, "dpos": {}, "g": {}})
+            if name in (m.per_pos, m.drafted_per_pos):
+                if labels.get(m.pos_label, "").isdigit():
+                    cur["pos" if name == m.per_pos else "dpos"][int(labels[m.pos_label])] = value
+            elif name in m.counters:
+                cur["c"][m.counters[name]] = value
+            else:
+                cur["g"][m.gauges[name]] = value
+        _fold_generated(now)
+        out = []
         for key, cur in now.items():
+            m, c = cur["m"], cur["c"]
+            if not (set(c) - {metrics.GENERATED}) and not cur["pos"] and not cur["g"]:
+                continue  # tokens generated, but nothing about speculation
+            self.engine = m.engine
             first = key not in self.prev
-            before = self.prev.get(key, {"per_pos": {}})
+            before = self.prev.get(key, {"c": {}, "pos": {}, "dpos": {}})
             self.prev[key] = cur
             if first and self.baseline:
+                if cur["g"]:
+                    out.append((key, self._record(m, key, t_ns, {}, (), (), cur["g"])))
                 continue
-            drafts, drafted, accepted = (_delta(cur, before, f) for f in ("drafts", "draft_tokens", "accepted"))
-            v0 = "emitted" in cur and "drafts" not in cur
-            if v0:  # V0 counts every matching draft token, also after a rejection: not a
-                accepted = None  # prefix count, so no rate or length is derived from it
-            self.restarts += any(f in cur and cur[f] < before.get(f, 0.0)
-                                 for f in ("drafts", "draft_tokens", "accepted"))
-            per_pos = []
-            for p in sorted(cur["per_pos"]):
-                old = before["per_pos"].get(p, 0.0)
-                v = cur["per_pos"][p]
-                per_pos.append(int(v - old if v >= old else v))
-            self.k_seen = max(self.k_seen, len(per_pos))
-            engine_label = dict(key).get("engine", "0")
-            rank = int(engine_label) if engine_label.isdigit() else 0
-            out.append((key, schema.SpecCountsRecord(
-                run_id=self.run_id, rank=rank, t_ns=t_ns, num_drafts=drafts, draft_tokens=drafted,
-                accepted_tokens=accepted, accepted_per_pos=tuple(per_pos),
-                reported_acceptance_rate=cur.get("v0_rate") if v0 else None,
-                source="vllm-v0-metrics" if v0 else "vllm-metrics")))
-        for key, g in gauges.items():
-            out.append((key, schema.SpecCountsRecord(
-                run_id=self.run_id, t_ns=t_ns,
-                reported_mean_acceptance_length=g.get("sglang:spec_accept_length"),
-                reported_acceptance_rate=g.get("sglang:spec_accept_rate"), source="sglang-metrics")))
+            self.restarts += any(v < before["c"].get(f, 0.0) for f, v in c.items())
+            d = {f: _delta(c, before["c"], f) for f in c}
+            pos = _pos_delta(cur["pos"], before["pos"])
+            dpos = _pos_delta(cur["dpos"], before["dpos"])
+            self.k_seen = max(self.k_seen, len(pos))
+            out.append((key, self._record(m, key, t_ns, d, pos, dpos, cur["g"])))
         return out
+
+    def _record(self, m, key, t_ns, d, pos, dpos, g) -> schema.SpecCountsRecord:
+        drafts, drafted, accepted = d.get(metrics.DRAFTS), d.get(metrics.DRAFT_TOKENS), d.get(metrics.ACCEPTED)
+        v0 = metrics.EMITTED in d and metrics.DRAFTS not in d
+        if v0:  # V0 counts every matching draft token, also after a rejection: not a
+            accepted = None  # prefix count, so no rate or length is derived from it
+        if d.get(metrics.VERIFY_CALLS) is not None:  # SGLang: generated tokens per verify call
+            drafts = d[metrics.VERIFY_CALLS]
+            gen = d.get(metrics.GENERATED)
+            accepted = gen - drafts if gen is not None and gen >= drafts else None
+        if dpos:  # TensorRT-LLM's finished requests: one population for every count
+            drafts, drafted, accepted = dpos[0], sum(dpos), sum(pos)
+        labels = dict(key)
+        rank = labels.get(m.rank_label, "0") if m.rank_label else "0"
+        return schema.SpecCountsRecord(
+            run_id=self.run_id, rank=int(rank) if rank.isdigit() else 0, t_ns=t_ns,
+            num_drafts=drafts, draft_tokens=drafted, accepted_tokens=accepted,
+            accepted_per_pos=tuple(pos),
+            reported_mean_acceptance_length=g.get(metrics.LENGTH),
+            reported_acceptance_rate=g.get(metrics.V0_RATE) if v0 else g.get(metrics.RATE),
+            source="vllm-v0-metrics" if v0 else m.source)
+
+
+def _pos_delta(cur: dict[int, float], before: dict[int, float]) -> list[int]:
+    out = []
+    for p in sorted(cur):
+        old, v = before.get(p, 0.0), cur[p]
+        out.append(int(v - old if v >= old else v))
+    return out
+
+
+def _fold_generated(now: dict[tuple, dict]) -> None:
+    """SGLang's generated-token counter may carry labels its verify-call counter lacks
+    (``is_streaming``): sum it into the verify calls' label set it extends."""
+    verify = [k for k, cur in now.items() if metrics.VERIFY_CALLS in cur["c"]]
+    for key in [k for k, cur in now.items() if set(cur["c"]) == {metrics.GENERATED}
+                and not cur["g"] and not cur["pos"]]:
+        home = [k for k in verify if k != key and set(k) <= set(key)]
+        if len(home) == 1:
+            c = now[home[0]]["c"]
+            c[metrics.GENERATED] = c.get(metrics.GENERATED, 0.0) + now.pop(key)["c"][metrics.GENERATED]
 
 
 def _parse(path: str | os.PathLike, run_id: str) -> _Parsed:

@@ -1,0 +1,72 @@
+"""Each engine's Prometheus families, mapped once to specscope's figures.
+
+One module per engine (``vllm``, ``sglang``, ``trtllm``, ``llamacpp``) declares an
+:class:`EngineMetrics`: which counters, per-position counters, gauges and latency histograms it
+reads, under which labels a model and a data-parallel rank are told apart, and how the figures
+derive. The importer of ``/metrics`` text, ``specscope scrape``, the dashboard's live and
+Prometheus sources, and ``specscope rules/grafana --engine`` all read these tables; specscope's
+own exporter is mapped by its metric table (``exporters/prometheus.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+#: what a counter family counts
+DRAFTS, DRAFT_TOKENS, ACCEPTED, EMITTED, VERIFY_CALLS, GENERATED = (
+    "drafts", "draft_tokens", "accepted", "emitted", "verify_calls", "generated")
+#: what a gauge reports
+LENGTH, RATE, V0_RATE = "length", "rate", "v0_rate"
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """One engine's spec-decode and latency families."""
+
+    engine: str  #: the run's algorithm label ("vllm", ...)
+    source: str  #: the records' source
+    counters: Mapping[str, str]  #: counter family -> DRAFTS, DRAFT_TOKENS, ...
+    per_pos: str = ""  #: accepted tokens per draft position (a counter with ``pos_label``)
+    drafted_per_pos: str = ""  #: drafted tokens per draft position (TensorRT-LLM)
+    pos_label: str = "position"
+    gauges: Mapping[str, str] = field(default_factory=dict)  #: gauge family -> LENGTH, RATE
+    #: histogram family -> the SpecStats histogram it fills (ttft_s, tpot_s, itl_s, ...)
+    latency: Mapping[str, str] = field(default_factory=dict)
+    model_label: str = "model_name"
+    rank_label: str = ""  #: the data-parallel rank's label, where the engine has one
+    #: how acceptance length and rate derive, said in reports and rule files
+    derivation: str = ""
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        return tuple(self.counters) + tuple(f for f in (self.per_pos, self.drafted_per_pos) if f) \
+            + tuple(self.gauges)
+
+
+def _all():
+    from . import llamacpp, sglang, trtllm, vllm
+
+    return (vllm.METRICS, sglang.METRICS, trtllm.METRICS, llamacpp.METRICS)
+
+
+ENGINES: tuple[EngineMetrics, ...] = _all()
+BY_NAME: dict[str, EngineMetrics] = {m.engine: m for m in ENGINES}
+#: family -> its engine's mapping (the spec-decode families read)
+BY_FAMILY: dict[str, EngineMetrics] = {f: m for m in ENGINES for f in m.families}
+#: every spec-decode family read (a Prometheus source asks for exactly these)
+FAMILIES: tuple[str, ...] = tuple(BY_FAMILY)
+#: latency histogram family -> (mapping, SpecStats histogram)
+LATENCY: dict[str, tuple[EngineMetrics, str]] = {f: (m, h) for m in ENGINES
+                                                  for f, h in m.latency.items()}
+HIST_SERIES: tuple[str, ...] = tuple(f + tail for f in LATENCY for tail in ("_bucket", "_sum"))
+
+
+def engine_of(family: str) -> EngineMetrics | None:
+    return BY_FAMILY.get(family)
+
+
+def where(m: EngineMetrics, labels: Mapping[str, str]) -> tuple[str, str]:
+    """(model, rank) of a sample's labels under its engine's label names."""
+    rank = labels.get(m.rank_label, "0") if m.rank_label else "0"
+    return labels.get(m.model_label, ""), rank

@@ -1,0 +1,27 @@
+"""SGLang's families.
+
+``sglang:spec_accept_length`` and ``sglang:spec_accept_rate`` are gauges over the scheduler's
+last logging interval: kept as the engine's figures, per label set, never averaged across label
+sets. Where the build has ``sglang:spec_verify_calls_total`` (verify calls summed over finished
+requests), counts derive from counter increases: drafts = verify calls, and acceptance length =
+generated tokens / verify calls, SGLang's own per-request definition (``completion_tokens /
+spec_verify_ct``: the prefill's first token included); accepted = generated - verify calls.
+Drafted tokens are not counted, so no rate derives from counters. SGLang's inter-token latency
+spreads each chunk's interval over its tokens: it fills the per-token ``itl_s``.
+"""
+
+from . import GENERATED, LENGTH, RATE, VERIFY_CALLS, EngineMetrics
+
+METRICS = EngineMetrics(
+    engine="sglang", source="sglang-metrics",
+    counters={"sglang:spec_verify_calls_total": VERIFY_CALLS,
+              "sglang:generation_tokens_total": GENERATED},
+    gauges={"sglang:spec_accept_length": LENGTH, "sglang:spec_accept_rate": RATE},
+    latency={"sglang:time_to_first_token_seconds": "ttft_s",
+             "sglang:inter_token_latency_seconds": "itl_s",
+             "sglang:time_per_output_token_seconds": "tpot_s",
+             "sglang:e2e_request_latency_seconds": "e2e_s"},
+    derivation="acceptance length and rate: SGLang's gauges as reported; with "
+               "sglang:spec_verify_calls_total, acceptance length = generated tokens / verify "
+               "calls (counter increases, prefill's first token included, as SGLang counts it)",
+)

@@ -1,0 +1,166 @@
+"""Every engine's /metrics families through the one mapping (``importers/metrics``).
+
+TensorRT-LLM and SGLang pages are written by prometheus_client with the metric and label names
+their collectors register (TensorRT-LLM's ``tensorrt_llm/metrics/collector.py``, SGLang's
+``sglang:`` families) — the library both engines render with; llama.cpp's page is written in
+the line shape its server's ``to_metrics()`` prints (HELP, TYPE, value; one ``position`` label
+on the per-position counter). SGLang's latency comes from the real scrape in shared/samples."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from specscope import schema
+from specscope.dashboard.promsource import Monotone, parse_text, stats_from_samples
+from specscope.importers import metrics, promtext
+
+
+def _counts(res) -> list[schema.SpecCountsRecord]:
+    return [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
+
+
+def _trtllm_page(drafted, accepted, acceptance_length, per_pos=None) -> str:
+    reg = CollectorRegistry()
+    labels = {"model_name": "nemotron-nano", "engine_type": "trtllm"}
+    Counter("trtllm_spec_decode_num_draft_tokens", "d", list(labels), registry=reg
+            ).labels(**labels).inc(drafted)
+    Counter("trtllm_spec_decode_num_accepted_tokens", "a", list(labels), registry=reg
+            ).labels(**labels).inc(accepted)
+    Gauge("trtllm_spec_decode_acceptance_length", "l", list(labels), registry=reg
+          ).labels(**labels).set(acceptance_length)
+    if per_pos:
+        dr = Counter("trtllm_spec_decode_drafted_tokens", "d", [*labels, "token_position"], registry=reg)
+        ac = Counter("trtllm_spec_decode_accepted_tokens", "a", [*labels, "token_position"], registry=reg)
+        for pos, (d, a) in enumerate(per_pos):
+            dr.labels(**labels, token_position=str(pos)).inc(d)
+            ac.labels(**labels, token_position=str(pos)).inc(a)
+    return generate_latest(reg).decode()
+
+
+def test_trtllm_iteration_counters_give_the_rate_and_its_gauge_stays_reported(tmp_path):
+    path = tmp_path / "trtllm.txt"
+    path.write_text(_trtllm_page(3000, 1800, 2.71))
+    res = promtext.parse(path, "trt")
+    (c,) = _counts(res)
+    assert (c.draft_tokens, c.accepted_tokens, c.num_drafts) == (3000, 1800, None)
+    assert c.reported_mean_acceptance_length == 2.71 and c.source == "trtllm-metrics"
+    assert res.records[-1].engine == "trtllm"  # the run record
+    s, _ = stats_from_samples(parse_text(path.read_text()))
+    (totals,) = [v for v in s.values()]
+    assert totals.acceptance_rate == pytest.approx(0.6)
+    assert totals.num_drafts == 0 and totals.mean_acceptance_length is None  # no drafts counter
+
+
+def test_trtllm_per_position_counters_give_length_and_positions(tmp_path):
+    # finished requests: 1000 drafts of 3 positions, prefix acceptance 700, 450, 250
+    page = _trtllm_page(3100, 1420, 2.4, per_pos=[(1000, 700), (1000, 450), (1000, 250)])
+    path = tmp_path / "trtllm.txt"
+    path.write_text(page)
+    (c,) = _counts(promtext.parse(path, "trt"))
+    assert (c.num_drafts, c.draft_tokens, c.accepted_tokens) == (1000, 3000, 1400)
+    assert c.accepted_per_pos == (700, 450, 250)
+    s, _ = stats_from_samples(parse_text(page))
+    (st,) = s.values()
+    assert st.mean_acceptance_length == pytest.approx(2.4)  # 1 + 1400 / 1000
+    assert st.per_position_acceptance == pytest.approx([0.7, 0.45, 0.25])
+
+
+def _llamacpp_page(drafts, drafted, accepted, per_pos=()) -> str:
+    out = []
+    for name, v in (("prompt_tokens_total", 512), ("tokens_predicted_total", 2048),
+                    ("spec_decode_num_draft_tokens_total", drafted),
+                    ("spec_decode_num_accepted_tokens_total", accepted),
+                    ("spec_decode_num_drafts_total", drafts)):
+        out += [f"# HELP llamacpp:{name} x", f"# TYPE llamacpp:{name} counter", f"llamacpp:{name} {v}"]
+    out += ["# HELP llamacpp:requests_processing x", "# TYPE llamacpp:requests_processing gauge",
+            "llamacpp:requests_processing 1"]
+    if per_pos:
+        out += ["# HELP llamacpp:spec_decode_num_accepted_tokens_per_pos_total x",
+                "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter"]
+        out += [f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {v}'
+                for i, v in enumerate(per_pos)]
+    return "\n".join(out) + "\n"
+
+
+def test_llamacpp_counters_with_and_without_per_position(tmp_path):
+    path = tmp_path / "llamacpp.txt"
+    path.write_text(_llamacpp_page(400, 1600, 500, per_pos=(300, 120, 60, 20)))
+    (c,) = _counts(promtext.parse(path, "l"))
+    assert (c.num_drafts, c.draft_tokens, c.accepted_tokens) == (400, 1600, 500)
+    assert c.accepted_per_pos == (300, 120, 60, 20) and c.source == "llamacpp-metrics"
+    s, _ = stats_from_samples(parse_text(path.read_text()))
+    (key, st), = s.items()
+    assert key[0] == "llamacpp" and key[1] == "4"  # algorithm, depth from the positions
+    assert st.mean_acceptance_length == pytest.approx(1 + 500 / 400)
+    path.write_text(_llamacpp_page(400, 1600, 500))  # a build without per-position counters
+    (c,) = _counts(promtext.parse(path, "l"))
+    assert c.accepted_per_pos == () and c.num_drafts == 400
+
+
+def _sglang_spec(verify, generated_stream, generated_batch, length, rate) -> str:
+    reg = CollectorRegistry()
+    m = {"model_name": "meta-llama/Llama-3.1-8B-Instruct"}
+    Counter("sglang:spec_verify_calls", "v", list(m), registry=reg).labels(**m).inc(verify)
+    gen = Counter("sglang:generation_tokens", "g", [*m, "is_streaming"], registry=reg)
+    gen.labels(**m, is_streaming="true").inc(generated_stream)
+    gen.labels(**m, is_streaming="false").inc(generated_batch)
+    Gauge("sglang:spec_accept_length", "l", list(m), registry=reg).labels(**m).set(length)
+    Gauge("sglang:spec_accept_rate", "r", list(m), registry=reg).labels(**m).set(rate)
+    return generate_latest(reg).decode()
+
+
+def test_sglang_verify_calls_give_the_acceptance_length_beside_its_gauges(tmp_path):
+    path = tmp_path / "sglang.txt"
+    path.write_text(_sglang_spec(1000, 2000, 800, 2.75, 0.6))
+    (c,) = _counts(promtext.parse(path, "s"))
+    # generated tokens summed over is_streaming, per verify call: 2800 / 1000
+    assert (c.num_drafts, c.accepted_tokens, c.draft_tokens) == (1000, 1800, None)
+    assert (c.reported_mean_acceptance_length, c.reported_acceptance_rate) == (2.75, 0.6)
+
+
+def test_sglang_latency_from_the_real_scrape(samples):
+    page = (samples / "sglang_metrics_scrape_2.txt").read_text()
+    page += _sglang_spec(1000, 2000, 800, 2.75, 0.6)
+    s, _ = stats_from_samples(parse_text(page))
+    (st,) = s.values()
+    count = sum(float(x.split()[-1]) for x in page.splitlines()
+                if x.startswith("sglang:time_per_output_token_seconds_count"))
+    assert st.hists["tpot_s"].count == count > 0 and st.hists["ttft_s"].count > 0
+    assert st.hists["e2e_s"].count > 0 and "itl_chunk_s" not in st.hists
+
+
+def test_ranks_summed_never_average_gauges():
+    page = "\n".join(f'sglang:spec_accept_length{{model_name="m",engine="{r}"}} {v}'
+                     for r, v in ((0, 2.0), (1, 3.0)))
+    vllm = "\n".join(f'vllm:spec_decode_num_drafts_total{{model_name="m",engine="{r}"}} {100 * (r + 1)}\n'
+                     f'vllm:spec_decode_num_draft_tokens_total{{model_name="m",engine="{r}"}} {300 * (r + 1)}\n'
+                     f'vllm:spec_decode_num_accepted_tokens_total{{model_name="m",engine="{r}"}} {50 * (r + 1)}'
+                     for r in (0, 1))
+    apart, _ = stats_from_samples(parse_text(vllm))
+    summed, _ = stats_from_samples(parse_text(vllm), sum_ranks=True)
+    assert sorted(s.num_drafts for s in apart.values()) == [100, 200]
+    (one,) = summed.values()
+    assert one.num_drafts == 300 and one.accepted_tokens == 150
+    # SGLang has no rank label: two label sets of one model fall into one run, and their
+    # gauges give an unknown figure, not their mean
+    (one,) = stats_from_samples(parse_text(page))[0].values()
+    assert one.reported_al_n == 0
+    (one,) = stats_from_samples(parse_text(page.replace('engine="1"', 'engine="0"').split("\n")[0]))[0].values()
+    assert one.reported_al_sum == 2.0 and one.reported_al_n == 1
+
+
+def test_one_series_restart_does_not_corrupt_the_sum():
+    mono = Monotone()
+    a = {"instance": "a"}
+    b = {"instance": "b"}
+    name = "vllm:spec_decode_num_drafts_total"
+    seen = [mono([(name, a, x), (name, b, y)]) for x, y in ((100, 1000), (150, 1100), (20, 1200))]
+    sums = [sum(v for _, _, v in snap) for snap in seen]
+    assert [s1 - s0 for s0, s1 in zip(sums, sums[1:])] == [150, 120]  # a restarted: +20, b +100
+
+
+def test_every_family_is_mapped_once():
+    seen = [f for m in metrics.ENGINES for f in m.families]
+    assert len(seen) == len(set(seen))
+    assert all(m.derivation for m in metrics.ENGINES)
