@@ -43,3 +43,84 @@ def serving(page_of):
 def scaled(page: str, factor) -> str:
     """The page with every spec-decode counter times ``factor(name)``."""
     return TOTAL.sub(lambda m: f"{m.group(1)} {float(m.group(2)) * factor(m.group(1))}", page)
+
+
+COUNTER_LINE = re.compile(r"^(\S+?(?:_total|_bucket|_sum|_count)(?:\{[^}]*\})?) (\S+)$", re.M)
+
+
+def advanced(page: str, factor: float) -> str:
+    """The page with every counter and histogram series (not gauges, not ``*_created``) times
+    ``factor``: an engine that did ``factor`` times the page's work."""
+    return COUNTER_LINE.sub(lambda m: f"{m.group(1)} {float(m.group(2)) * factor}", page)
+
+
+def trtllm_page(drafted, accepted, acceptance_length, per_pos=None) -> str:
+    """A TensorRT-LLM ``/prometheus/metrics`` page as prometheus_client renders the families
+    its collector registers (``tensorrt_llm/metrics/collector.py``: names, ``model_name`` /
+    ``engine_type`` labels, ``token_position``, its TTFT buckets)."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+    reg = CollectorRegistry()
+    labels = {"model_name": "nemotron-nano", "engine_type": "trtllm"}
+    Counter("trtllm_spec_decode_num_draft_tokens", "d", list(labels), registry=reg
+            ).labels(**labels).inc(drafted)
+    Counter("trtllm_spec_decode_num_accepted_tokens", "a", list(labels), registry=reg
+            ).labels(**labels).inc(accepted)
+    Gauge("trtllm_spec_decode_acceptance_length", "l", list(labels), registry=reg
+          ).labels(**labels).set(acceptance_length)
+    for name, xs in (("time_to_first_token_seconds", (0.03, 0.05, 0.07, 0.2)),
+                     ("time_per_output_token_seconds", (0.012, 0.02, 0.03)),
+                     ("e2e_request_latency_seconds", (0.9, 1.7, 2.2))):
+        h = Histogram("trtllm_" + name, "t", list(labels), registry=reg,
+                      buckets=[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0])
+        for x in xs:
+            h.labels(**labels).observe(x)
+    if per_pos:
+        dr = Counter("trtllm_spec_decode_drafted_tokens", "d", [*labels, "token_position"], registry=reg)
+        ac = Counter("trtllm_spec_decode_accepted_tokens", "a", [*labels, "token_position"], registry=reg)
+        for pos, (d, a) in enumerate(per_pos):
+            dr.labels(**labels, token_position=str(pos)).inc(d)
+            ac.labels(**labels, token_position=str(pos)).inc(a)
+    return generate_latest(reg).decode()
+
+
+def llamacpp_page(drafts, drafted, accepted, per_pos=()) -> str:
+    """A llama.cpp server page in the line shape its ``to_metrics()`` prints: HELP, TYPE and
+    value per counter, no labels but ``position`` on the per-position counter."""
+    out = []
+    for name, v in (("prompt_tokens_total", 512), ("tokens_predicted_total", 2048),
+                    ("spec_decode_num_draft_tokens_total", drafted),
+                    ("spec_decode_num_accepted_tokens_total", accepted),
+                    ("spec_decode_num_drafts_total", drafts)):
+        out += [f"# HELP llamacpp:{name} x", f"# TYPE llamacpp:{name} counter", f"llamacpp:{name} {v}"]
+    out += ["# HELP llamacpp:requests_processing x", "# TYPE llamacpp:requests_processing gauge",
+            "llamacpp:requests_processing 1"]
+    if per_pos:
+        out += ["# HELP llamacpp:spec_decode_num_accepted_tokens_per_pos_total x",
+                "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter"]
+        out += [f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {v}'
+                for i, v in enumerate(per_pos)]
+    return "\n".join(out) + "\n"
+
+
+def sglang_spec(verify, generated_stream, generated_batch, length, rate, steps=None) -> str:
+    """SGLang's spec-decode families as prometheus_client renders them (``sglang:`` names,
+    ``model_name``; the generated-token counter split by ``is_streaming`` and the per-token
+inter-token latency histogram, as newer builds have them)."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+    reg = CollectorRegistry()
+    m = {"model_name": "meta-llama/Llama-3.1-8B-Instruct"}
+    Counter("sglang:spec_verify_calls", "v", list(m), registry=reg).labels(**m).inc(verify)
+    gen = Counter("sglang:generation_tokens", "g", [*m, "is_streaming"], registry=reg)
+    gen.labels(**m, is_streaming="true").inc(generated_stream)
+    gen.labels(**m, is_streaming="false").inc(generated_batch)
+    Gauge("sglang:spec_accept_length", "l", list(m), registry=reg).labels(**m).set(length)
+    Gauge("sglang:spec_accept_rate", "r", list(m), registry=reg).labels(**m).set(rate)
+    itl = Histogram("sglang:inter_token_latency_seconds", "i", list(m), registry=reg,
+                    buckets=[0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03])
+    for x in (0.005, 0.007, 0.009):
+        itl.labels(**m).observe(x)
+    if steps is not None:
+        Gauge("sglang:spec_num_steps", "s", list(m), registry=reg).labels(**m).set(steps)
+    return generate_latest(reg).decode()

@@ -207,7 +207,7 @@ def _cmd_rules(args: argparse.Namespace) -> int:
 def _cmd_grafana(args: argparse.Namespace) -> int:
     from ..exporters.grafana import dashboard_json
 
-    _write_or_print(args.output, dashboard_json())
+    _write_or_print(args.output, dashboard_json(args.engine))
     return 0
 
 
@@ -348,12 +348,16 @@ def build_parser() -> argparse.ArgumentParser:
     sv.set_defaults(func=_cmd_serve)
 
     ru = sub.add_parser("rules", help="write Prometheus alerting and recording rules")
-    ru.add_argument("--engine", default="specscope", choices=["specscope", "vllm"],
+    engines = ["specscope", "vllm", "sglang", "trtllm", "llamacpp"]
+    ru.add_argument("--engine", default="specscope", choices=engines,
                     help="the series the rules read: specscope's exporter (also what `scrape "
-                    "--metrics-port` serves for any engine) or vLLM's own (default: specscope)")
+                    "--metrics-port` serves for any engine) or an engine's own (default: specscope)")
     ru.add_argument("-o", "--output", default=None)
     ru.set_defaults(func=_cmd_rules)
-    gr = sub.add_parser("grafana", help="write a Grafana dashboard JSON over the exporter's metrics")
+    gr = sub.add_parser("grafana", help="write a Grafana dashboard JSON over the exporter's "
+                        "metrics or an engine's own")
+    gr.add_argument("--engine", default="specscope", choices=engines,
+                    help="the series the board reads (default: specscope)")
     gr.add_argument("-o", "--output", default=None)
     gr.set_defaults(func=_cmd_grafana)
 

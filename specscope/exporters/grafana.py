@@ -1,4 +1,5 @@
-"""A Grafana dashboard over the exporter's metrics (``specscope grafana``). Stdlib only."""
+"""A Grafana dashboard over the exporter's metrics, or an engine's own (``specscope grafana
+[--engine E]``). Stdlib only."""
 
 from __future__ import annotations
 
@@ -31,8 +32,13 @@ PANELS = [
 ]
 
 
-def dashboard_json() -> str:
-    """Grafana dashboard JSON (schema 39), one time-series panel per figure."""
+def dashboard_json(engine: str = "specscope") -> str:
+    """Grafana dashboard JSON (schema 39), one time-series panel per figure: over specscope's
+    exporter, or over an engine's own series (``engine_rules.board``)."""
+    if engine != "specscope":
+        from .engine_rules import board
+
+        return board(engine)
     panels = []
     for i, (title, expr) in enumerate(PANELS):
         panels.append({

@@ -70,65 +70,30 @@ groups:
         annotations:
           summary: "Acceptance rate dropped by more than 20% against the last hour"
           description: "Acceptance rate is {{{{ $value }}}} (5m)."
+      - alert: SpecscopeTargetDown
+        expr: |
+          up == 0 and on (instance, job) count by (instance, job) (count_over_time(specscope_request_steps_total[1h]))
+        for: 2m
+        labels:
+          severity: critical
+        annotations:
+          summary: "A target that exported specscope series in the last hour is down"
+          description: "{{{{ $labels.instance }}}} (job {{{{ $labels.job }}}}) does not answer its scrape."
 """
 
 
-#: vLLM's own series (a Prometheus that scrapes vLLM directly): the same signals the counters
-#: allow, by model and data-parallel engine. Drafts come from vLLM's drafts counter, never from
-#: drafted tokens / k (k may vary per batch size).
-VLLM_BY = "model_name, engine"
-V = "vllm:spec_decode_"
-VLLM_RULES = f"""\
-groups:
-  - name: specscope-vllm-recording
-    rules:
-      - record: specscope_vllm_acceptance_rate_5m
-        expr: |
-          sum by ({VLLM_BY}) (rate({V}num_accepted_tokens_total[5m]))
-            / sum by ({VLLM_BY}) (rate({V}num_draft_tokens_total[5m]))
-      - record: specscope_vllm_acceptance_rate_1h
-        expr: |
-          sum by ({VLLM_BY}) (rate({V}num_accepted_tokens_total[1h]))
-            / sum by ({VLLM_BY}) (rate({V}num_draft_tokens_total[1h]))
-      - record: specscope_vllm_mean_acceptance_length_5m
-        # tokens committed per draft, bonus token included
-        expr: |
-          1 + sum by ({VLLM_BY}) (rate({V}num_accepted_tokens_total[5m]))
-            / sum by ({VLLM_BY}) (rate({V}num_drafts_total[5m]))
-      - record: specscope_vllm_per_position_acceptance_5m
-        expr: |
-          sum by ({VLLM_BY}, position) (rate({V}num_accepted_tokens_per_pos_total[5m]))
-            / on ({VLLM_BY}) group_left sum by ({VLLM_BY}) (rate({V}num_drafts_total[5m]))
-  - name: specscope-vllm-alerts
-    rules:
-      - alert: SpecscopeVllmAcceptanceDrop
-        expr: specscope_vllm_acceptance_rate_5m < 0.8 * specscope_vllm_acceptance_rate_1h
-        for: 10m
-        labels:
-          severity: warning
-        annotations:
-          summary: "vLLM acceptance rate dropped by more than 20% against the last hour"
-          description: "Acceptance rate is {{{{ $value }}}} (5m) on {{{{ $labels.model_name }}}}, engine {{{{ $labels.engine }}}}."
-      - alert: SpecscopeVllmAcceptanceLengthNearOne
-        expr: |
-          specscope_vllm_mean_acceptance_length_5m < 1.05
-          and on ({VLLM_BY}) sum by ({VLLM_BY}) (increase({V}num_drafts_total[5m])) >= 200
-        for: 10m
-        labels:
-          severity: warning
-        annotations:
-          summary: "vLLM speculation commits almost nothing beyond the bonus token"
-          description: "Acceptance length {{{{ $value }}}} (bonus included): the draft agrees with almost nothing (a broken draft, or garbled output)."
-"""
-
-ENGINE_RULES = {"vllm": VLLM_RULES}
+ENGINES = ("specscope", "vllm", "sglang", "trtllm", "llamacpp")
 
 
 def alert_rules(engine: str = "specscope") -> str:
     """The rules file (YAML): over specscope's exporter (and ``specscope scrape
-    --metrics-port``), or over an engine's own series (``engine="vllm"``)."""
+    --metrics-port``), or over an engine's own series (``vllm``, ``sglang``, ``trtllm``,
+    ``llamacpp``: ``engine_rules.py``)."""
+    from ..importers.metrics import BY_NAME
+    from .engine_rules import rules
+
     if engine == "specscope":
         return RULES
-    if engine not in ENGINE_RULES:
-        raise ValueError(f"no rules for engine {engine!r}; known: specscope, {', '.join(ENGINE_RULES)}")
-    return ENGINE_RULES[engine]
+    if engine not in BY_NAME:
+        raise ValueError(f"no rules for engine {engine!r}; known: {', '.join(ENGINES)}")
+    return rules(engine)

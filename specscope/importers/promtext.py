@@ -28,9 +28,8 @@ ENGINE_FAMILIES = metrics.FAMILIES
 def cumulative(samples) -> list[tuple[dict[str, str], str, schema.SpecCountsRecord]]:
     """One snapshot of an engine's page: per label set (labels, engine, record) with vLLM's
     counts since the engine started and SGLang's gauges as reported."""
-    series = Series("engine")
-    found = series.feed(samples, 0)
-    return [(dict(key), series.engine, rec) for key, rec in found]
+    found = Series("engine").feed(samples, 0)
+    return [(dict(key), metrics.BY_SOURCE[rec.source].engine, rec) for key, rec in found]
 
 
 def sniff(head: str) -> bool:

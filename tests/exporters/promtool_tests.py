@@ -1,6 +1,8 @@
 """The ``promtool test rules`` file for the exporter's alert rules: synthetic series on which
 two alerts must fire (test support, not part of the installed package)."""
 
+import json
+
 HEAD = """\
 rule_files:
   - {rules}
@@ -63,46 +65,99 @@ def rule_tests(rules_path: str) -> str:
     return TESTS.format(rules=rules_path)
 
 
-#: vLLM's own series: acceptance falls from 0.6 to 0.2 after 90 minutes (the drop alert fires
-#: 10 minutes on); drafts keep coming, so acceptance length stays above 1.05 (that alert stays
-#: quiet), then accepted tokens stop entirely on a second engine (it fires there)
-VLLM_TESTS = HEAD + """\
-      - series: 'vllm:spec_decode_num_draft_tokens_total{{model_name="m",engine="0"}}'
-        values: '0+300x150'
-      - series: 'vllm:spec_decode_num_drafts_total{{model_name="m",engine="0"}}'
-        values: '0+100x150'
-      - series: 'vllm:spec_decode_num_accepted_tokens_total{{model_name="m",engine="0"}}'
-        values: '0+180x90 16200+60x60'
-      - series: 'vllm:spec_decode_num_draft_tokens_total{{model_name="m",engine="1"}}'
-        values: '0+300x150'
-      - series: 'vllm:spec_decode_num_drafts_total{{model_name="m",engine="1"}}'
-        values: '0+100x150'
-      - series: 'vllm:spec_decode_num_accepted_tokens_total{{model_name="m",engine="1"}}'
-        values: '0+180x90 16200+1x60'
-    alert_rule_test:
-      - eval_time: 85m
-        alertname: SpecscopeVllmAcceptanceDrop
-      - eval_time: 110m
-        alertname: SpecscopeVllmAcceptanceDrop
-        exp_alerts:
-          - exp_labels: {{severity: warning, model_name: m, engine: "0"}}
-            exp_annotations:
-              summary: "vLLM acceptance rate dropped by more than 20% against the last hour"
-              description: "Acceptance rate is 0.2 (5m) on m, engine 0."
-          - exp_labels: {{severity: warning, model_name: m, engine: "1"}}
-            exp_annotations:
-              summary: "vLLM acceptance rate dropped by more than 20% against the last hour"
-              description: "Acceptance rate is 0.003333333333333333 (5m) on m, engine 1."
-      - eval_time: 110m
-        alertname: SpecscopeVllmAcceptanceLengthNearOne
-        exp_alerts:
-          - exp_labels: {{severity: warning, model_name: m, engine: "1"}}
-            exp_annotations:
-              summary: "vLLM speculation commits almost nothing beyond the bonus token"
-              description: "Acceptance length 1.01 (bonus included): the draft agrees with almost nothing (a broken draft, or garbled output)."
-"""
+#: per-minute increases taken from the real vLLM page in shared/samples (43680 drafts, 131040
+#: drafted, 58695 accepted, 29030 / 18342 / 11323 per position), divided by 100: k = 3
+DRAFTS, DRAFTED, POS = 437, 1311, (290, 183, 114)
+#: three runs: "c" stays clean; from minute 90 "x" collapses (4 accepted a minute, all at
+#: position 0) and "l" accepts every draft token (acceptance length k + 1, a looping output)
+RUNS = {"c": (POS, POS), "x": (POS, (4, 0, 0)), "l": (POS, (DRAFTS,) * 3)}
 
 
-def vllm_rule_tests(rules_path: str) -> str:
-    """A ``promtool test rules`` file for the rules over vLLM's own series."""
-    return VLLM_TESTS.format(rules=rules_path)
+def _counter(before: int, after: int) -> str:
+    return f"0+{before}x90 {90 * before}+{after}x60"
+
+
+def _series(engine: str) -> list[tuple[str, dict, str]]:
+    """(family, labels, values) of each run's series under ``engine``'s names."""
+    from specscope.importers import metrics as M
+
+    m = M.BY_NAME[engine]
+    fam = {role: f for f, role in m.counters.items()}
+    out = []
+    for run, (pos_before, pos_after) in RUNS.items():
+        labels = {"instance": run} if not m.model_label else {m.model_label: run}
+        if m.rank_label:
+            labels[m.rank_label] = "0"
+        acc = _counter(sum(pos_before), sum(pos_after))
+        if M.DRAFTS in fam:
+            out.append((fam[M.DRAFTS], labels, f"0+{DRAFTS}x150"))
+        if M.DRAFT_TOKENS in fam:
+            out.append((fam[M.DRAFT_TOKENS], labels, f"0+{DRAFTED}x150"))
+        if M.ACCEPTED in fam:
+            out.append((fam[M.ACCEPTED], labels, acc))
+        if M.VERIFY_CALLS in fam:
+            out.append((fam[M.VERIFY_CALLS], labels, f"0+{DRAFTS}x150"))
+            out.append((fam[M.GENERATED], labels,
+                        _counter(DRAFTS + sum(pos_before), DRAFTS + sum(pos_after))))
+            out.append(("sglang:spec_num_steps", labels, "3x150"))
+        for p in range(3):
+            at = {**labels, m.pos_label: str(p)}
+            if m.per_pos:
+                out.append((m.per_pos, at, _counter(pos_before[p], pos_after[p])))
+            if m.drafted_per_pos:
+                out.append((m.drafted_per_pos, at, f"0+{DRAFTS}x150"))
+    # a target that exported the engine's series and stops answering at minute 100
+    first = next(iter(m.counters))
+    out.append((first, {"instance": "gone:1", "job": "engine"}, f"0+{DRAFTS}x100 stale"))
+    out.append(("up", {"instance": "gone:1", "job": "engine"}, "1x100 0x50"))
+    return out
+
+
+def _fill(text: str, labels: dict) -> str:
+    for k, v in labels.items():
+        text = text.replace(f"{{{{ $labels.{k} }}}}", v)
+    return text
+
+
+def engine_rule_tests(engine: str, rules_path: str, rules_text: str) -> str:
+    """A ``promtool test rules`` file for the rules over ``engine``'s own series: at minute 85
+    nothing fires; at 110 the drop, near-one and per-position alerts fire on "x" alone, the
+    near-k+1 alert on "l" alone, the target-down alert on the target that went away."""
+    import yaml
+
+    from specscope.importers import metrics as M
+
+    m = M.BY_NAME[engine]
+    rules = {r["alert"]: r for g in yaml.safe_load(rules_text)["groups"] for r in g["rules"]
+             if "alert" in r}
+
+    def labels_of(run: str) -> dict:
+        out = {"instance": run} if not m.model_label else {m.model_label: run}
+        if m.rank_label:
+            out[m.rank_label] = "0"
+        return out
+
+    fires: dict[str, list[dict]] = {}
+    for name in rules:
+        if name.endswith("TargetDown"):
+            fires[name] = [{"instance": "gone:1", "job": "engine"}]
+        elif name.endswith("NearMax"):
+            fires[name] = [labels_of("l")]
+        elif name.endswith("PerPositionCollapse"):
+            fires[name] = [{**labels_of("x"), m.pos_label: str(p)} for p in range(3)]
+        else:
+            fires[name] = [labels_of("x")]
+    lines = [HEAD.format(rules=rules_path).rstrip("\n")]
+    for family, labels, values in _series(engine):
+        sel = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        lines += [f"      - series: '{family}{{{sel}}}'", f"        values: '{values}'"]
+    lines.append("    alert_rule_test:")
+    for name, rule in rules.items():
+        lines += [f"      - eval_time: 85m", f"        alertname: {name}",
+                  f"      - eval_time: 110m", f"        alertname: {name}", "        exp_alerts:"]
+        for labels in fires[name]:
+            exp = {"severity": rule["labels"]["severity"], **labels}
+            ann = {k: _fill(v, labels) for k, v in rule["annotations"].items()}
+            lines += [f"          - exp_labels: {json.dumps(exp)}",
+                      f"            exp_annotations: {json.dumps(ann)}"]
+    return "\n".join(lines) + "\n"

@@ -19,7 +19,7 @@ from specscope.exporters.grafana import dashboard_json
 from specscope.exporters.http import MetricsServer
 from specscope.exporters.prometheus import METRICS, PromCollector, render
 from specscope.exporters.rules import alert_rules
-from tests.exporters.promtool_tests import rule_tests, vllm_rule_tests
+from tests.exporters.promtool_tests import engine_rule_tests, rule_tests
 from tests.collector.test_stats import _step
 
 
@@ -150,13 +150,20 @@ def _promtool(tmp_path, rules_text: str, tests_of, n_rules: int) -> None:
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (Debian prometheus)")
 def test_promtool_checks_and_unit_tests_the_rules(tmp_path):
-    _promtool(tmp_path, alert_rules(), rule_tests, 8)
+    _promtool(tmp_path, alert_rules(), rule_tests, 9)
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (Debian prometheus)")
-def test_promtool_checks_and_unit_tests_the_vllm_rules(tmp_path):
-    """`specscope rules --engine vllm`: rules over vLLM's own series that promtool accepts, whose
-    alerts fire on a synthetic acceptance drop and stay quiet before it."""
-    _promtool(tmp_path, alert_rules("vllm"), vllm_rule_tests, 6)
-    with pytest.raises(ValueError, match="known: specscope, vllm"):
-        alert_rules("trtllm")
+@pytest.mark.parametrize("engine,n_rules", [("vllm", 11), ("sglang", 6), ("trtllm", 11),
+                                            ("llamacpp", 11)])
+def test_promtool_checks_and_unit_tests_each_engines_rules(tmp_path, engine, n_rules):
+    """`specscope rules --engine E`: rules over the engine's own series that promtool accepts;
+    on series whose rates come from a real vLLM page, every alert stays quiet before the seeded
+    collapse and fires on exactly the run it names after it (a threshold moved fails it)."""
+    text = alert_rules(engine)
+    _promtool(tmp_path, text, lambda path: engine_rule_tests(engine, path, text), n_rules)
+
+
+def test_unknown_engine_names_the_known_ones():
+    with pytest.raises(ValueError, match="known: specscope, vllm, sglang, trtllm, llamacpp"):
+        alert_rules("tgi")

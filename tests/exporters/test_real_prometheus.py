@@ -158,3 +158,66 @@ def test_dashboard_reads_engine_series_through_prometheus(tmp_path, samples):
     assert t["num_drafts"] % 43680 == 0 and t["num_drafts"] >= 2 * 43680
     assert t["mean_acceptance_length"] == pytest.approx(1 + 58695 / 43680)
     assert t["acceptance_rate"] == pytest.approx(58695 / 131040)
+
+
+def test_every_engines_board_and_rules_return_data_and_the_dashboard_agrees(tmp_path, samples):
+    """Prometheus scrapes a vLLM (the real page), an SGLang (the real page with the spec-decode
+    families its source registers), a TensorRT-LLM and a llama.cpp server whose counters advance
+    per scrape: every panel of each engine's board and every recording rule returns data, and
+    the dashboard's Prometheus source gives each engine's acceptance as the pages say."""
+    from specscope.dashboard.promsource import views_from_prometheus
+    from specscope.exporters.engine_rules import exprs, panels
+    from specscope.importers import metrics as M
+    from tests.metrics_pages import (advanced, llamacpp_page, serving, sglang_spec, trtllm_page)
+
+    sglang = (samples / "sglang_metrics_scrape_2.txt").read_text()
+    # the real page's generated tokens plus the spec page's 2000 + 800, over verify calls
+    # chosen to give an acceptance length near 2.8
+    generated = sum(float(x.split()[-1]) for x in sglang.splitlines()
+                    if x.startswith("sglang:generation_tokens_total")) + 2800
+    verify = round(generated / 2.8)
+    pages = {
+        "vllm": (samples / "vllm_metrics_scrape_specdecode_1.txt").read_text(),
+        "sglang": sglang + sglang_spec(verify, 2000, 800, 2.75, 0.6, steps=3),
+        "trtllm": trtllm_page(3100, 1420, 2.4, per_pos=[(1000, 700), (1000, 450), (1000, 250)]),
+        "llamacpp": llamacpp_page(400, 1600, 500, per_pos=(300, 120, 60, 20)),
+    }
+    prom_port = _free_port()
+    with serving(lambda n: advanced(pages["vllm"], n + 1)) as v, \
+            serving(lambda n: advanced(pages["sglang"], n + 1)) as s, \
+            serving(lambda n: advanced(pages["trtllm"], n + 1)) as t, \
+            serving(lambda n: advanced(pages["llamacpp"], n + 1)) as ll:
+        targets = ", ".join(f"'{urllib.parse.urlsplit(u).netloc}'" for u in (v, s, t, ll))
+        config = tmp_path / "prometheus.yml"
+        config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n"
+                          f"  - job_name: engines\n    static_configs:\n      - targets: [{targets}]\n")
+        prom = subprocess.Popen([PROMETHEUS, f"--config.file={config}",
+                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                 f"--web.listen-address=127.0.0.1:{prom_port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline, n = time.time() + 60, 0
+            while time.time() < deadline and n < 4:
+                try:
+                    n = len(_query(prom_port, "count_over_time(up[1m]) >= 4"))
+                except OSError:
+                    n = 0
+                time.sleep(0.5)
+            empty = []
+            for engine in ("vllm", "sglang", "trtllm", "llamacpp"):
+                e = exprs(M.BY_NAME[engine])
+                queries = [q for _, q in panels(engine)] + [
+                    x.replace("__W__", "1m") for x in (e.rate, e.length, e.per_pos) if x]
+                empty += [f"{engine}: {q}" for q in queries if not _query(prom_port, q)]
+            views = views_from_prometheus(f"http://127.0.0.1:{prom_port}", minutes=2)
+        finally:
+            _stop(prom)
+    assert n == 4 and not empty, empty
+    by_engine = {view.run.algorithm: view.section["totals"] for view in views}
+    assert set(by_engine) == {"vllm", "sglang", "trtllm", "llamacpp"}
+    assert by_engine["vllm"]["mean_acceptance_length"] == pytest.approx(1 + 58695 / 43680)
+    assert by_engine["sglang"]["mean_acceptance_length"] == pytest.approx(generated / verify)
+    assert by_engine["sglang"]["reported_mean_acceptance_length"] == pytest.approx(2.75)
+    assert by_engine["trtllm"]["mean_acceptance_length"] == pytest.approx(2.4)
+    assert by_engine["trtllm"]["per_position_acceptance"] == pytest.approx([0.7, 0.45, 0.25])
+    assert by_engine["llamacpp"]["acceptance_rate"] == pytest.approx(500 / 1600)

@@ -1,46 +1,26 @@
 """Every engine's /metrics families through the one mapping (``importers/metrics``).
 
 TensorRT-LLM and SGLang pages are written by prometheus_client with the metric and label names
-their collectors register (TensorRT-LLM's ``tensorrt_llm/metrics/collector.py``, SGLang's
-``sglang:`` families) — the library both engines render with; llama.cpp's page is written in
-the line shape its server's ``to_metrics()`` prints (HELP, TYPE, value; one ``position`` label
-on the per-position counter). SGLang's latency comes from the real scrape in shared/samples."""
+their collectors register — the library both engines render with; llama.cpp's page in the line
+shape its server prints (``tests/metrics_pages.py`` says where each shape comes from). SGLang's
+latency comes from the real scrape in shared/samples."""
 
 from __future__ import annotations
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-
 from specscope import schema
 from specscope.dashboard.promsource import Monotone, parse_text, stats_from_samples
 from specscope.importers import metrics, promtext
+from tests.metrics_pages import llamacpp_page, sglang_spec, trtllm_page
 
 
 def _counts(res) -> list[schema.SpecCountsRecord]:
     return [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
 
 
-def _trtllm_page(drafted, accepted, acceptance_length, per_pos=None) -> str:
-    reg = CollectorRegistry()
-    labels = {"model_name": "nemotron-nano", "engine_type": "trtllm"}
-    Counter("trtllm_spec_decode_num_draft_tokens", "d", list(labels), registry=reg
-            ).labels(**labels).inc(drafted)
-    Counter("trtllm_spec_decode_num_accepted_tokens", "a", list(labels), registry=reg
-            ).labels(**labels).inc(accepted)
-    Gauge("trtllm_spec_decode_acceptance_length", "l", list(labels), registry=reg
-          ).labels(**labels).set(acceptance_length)
-    if per_pos:
-        dr = Counter("trtllm_spec_decode_drafted_tokens", "d", [*labels, "token_position"], registry=reg)
-        ac = Counter("trtllm_spec_decode_accepted_tokens", "a", [*labels, "token_position"], registry=reg)
-        for pos, (d, a) in enumerate(per_pos):
-            dr.labels(**labels, token_position=str(pos)).inc(d)
-            ac.labels(**labels, token_position=str(pos)).inc(a)
-    return generate_latest(reg).decode()
-
-
 def test_trtllm_iteration_counters_give_the_rate_and_its_gauge_stays_reported(tmp_path):
     path = tmp_path / "trtllm.txt"
-    path.write_text(_trtllm_page(3000, 1800, 2.71))
+    path.write_text(trtllm_page(3000, 1800, 2.71))
     res = promtext.parse(path, "trt")
     (c,) = _counts(res)
     assert (c.draft_tokens, c.accepted_tokens, c.num_drafts) == (3000, 1800, None)
@@ -54,7 +34,7 @@ def test_trtllm_iteration_counters_give_the_rate_and_its_gauge_stays_reported(tm
 
 def test_trtllm_per_position_counters_give_length_and_positions(tmp_path):
     # finished requests: 1000 drafts of 3 positions, prefix acceptance 700, 450, 250
-    page = _trtllm_page(3100, 1420, 2.4, per_pos=[(1000, 700), (1000, 450), (1000, 250)])
+    page = trtllm_page(3100, 1420, 2.4, per_pos=[(1000, 700), (1000, 450), (1000, 250)])
     path = tmp_path / "trtllm.txt"
     path.write_text(page)
     (c,) = _counts(promtext.parse(path, "trt"))
@@ -66,26 +46,9 @@ def test_trtllm_per_position_counters_give_length_and_positions(tmp_path):
     assert st.per_position_acceptance == pytest.approx([0.7, 0.45, 0.25])
 
 
-def _llamacpp_page(drafts, drafted, accepted, per_pos=()) -> str:
-    out = []
-    for name, v in (("prompt_tokens_total", 512), ("tokens_predicted_total", 2048),
-                    ("spec_decode_num_draft_tokens_total", drafted),
-                    ("spec_decode_num_accepted_tokens_total", accepted),
-                    ("spec_decode_num_drafts_total", drafts)):
-        out += [f"# HELP llamacpp:{name} x", f"# TYPE llamacpp:{name} counter", f"llamacpp:{name} {v}"]
-    out += ["# HELP llamacpp:requests_processing x", "# TYPE llamacpp:requests_processing gauge",
-            "llamacpp:requests_processing 1"]
-    if per_pos:
-        out += ["# HELP llamacpp:spec_decode_num_accepted_tokens_per_pos_total x",
-                "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter"]
-        out += [f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {v}'
-                for i, v in enumerate(per_pos)]
-    return "\n".join(out) + "\n"
-
-
 def test_llamacpp_counters_with_and_without_per_position(tmp_path):
     path = tmp_path / "llamacpp.txt"
-    path.write_text(_llamacpp_page(400, 1600, 500, per_pos=(300, 120, 60, 20)))
+    path.write_text(llamacpp_page(400, 1600, 500, per_pos=(300, 120, 60, 20)))
     (c,) = _counts(promtext.parse(path, "l"))
     assert (c.num_drafts, c.draft_tokens, c.accepted_tokens) == (400, 1600, 500)
     assert c.accepted_per_pos == (300, 120, 60, 20) and c.source == "llamacpp-metrics"
@@ -93,26 +56,14 @@ def test_llamacpp_counters_with_and_without_per_position(tmp_path):
     (key, st), = s.items()
     assert key[0] == "llamacpp" and key[1] == "4"  # algorithm, depth from the positions
     assert st.mean_acceptance_length == pytest.approx(1 + 500 / 400)
-    path.write_text(_llamacpp_page(400, 1600, 500))  # a build without per-position counters
+    path.write_text(llamacpp_page(400, 1600, 500))  # a build without per-position counters
     (c,) = _counts(promtext.parse(path, "l"))
     assert c.accepted_per_pos == () and c.num_drafts == 400
 
 
-def _sglang_spec(verify, generated_stream, generated_batch, length, rate) -> str:
-    reg = CollectorRegistry()
-    m = {"model_name": "meta-llama/Llama-3.1-8B-Instruct"}
-    Counter("sglang:spec_verify_calls", "v", list(m), registry=reg).labels(**m).inc(verify)
-    gen = Counter("sglang:generation_tokens", "g", [*m, "is_streaming"], registry=reg)
-    gen.labels(**m, is_streaming="true").inc(generated_stream)
-    gen.labels(**m, is_streaming="false").inc(generated_batch)
-    Gauge("sglang:spec_accept_length", "l", list(m), registry=reg).labels(**m).set(length)
-    Gauge("sglang:spec_accept_rate", "r", list(m), registry=reg).labels(**m).set(rate)
-    return generate_latest(reg).decode()
-
-
 def test_sglang_verify_calls_give_the_acceptance_length_beside_its_gauges(tmp_path):
     path = tmp_path / "sglang.txt"
-    path.write_text(_sglang_spec(1000, 2000, 800, 2.75, 0.6))
+    path.write_text(sglang_spec(1000, 2000, 800, 2.75, 0.6))
     (c,) = _counts(promtext.parse(path, "s"))
     # generated tokens summed over is_streaming, per verify call: 2800 / 1000
     assert (c.num_drafts, c.accepted_tokens, c.draft_tokens) == (1000, 1800, None)
@@ -121,13 +72,13 @@ def test_sglang_verify_calls_give_the_acceptance_length_beside_its_gauges(tmp_pa
 
 def test_sglang_latency_from_the_real_scrape(samples):
     page = (samples / "sglang_metrics_scrape_2.txt").read_text()
-    page += _sglang_spec(1000, 2000, 800, 2.75, 0.6)
+    page += sglang_spec(1000, 2000, 800, 2.75, 0.6)
     s, _ = stats_from_samples(parse_text(page))
     (st,) = s.values()
     count = sum(float(x.split()[-1]) for x in page.splitlines()
                 if x.startswith("sglang:time_per_output_token_seconds_count"))
     assert st.hists["tpot_s"].count == count > 0 and st.hists["ttft_s"].count > 0
-    assert st.hists["e2e_s"].count > 0 and "itl_chunk_s" not in st.hists
+    assert st.hists["e2e_s"].count > 0 and st.hists["itl_s"].count == 3 and "itl_chunk_s" not in st.hists
 
 
 def test_ranks_summed_never_average_gauges():

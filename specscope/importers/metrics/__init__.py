@@ -52,6 +52,8 @@ def _all():
 
 ENGINES: tuple[EngineMetrics, ...] = _all()
 BY_NAME: dict[str, EngineMetrics] = {m.engine: m for m in ENGINES}
+#: a record's source -> its engine's mapping
+BY_SOURCE: dict[str, EngineMetrics] = {m.source: m for m in ENGINES} | {"vllm-v0-metrics": BY_NAME["vllm"]}
 #: family -> its engine's mapping (the spec-decode families read)
 BY_FAMILY: dict[str, EngineMetrics] = {f: m for m in ENGINES for f in m.families}
 #: every spec-decode family read (a Prometheus source asks for exactly these)
