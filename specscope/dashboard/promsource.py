@@ -293,11 +293,12 @@ class MetricsSource:
     problems: list[str] = field(default_factory=list)
     kind: str = "metrics"
     sum_ranks: bool = False  #: an engine's data-parallel ranks summed per model (the header's selector)
+    minutes: float = 30.0  #: how far back a Prometheus server is asked (120 points over it)
 
     def runs(self) -> list[RunView]:
         try:
             if self.prometheus:
-                return views_from_prometheus(self.url, sum_ranks=self.sum_ranks)
+                return views_from_prometheus(self.url, self.minutes, sum_ranks=self.sum_ranks)
             return views_from_metrics(self.url, sum_ranks=self.sum_ranks)
         except OSError as exc:
             self.problems = [f"{self.url}: {exc}"]

@@ -229,3 +229,80 @@ def test_compare_page_shows_the_category_matrix(server, browser):
     assert len(categories) >= 2 and len(runs) == 1
     cells = [h for row in hover for h in row]
     assert any("speedup" in h and "matched" in h for h in cells)
+
+
+def test_dashboard_over_a_vllm_server_through_a_real_prometheus(tmp_path, browser):
+    """Prometheus scrapes a vLLM server (the real page in shared/samples with a second
+    data-parallel engine beside it, counters advancing per scrape); the dashboard reads it
+    through Prometheus: the Live page draws vLLM's acceptance length, and the header's rank
+    selector turns two runs (engine 0 and 1) into one per model."""
+    import re
+    import shutil
+    import subprocess
+    import urllib.parse
+    from pathlib import Path as P
+
+    from selenium.webdriver.common.by import By
+
+    from specscope.dashboard import MetricsSource, create_app
+    from specscope.dashboard.app import serve
+    from tests.exporters.test_real_prometheus import _query, _stop
+    from tests.metrics_pages import advanced, serving
+
+    prometheus = shutil.which("prometheus")
+    sample = P(__file__).resolve().parents[2].parent / "shared" / "samples" / "vllm_metrics_scrape_specdecode_1.txt"
+    if prometheus is None or not sample.exists():
+        pytest.skip("needs Debian's prometheus and ../shared/samples")
+    page = sample.read_text()
+    spec = "\n".join(x.replace('engine="0"', 'engine="1"') for x in page.splitlines()
+                     if x.startswith("vllm:spec_decode_") and "_created" not in x)
+    page = page + "\n" + spec + "\n"
+    prom_port = free_port()
+    with serving(lambda n: advanced(page, n + 1)) as url:
+        config = tmp_path / "prometheus.yml"
+        config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: vllm\n"
+                          f"    static_configs:\n      - targets: ['{urllib.parse.urlsplit(url).netloc}']\n")
+        prom = subprocess.Popen([prometheus, f"--config.file={config}",
+                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                 f"--web.listen-address=127.0.0.1:{prom_port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        srv = None
+        try:
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                try:
+                    if _query(prom_port, "count_over_time(up[1m]) >= 5"):
+                        break
+                except OSError:
+                    pass
+                time.sleep(0.5)
+            source = MetricsSource(f"http://127.0.0.1:{prom_port}", prometheus=True, minutes=1)
+            srv = serve(create_app(source, n_boot=50), "127.0.0.1", free_port())
+            browser.get(f"http://127.0.0.1:{srv.server_port}/")
+            _settle(browser)
+
+            def info():
+                return browser.find_element(By.ID, "source-info").text
+
+            def lengths():
+                return browser.execute_script(
+                    "var g = document.querySelector('#live-acceptance .js-plotly-plot');"
+                    " return g && g.data ? g.data.filter(t => t.yaxis !== 'y3')"
+                    ".map(t => t.y).flat().filter(y => y !== null) : []")
+
+            deadline = time.time() + 20
+            while time.time() < deadline and not (info().startswith("2 run") and lengths()):
+                time.sleep(0.3)
+            browser.save_screenshot(str(ARTIFACTS / "live-vllm-prometheus.png"))
+            assert info().startswith("2 run"), info()
+            expected = 1 + 58695 / 43680  # the page's drafts and accepted tokens, bonus included
+            assert any(abs(y - expected) < 1e-6 for y in lengths()), lengths()
+            browser.find_element(By.XPATH, "//label[contains(., 'summed per model')]").click()
+            deadline = time.time() + 20
+            while time.time() < deadline and not info().startswith("1 run"):
+                time.sleep(0.3)
+            assert re.match(r"1 run", info()), info()
+        finally:
+            if srv is not None:
+                srv.shutdown()
+            _stop(prom)
