@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 from .importers._common import run_record
+from .importers import metrics as engines
 from .importers.promtext import Series, run_names
 from .io import promtext
 from .io.trace import open_writer
@@ -49,6 +50,7 @@ class Endpoint:
     failures: int = 0
     last_error: str = ""
     mapped: bool = False  #: a page gave a family we read
+    families: tuple[str, ...] = ()  #: the families of the engines this endpoint serves
 
 
 @dataclass
@@ -158,7 +160,14 @@ def _one(ep: Endpoint, timeout_s: float, max_bytes: int, headers: dict[str, str]
 
 
 def _records(ep: Endpoint, page: str, t_ns: int, log) -> list[Any]:
-    found = ep.series.feed([(x.name, x.labels, x.value) for x in promtext.parse(page).samples], t_ns)
+    # once an endpoint's engine is known its page is searched for that engine's families
+    # alone (a scan per engine costs ~0.1 ms on a 200 kB page); every 12th scrape looks for all
+    full = not ep.families or ep.scrapes % 12 == 0
+    samples = promtext.parse_families(page, engines.FAMILIES if full else ep.families).samples
+    if full:
+        seen = {engines.BY_FAMILY[x.name].engine for x in samples}
+        ep.families = tuple(f for f in engines.FAMILIES if engines.BY_FAMILY[f].engine in seen)
+    found = ep.series.feed([(x.name, x.labels, x.value) for x in samples], t_ns)
     out: list[Any] = []
     if ep.series.engine != "prometheus":
         ep.mapped = True

@@ -12,6 +12,7 @@ label set. Snapshots are separated by ``# EOF``, a ``# TIME <unix seconds>`` com
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections import defaultdict
 
@@ -141,7 +142,7 @@ class Series:
         now: dict[tuple, dict] = {}
         for name, labels, value in samples:
             m = metrics.BY_FAMILY.get(name)
-            if m is None:
+            if m is None or not math.isfinite(value):  # an unknown value counts nothing
                 continue
             key = tuple(sorted((k, v) for k, v in labels.items() if k != m.pos_label))
             cur = now.setdefault(key, {"m": m, "c": {}, "pos": {}, "dpos": {}, "g": {}})

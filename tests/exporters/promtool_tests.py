@@ -153,8 +153,8 @@ def engine_rule_tests(engine: str, rules_path: str, rules_text: str) -> str:
         lines += [f"      - series: '{family}{{{sel}}}'", f"        values: '{values}'"]
     lines.append("    alert_rule_test:")
     for name, rule in rules.items():
-        lines += [f"      - eval_time: 85m", f"        alertname: {name}",
-                  f"      - eval_time: 110m", f"        alertname: {name}", "        exp_alerts:"]
+        lines += ["      - eval_time: 85m", f"        alertname: {name}",
+                  "      - eval_time: 110m", f"        alertname: {name}", "        exp_alerts:"]
         for labels in fires[name]:
             exp = {"severity": rule["labels"]["severity"], **labels}
             ann = {k: _fill(v, labels) for k, v in rule["annotations"].items()}

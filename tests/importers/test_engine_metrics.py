@@ -11,6 +11,7 @@ import pytest
 from specscope import schema
 from specscope.dashboard.promsource import Monotone, parse_text, stats_from_samples
 from specscope.importers import metrics, promtext
+from specscope.importers.promtext import Series
 from tests.metrics_pages import llamacpp_page, sglang_spec, trtllm_page
 
 
@@ -115,3 +116,27 @@ def test_every_family_is_mapped_once():
     seen = [f for m in metrics.ENGINES for f in m.families]
     assert len(seen) == len(set(seen))
     assert all(m.derivation for m in metrics.ENGINES)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_LABELS = st.dictionaries(st.sampled_from(["model_name", "engine", "position", "token_position",
+                                           "is_streaming", "instance"]),
+                          st.sampled_from(["0", "1", "x", "", "-3", "10"]), max_size=4)
+_VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**9).map(float))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from(metrics.FAMILIES + ("sglang:spec_num_steps",)),
+                                   _LABELS, _VALUES), max_size=12), min_size=1, max_size=4),
+       st.booleans())
+def test_fuzz_the_mapping_never_raises_and_never_invents_counts(pages, baseline):
+    """Arbitrary label sets and values (NaN and infinities too) for every mapped family, page
+    after page: no exception, and every count is None or a whole number."""
+    series = Series("fuzz", baseline=baseline)
+    for t, page in enumerate(pages):
+        for _, rec in series.feed(page, t):
+            for x in (rec.num_drafts, rec.draft_tokens, rec.accepted_tokens, *rec.accepted_per_pos):
+                assert x is None or isinstance(x, int)
+    stats_from_samples(pages[-1])

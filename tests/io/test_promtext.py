@@ -86,3 +86,13 @@ def test_any_label_value_round_trips_through_the_exporters_escaping(values, valu
     line = f"m_total{{{_lv(**labels)}}} {_fmt(value) if math.isfinite(value) else repr(value)}"
     (sample,) = promtext.parse(line).samples
     assert dict(sample.labels) == labels and sample.value == value
+
+
+@pytest.mark.parametrize("name", SCRAPES)
+def test_parse_families_gives_what_the_full_parse_gives_for_those_families(samples, name):
+    text = (samples / name).read_text() + TRICKY
+    everything = promtext.parse(text).samples
+    for families in ({s.name for s in everything}, {"odd_total", "vllm:spec_decode_num_drafts_total",
+                                                    "sglang:generation_tokens_total"}, set()):
+        picked = promtext.parse_families(text, families).samples
+        assert [repr(s) for s in picked] == [repr(s) for s in everything if s.name in families]
