@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
+import os
 import re
+import shutil
+import signal
+import subprocess
 import threading
+import time
+import urllib.parse
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from specscope.serving.harness import free_port
@@ -124,3 +132,56 @@ inter-token latency histogram, as newer builds have them)."""
     if steps is not None:
         Gauge("sglang:spec_num_steps", "s", list(m), registry=reg).labels(**m).set(steps)
     return generate_latest(reg).decode()
+
+
+PROMETHEUS = shutil.which("prometheus")
+
+
+def query(port: int, expr: str) -> list[dict]:
+    """An instant PromQL query against the Prometheus on 127.0.0.1:``port``."""
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=5) as r:
+        data = json.loads(r.read())
+    assert data["status"] == "success", data
+    return data["data"]["result"]
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Stop a process started by a test, by its PID."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream:
+            stream.close()
+
+
+@contextlib.contextmanager
+def prometheus_scraping(tmp_path, urls, samples_each: int = 4, job: str = "engines"):
+    """Debian's Prometheus on 127.0.0.1 scraping ``urls`` every second, until each target has
+    ``samples_each`` scrapes; its port. Stopped by its PID on exit."""
+    port = free_port()
+    targets = ", ".join(f"'{urllib.parse.urlsplit(u).netloc}'" for u in urls)
+    config = tmp_path / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n"
+                      f"  - job_name: {job}\n    static_configs:\n      - targets: [{targets}]\n")
+    proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}",
+                             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if len(query(port, f"count_over_time(up[1m]) >= {samples_each}")) >= len(urls):
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        yield port
+    finally:
+        stop(proc)

@@ -15,7 +15,6 @@ last hour. Stdlib only: YAML and JSON are written as text.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from ..importers import metrics as M
@@ -159,21 +158,3 @@ def panels(engine: str) -> list[tuple[str, str]]:
         out.append((f"{label} p50 (s)",
                     f"histogram_quantile(0.5, sum by ({e.by}, le) (rate({fam}_bucket[5m])))"))
     return out
-
-
-def board(engine: str) -> str:
-    """Grafana dashboard JSON (schema 39) over ``engine``'s own series."""
-    out = []
-    for i, (title, expr) in enumerate(panels(engine)):
-        out.append({
-            "id": i + 1, "type": "timeseries", "title": title,
-            "gridPos": {"h": 8, "w": 12, "x": (i % 2) * 12, "y": (i // 2) * 8},
-            "datasource": {"type": "prometheus", "uid": "${datasource}"},
-            "targets": [{"refId": "A", "expr": expr, "legendFormat": "__auto"}],
-        })
-    return json.dumps({
-        "title": f"specscope: {TITLE[engine]} speculative decoding", "uid": f"specscope-{engine}",
-        "schemaVersion": 39, "time": {"from": "now-1h", "to": "now"}, "refresh": "10s",
-        "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus"}]},
-        "panels": out,
-    }, indent=1)

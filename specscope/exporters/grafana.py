@@ -32,24 +32,30 @@ PANELS = [
 ]
 
 
-def dashboard_json(engine: str = "specscope") -> str:
-    """Grafana dashboard JSON (schema 39), one time-series panel per figure: over specscope's
-    exporter, or over an engine's own series (``engine_rules.board``)."""
-    if engine != "specscope":
-        from .engine_rules import board
-
-        return board(engine)
-    panels = []
-    for i, (title, expr) in enumerate(PANELS):
-        panels.append({
-            "id": i + 1, "type": "timeseries", "title": title,
+def board_json(title: str, uid: str, panels: list[tuple[str, str]]) -> str:
+    """Grafana dashboard JSON (schema 39), one time-series panel per (title, PromQL)."""
+    out = []
+    for i, (name, expr) in enumerate(panels):
+        out.append({
+            "id": i + 1, "type": "timeseries", "title": name,
             "gridPos": {"h": 8, "w": 12, "x": (i % 2) * 12, "y": (i // 2) * 8},
             "datasource": {"type": "prometheus", "uid": "${datasource}"},
             "targets": [{"refId": "A", "expr": expr, "legendFormat": "__auto"}],
         })
     return json.dumps({
-        "title": "specscope: speculative decoding", "uid": "specscope", "schemaVersion": 39,
+        "title": title, "uid": uid, "schemaVersion": 39,
         "time": {"from": "now-1h", "to": "now"}, "refresh": "10s",
         "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus"}]},
-        "panels": panels,
+        "panels": out,
     }, indent=1)
+
+
+def dashboard_json(engine: str = "specscope") -> str:
+    """The board over specscope's exporter, or over an engine's own series
+    (``engine_rules.panels``)."""
+    if engine != "specscope":
+        from .engine_rules import TITLE, panels
+
+        return board_json(f"specscope: {TITLE[engine]} speculative decoding",
+                          f"specscope-{engine}", panels(engine))
+    return board_json("specscope: speculative decoding", "specscope", PANELS)

@@ -237,19 +237,15 @@ def test_dashboard_over_a_vllm_server_through_a_real_prometheus(tmp_path, browse
     through Prometheus: the Live page draws vLLM's acceptance length, and the header's rank
     selector turns two runs (engine 0 and 1) into one per model."""
     import re
-    import shutil
-    import subprocess
-    import urllib.parse
     from pathlib import Path as P
 
     from selenium.webdriver.common.by import By
 
     from specscope.dashboard import MetricsSource, create_app
     from specscope.dashboard.app import serve
-    from tests.exporters.test_real_prometheus import _query, _stop
-    from tests.metrics_pages import advanced, serving
+    from tests.metrics_pages import PROMETHEUS, advanced, prometheus_scraping, serving
 
-    prometheus = shutil.which("prometheus")
+    prometheus = PROMETHEUS
     sample = P(__file__).resolve().parents[2].parent / "shared" / "samples" / "vllm_metrics_scrape_specdecode_1.txt"
     if prometheus is None or not sample.exists():
         pytest.skip("needs Debian's prometheus and ../shared/samples")
@@ -257,25 +253,10 @@ def test_dashboard_over_a_vllm_server_through_a_real_prometheus(tmp_path, browse
     spec = "\n".join(x.replace('engine="0"', 'engine="1"') for x in page.splitlines()
                      if x.startswith("vllm:spec_decode_") and "_created" not in x)
     page = page + "\n" + spec + "\n"
-    prom_port = free_port()
-    with serving(lambda n: advanced(page, n + 1)) as url:
-        config = tmp_path / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: vllm\n"
-                          f"    static_configs:\n      - targets: ['{urllib.parse.urlsplit(url).netloc}']\n")
-        prom = subprocess.Popen([prometheus, f"--config.file={config}",
-                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                 f"--web.listen-address=127.0.0.1:{prom_port}"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with serving(lambda n: advanced(page, n + 1)) as url, \
+            prometheus_scraping(tmp_path, [url], samples_each=5, job="vllm") as prom_port:
         srv = None
         try:
-            deadline = time.time() + 60
-            while time.time() < deadline:
-                try:
-                    if _query(prom_port, "count_over_time(up[1m]) >= 5"):
-                        break
-                except OSError:
-                    pass
-                time.sleep(0.5)
             source = MetricsSource(f"http://127.0.0.1:{prom_port}", prometheus=True, minutes=1)
             srv = serve(create_app(source, n_boot=50), "127.0.0.1", free_port())
             browser.get(f"http://127.0.0.1:{srv.server_port}/")
@@ -305,4 +286,3 @@ def test_dashboard_over_a_vllm_server_through_a_real_prometheus(tmp_path, browse
         finally:
             if srv is not None:
                 srv.shutdown()
-            _stop(prom)

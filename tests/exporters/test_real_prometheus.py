@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 
 import pytest
 
@@ -18,6 +13,8 @@ from specscope.collector.stats import SpecStats
 from specscope.io.trace import read_trace
 from specscope.serving.harness import free_port as _free_port
 from tests.conftest import ROOT
+from tests.metrics_pages import query as _query
+from tests.metrics_pages import stop as _stop
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(PROMETHEUS is None,
@@ -26,30 +23,9 @@ pytestmark = pytest.mark.skipif(PROMETHEUS is None,
 
 
 
-def _query(port: int, expr: str) -> list[dict]:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=5) as r:
-        data = json.loads(r.read())
-    assert data["status"] == "success", data
-    return data["data"]["result"]
-
-
 def _scalar(port: int, expr: str) -> float | None:
     result = _query(port, expr)
     return float(result[0]["value"][1]) if result else None
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-    for stream in (proc.stdout, proc.stderr):
-        if stream:
-            stream.close()
 
 
 def test_promql_acceptance_equals_trace_totals(tmp_path):
@@ -124,32 +100,14 @@ def test_dashboard_reads_engine_series_through_prometheus(tmp_path, samples):
     scrape); the dashboard's Prometheus source gives one vLLM run per model and rank with the
     two instances' counters summed and vLLM's acceptance."""
     from specscope.dashboard.promsource import views_from_prometheus
-    from tests.metrics_pages import scaled, serving
+    from tests.metrics_pages import prometheus_scraping, scaled, serving
 
     page = (samples / "vllm_metrics_scrape_specdecode_1.txt").read_text()
-    prom_port = _free_port()
     with serving(lambda n: scaled(page, lambda _: n + 1)) as a, \
-            serving(lambda n: scaled(page, lambda _: 2 * (n + 1))) as b:
-        targets = ", ".join(f"'{urllib.parse.urlsplit(u).netloc}'" for u in (a, b))
-        config = tmp_path / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n"
-                          f"  - job_name: vllm\n    static_configs:\n      - targets: [{targets}]\n")
-        prom = subprocess.Popen([PROMETHEUS, f"--config.file={config}",
-                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                 f"--web.listen-address=127.0.0.1:{prom_port}"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            deadline, n = time.time() + 60, 0
-            while time.time() < deadline and n < 2:
-                try:
-                    n = len(_query(prom_port, "vllm:spec_decode_num_drafts_total"))
-                except OSError:
-                    n = 0
-                time.sleep(0.5)
-            time.sleep(2.5)  # a few scrapes each
-            views = views_from_prometheus(f"http://127.0.0.1:{prom_port}", minutes=2)
-        finally:
-            _stop(prom)
+            serving(lambda n: scaled(page, lambda _: 2 * (n + 1))) as b, \
+            prometheus_scraping(tmp_path, [a, b], job="vllm") as prom_port:
+        n = len(_query(prom_port, "vllm:spec_decode_num_drafts_total"))
+        views = views_from_prometheus(f"http://127.0.0.1:{prom_port}", minutes=2)
     assert n == 2 and len(views) == 1
     v = views[0]
     assert v.run.algorithm == "vllm" and v.run.num_steps == 3 and v.run.model == "MiniMaxAI/MiniMax-M2.5"
@@ -168,7 +126,8 @@ def test_every_engines_board_and_rules_return_data_and_the_dashboard_agrees(tmp_
     from specscope.dashboard.promsource import views_from_prometheus
     from specscope.exporters.engine_rules import exprs, panels
     from specscope.importers import metrics as M
-    from tests.metrics_pages import (advanced, llamacpp_page, serving, sglang_spec, trtllm_page)
+    from tests.metrics_pages import (advanced, llamacpp_page, prometheus_scraping, serving,
+                                     sglang_spec, trtllm_page)
 
     sglang = (samples / "sglang_metrics_scrape_2.txt").read_text()
     # the real page's generated tokens plus the spec page's 2000 + 800, over verify calls
@@ -182,36 +141,19 @@ def test_every_engines_board_and_rules_return_data_and_the_dashboard_agrees(tmp_
         "trtllm": trtllm_page(3100, 1420, 2.4, per_pos=[(1000, 700), (1000, 450), (1000, 250)]),
         "llamacpp": llamacpp_page(400, 1600, 500, per_pos=(300, 120, 60, 20)),
     }
-    prom_port = _free_port()
     with serving(lambda n: advanced(pages["vllm"], n + 1)) as v, \
             serving(lambda n: advanced(pages["sglang"], n + 1)) as s, \
             serving(lambda n: advanced(pages["trtllm"], n + 1)) as t, \
-            serving(lambda n: advanced(pages["llamacpp"], n + 1)) as ll:
-        targets = ", ".join(f"'{urllib.parse.urlsplit(u).netloc}'" for u in (v, s, t, ll))
-        config = tmp_path / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n"
-                          f"  - job_name: engines\n    static_configs:\n      - targets: [{targets}]\n")
-        prom = subprocess.Popen([PROMETHEUS, f"--config.file={config}",
-                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                 f"--web.listen-address=127.0.0.1:{prom_port}"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            deadline, n = time.time() + 60, 0
-            while time.time() < deadline and n < 4:
-                try:
-                    n = len(_query(prom_port, "count_over_time(up[1m]) >= 4"))
-                except OSError:
-                    n = 0
-                time.sleep(0.5)
-            empty = []
-            for engine in ("vllm", "sglang", "trtllm", "llamacpp"):
-                e = exprs(M.BY_NAME[engine])
-                queries = [q for _, q in panels(engine)] + [
-                    x.replace("__W__", "1m") for x in (e.rate, e.length, e.per_pos) if x]
-                empty += [f"{engine}: {q}" for q in queries if not _query(prom_port, q)]
-            views = views_from_prometheus(f"http://127.0.0.1:{prom_port}", minutes=2)
-        finally:
-            _stop(prom)
+            serving(lambda n: advanced(pages["llamacpp"], n + 1)) as ll, \
+            prometheus_scraping(tmp_path, [v, s, t, ll]) as prom_port:
+        n = len(_query(prom_port, "count_over_time(up[1m]) >= 4"))
+        empty = []
+        for engine in ("vllm", "sglang", "trtllm", "llamacpp"):
+            e = exprs(M.BY_NAME[engine])
+            queries = [q for _, q in panels(engine)] + [
+                x.replace("__W__", "1m") for x in (e.rate, e.length, e.per_pos) if x]
+            empty += [f"{engine}: {q}" for q in queries if not _query(prom_port, q)]
+        views = views_from_prometheus(f"http://127.0.0.1:{prom_port}", minutes=2)
     assert n == 4 and not empty, empty
     by_engine = {view.run.algorithm: view.section["totals"] for view in views}
     assert set(by_engine) == {"vllm", "sglang", "trtllm", "llamacpp"}
