@@ -43,11 +43,34 @@ def samples() -> Path:
     return SAMPLES
 
 
-def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run ``python -m specscope ARGS`` as a user would; returns the completed process."""
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    return subprocess.run([sys.executable, "-m", "specscope", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, cwd=ROOT)
+def run_cli(*args: str, timeout: float = 600, fresh: bool = False) -> subprocess.CompletedProcess:
+    """Run ``specscope ARGS`` as a user would; returns the completed process. In this process
+    (``specscope.cli.main`` with stdout and stderr captured, an uncaught exception a traceback
+    and status 1, as the interpreter gives) unless ``fresh``: then ``python -m specscope`` in a
+    new interpreter (each costs seconds of torch and transformers imports)."""
+    if fresh:
+        env = dict(os.environ, PYTHONWARNINGS="ignore")
+        return subprocess.run([sys.executable, "-m", "specscope", *args], capture_output=True,
+                              text=True, timeout=timeout, env=env, cwd=ROOT)
+    import contextlib
+    import io
+    import traceback
+    import warnings
+
+    from specscope.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(ROOT), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            rc = main(list(args))
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except Exception:
+            traceback.print_exc()
+            rc = 1
+    return subprocess.CompletedProcess(["specscope", *args], rc, out.getvalue(), err.getvalue())
 
 
 def pytest_addoption(parser):

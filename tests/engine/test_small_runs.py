@@ -19,7 +19,7 @@ def _report(tmp_path, *extra):
     assert rec.returncode == 0, rec.stderr
     text = run_cli("report", str(trace))
     assert text.returncode == 0, text.stderr
-    js = run_cli("report", str(trace), "--json")
+    js = run_cli("report", str(trace), "--json", fresh=True)  # the real `python -m specscope`
     (section,) = json.loads(js.stdout)["runs"]
     return section, text.stdout
 
