@@ -1,6 +1,9 @@
-"""``make demo``: the reference decoder on SmolLM2 with two configurations (one with a seeded
-silent-greedy fault), an in-process collector with its /metrics, a Prometheus server scraping it
-(when installed), and the dashboard over the live collector. Ctrl-C stops everything.
+"""``make demo``: the reference decoder on SmolLM2 with three configurations (EAGLE-style k = 3,
+k = 2 with a seeded silent-greedy fault, and target-only), an in-process collector with its
+/metrics, a Prometheus server scraping it (when installed), a small sweep of the ``tiny`` model
+in a background process (niced by 5: the Sweep page, the config advisor and ``explain`` fill from
+it), and the dashboard over the live collector, which reads the demo's own traces for what the
+collector does not keep (per-request records and latencies, phases). Ctrl-C stops everything.
 """
 
 from __future__ import annotations
@@ -30,13 +33,15 @@ class DemoOptions:
     requests: int = 8
     max_new_tokens: int = 48
     temperature: float = 0.7
+    sweep: bool = True  #: run the tiny-model sweep in the background
 
 
 def _configs():
     from .engine.decoder import SpecConfig
 
     return [SpecConfig(algorithm="eagle", num_steps=3),
-            SpecConfig(algorithm="eagle", num_steps=2, fault="silent_greedy")]
+            SpecConfig(algorithm="eagle", num_steps=2, fault="silent_greedy"),
+            SpecConfig(num_steps=0)]  # target-only: the baseline of speedups and categories
 
 
 def _engine_loop(opts: DemoOptions, collector: Any, stop: threading.Event,
@@ -94,6 +99,26 @@ def _start_prometheus(opts: DemoOptions, tmp: Path) -> subprocess.Popen | None:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+#: the background sweep: the tiny model (labelled so in its run ids), target-only and three
+#: chain depths at concurrency 4, short outputs: four points, each a serve-engine process of
+#: its own (~1 minute a point beside the live decoding on two cores)
+SWEEP_ARGS = ("--model", "tiny", "--spec", "3/1/4", "2/1/3", "1/1/2", "--concurrency", "4",
+              "--requests", "8", "--lengths", "0:32", "--quiet")
+
+
+def _start_sweep(opts: DemoOptions) -> subprocess.Popen | None:
+    if not opts.sweep:
+        return None
+    import os
+    import sys
+
+    out = Path(opts.out_dir) / "sweep"
+    out.mkdir(parents=True, exist_ok=True)
+    log = open(Path(opts.out_dir) / "sweep.log", "w", encoding="utf-8")
+    return subprocess.Popen([sys.executable, "-m", "specscope", "sweep", *SWEEP_ARGS, "-o", str(out)],
+                            stdout=log, stderr=subprocess.STDOUT, preexec_fn=lambda: os.nice(5))
+
+
 def run_demo(opts: DemoOptions) -> int:
     from .collector.service import Collector
     from .dashboard.app import create_app, serve
@@ -102,10 +127,13 @@ def run_demo(opts: DemoOptions) -> int:
 
     collector = Collector(window_s=5.0, num_windows=120).start()
     metrics = MetricsServer(collector, host=opts.host, port=opts.metrics_port).start()
-    app = create_app(LiveSource(collector, "demo"), title="specscope demo", refresh_s=3.0)
+    out = Path(opts.out_dir)
+    app = create_app(LiveSource(collector, "demo", traces=[out, out / "sweep"]),
+                     title="specscope demo", refresh_s=3.0)
     dash_server = serve(app, opts.host, opts.dashboard_port)
     tmp = Path(tempfile.mkdtemp(prefix="specscope-demo-"))
     prom = _start_prometheus(opts, tmp)
+    sweep = _start_sweep(opts)
     stop = threading.Event()
     status: dict[str, Any] = {}
     engine = threading.Thread(target=_engine_loop, args=(opts, collector, stop, status),
@@ -117,8 +145,10 @@ def run_demo(opts: DemoOptions) -> int:
     print(f"metrics     {metrics.url}", flush=True)
     print(f"prometheus  http://{opts.host}:{opts.prometheus_port}/" if prom else
           "prometheus  not started (not installed, or --no-prometheus)", flush=True)
-    print(f"traces      {opts.out_dir}/ ; decoding {opts.model}: two configurations, the second "
-          "with a seeded silent-greedy fault. Ctrl-C stops everything.", flush=True)
+    print(f"traces      {opts.out_dir}/ ; decoding {opts.model}: k = 3, k = 2 with a seeded "
+          "silent-greedy fault, and target-only" + (f"; a tiny-model sweep into {opts.out_dir}/sweep/"
+                                                     if sweep else "") + ". Ctrl-C stops everything.",
+          flush=True)
     t0 = time.monotonic()
     flagged = False
     while not stop.wait(1.0):
@@ -136,12 +166,13 @@ def run_demo(opts: DemoOptions) -> int:
     engine.join(timeout=60)
     dash_server.shutdown()
     metrics.close()
-    if prom is not None:
-        prom.send_signal(signal.SIGTERM)
-        try:
-            prom.wait(10)
-        except subprocess.TimeoutExpired:
-            prom.kill()
+    for proc in (prom, sweep):
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     shutil.rmtree(tmp, ignore_errors=True)
     print(f"stopped after {time.monotonic() - t0:.0f} s; waves completed: "
           f"{status.get('waves', 0)}; traces in {opts.out_dir}/", flush=True)

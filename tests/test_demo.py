@@ -1,4 +1,4 @@
-"""make demo's engine: two configurations (one with a seeded fault), the collector, /metrics and
+"""make demo's engine: three configurations (one with a seeded fault, one target-only), the collector, /metrics and
 the dashboard; the fault is flagged; Ctrl-C stops everything cleanly."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def test_demo_flags_the_fault_and_stops_cleanly(tmp_path, free_port):
 
     metrics_port = pick()
     proc = subprocess.Popen([sys.executable, "-m", "specscope", "demo", "--model", "tiny",
-                             "--duration", "300", "--no-prometheus", "--port", str(free_port),
+                             "--duration", "300", "--no-prometheus", "--no-sweep", "--port", str(free_port),
                              "--metrics-port", str(metrics_port), "-o", str(tmp_path / "demo")],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -47,4 +47,4 @@ def test_demo_flags_the_fault_and_stops_cleanly(tmp_path, free_port):
             proc.kill()
             proc.wait()
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [
-        "eagle-s2-k1-d3-silent_greedy.jsonl", "eagle-s3-k1-d4.jsonl"]
+        "eagle-s2-k1-d3-silent_greedy.jsonl", "eagle-s3-k1-d4.jsonl", "no-spec.jsonl"]

@@ -31,7 +31,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(DemoOptions(model=args.model, out_dir=args.output, host=args.host,
                                 dashboard_port=args.port, metrics_port=args.metrics_port,
                                 duration_s=args.duration, requests=args.requests,
-                                max_new_tokens=args.max_new_tokens, prometheus=not args.no_prometheus))
+                                max_new_tokens=args.max_new_tokens, prometheus=not args.no_prometheus,
+                                sweep=not args.no_sweep))
 
 
 def add_parsers(sub) -> None:
@@ -59,14 +60,17 @@ def add_parsers(sub) -> None:
     d.set_defaults(func=_cmd_dashboard)
 
     m = sub.add_parser("demo", help="everything at once: the reference decoder on SmolLM2 with "
-                       "two configurations (one with a seeded fault), the collector, /metrics, "
-                       "Prometheus and the dashboard",
+                       "three configurations (one with a seeded fault, one target-only), a "
+                       "background tiny-model sweep, the collector, /metrics, Prometheus and "
+                       "the dashboard",
                        description="Runs until Ctrl-C (or --duration seconds) and prints the "
                        "URLs; the faulted configuration is flagged on the dashboard.")
     m.add_argument("--model", default="smollm2")
     m.add_argument("--host", default="127.0.0.1")
     m.add_argument("--port", type=int, default=8050, help="dashboard port")
     m.add_argument("--metrics-port", type=int, default=9400)
+    m.add_argument("--no-sweep", action="store_true",
+                   help="do not run the background tiny-model sweep (the Sweep page stays empty)")
     m.add_argument("--no-prometheus", action="store_true",
                    help="do not start a Prometheus server even if one is installed")
     m.add_argument("--duration", type=float, default=None, help="stop after this many seconds")

@@ -105,6 +105,74 @@ def run_factors(records: Sequence[Any]) -> dict[str, Any]:
     return out
 
 
+#: a batch-size class needs this many steps in both runs to be explained on its own
+MIN_CLASS_STEPS = 5
+
+
+def batch_class(n: int) -> int:
+    """The batch-size class of a step: powers of two (1, 2, 4 = 3-4, 8 = 5-8, ...)."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def step_batches(records: Sequence[Any]) -> dict[int, int]:
+    """step -> running batch of each step: a speculative step's own batch size; a target-only
+    decode step's, the requests between their first token and their finish at its start."""
+    import bisect
+
+    verify = {v.step: v.batch_size for v in records if isinstance(v, schema.VerifyStepRecord)}
+    if verify:
+        return verify
+    reqs = [r for r in records if isinstance(r, schema.RequestRecord) and r.t_first_token_ns
+            and r.t_finish_ns]
+    starts = sorted(r.t_first_token_ns for r in reqs)
+    ends = sorted(r.t_finish_ns for r in reqs)
+    out = {}
+    for n, ph in _steps(records).items():
+        t = min(p.t_start_ns for p in ph)
+        out[n] = bisect.bisect_right(starts, t) - bisect.bisect_right(ends, t)
+    return out
+
+
+def by_batch(spec: Sequence[Any], base: Sequence[Any], *, tpot_ms: float | None = None
+             ) -> dict[int, dict[str, Any]]:
+    """The decomposition per batch-size class within the two runs (a served run batches at
+    several sizes): each class's steps only — their phases, their counts, the baseline's decode
+    steps of the same class — with its own per-k model and verdict. Wall-clock throughput is a
+    whole-run figure, so no measured speedup is given per class. Classes with fewer than
+    ``MIN_CLASS_STEPS`` steps in either run are left out."""
+    sb, bb = step_batches(spec), step_batches(base)
+    out: dict[int, dict[str, Any]] = {}
+    for c in sorted({batch_class(n) for n in sb.values() if n > 0}):
+        s_steps = {n for n, b in sb.items() if b > 0 and batch_class(b) == c}
+        b_steps = {n for n, b in bb.items() if b > 0 and batch_class(b) == c}
+        if len(s_steps) < MIN_CLASS_STEPS or len(b_steps) < MIN_CLASS_STEPS:
+            continue
+        s = run_factors([r for r in spec if _in_steps(r, s_steps)])
+        b = run_factors([r for r in base if _in_steps(r, b_steps)])
+        b["batch"] = statistics.mean(bb[n] for n in b_steps)  # not tokens / steps: no requests here
+        if not (s["step_ms"] and b["step_ms"] and s.get("acceptance_length")):
+            continue
+        entry: dict[str, Any] = {"steps": s["steps"], "baseline_steps": b["steps"],
+                                 "batch": s["batch"], "baseline_batch": b["batch"],
+                                 "acceptance_length": s["acceptance_length"],
+                                 "step_ms": s["step_ms"], "baseline_step_ms": b["step_ms"],
+                                 "phase_ms": s["phase_ms"]}
+        entry["steady_state_speedup"] = (s["acceptance_length"] * (s["batch"] or 1) / (b["batch"] or 1)
+                                         * b["step_ms"] / s["step_ms"])
+        entry["per_k"] = per_k(s, b, s.get("k") or 0)
+        entry["verdict"] = verdict(entry["per_k"], b["step_ms"], tpot_ms)
+        out[c] = entry
+    return out
+
+
+def _in_steps(r: Any, steps: set[int]) -> bool:
+    """A record of one of ``steps`` (phases, verify steps); run records pass, requests do not
+    (their wall-clock spans are whole-run figures)."""
+    if isinstance(r, (schema.PhaseRecord, schema.VerifyStepRecord)):
+        return r.step in steps and getattr(r, "phase", "") != "prefill"
+    return isinstance(r, schema.RunRecord)
+
+
 def _predicted_s(f: dict[str, Any]) -> float | None:
     """Prefill plus the run's steps at its step time (phase clocks only)."""
     if not f["step_ms"] or not f["steps"]:
@@ -136,6 +204,9 @@ def explain_pair(spec: Sequence[Any], base: Sequence[Any], *, tpot_ms: float | N
         out["measured_speedup"] = s["tok_s"] / b["tok_s"]
     if out.get("predicted_speedup") and out.get("measured_speedup"):
         out["prediction_error"] = out["predicted_speedup"] / out["measured_speedup"] - 1
+    classes = by_batch(spec, base, tpot_ms=tpot_ms)
+    if len(classes) > 1:  # a run at one batch size is explained above as a whole
+        out["by_batch"] = classes
     return out
 
 
@@ -217,7 +288,9 @@ def explain_all(records: Iterable[Any], baseline: Iterable[Any] | None = None, *
     where no run has a baseline."""
     results = {rid: explain_pair(spec, base, tpot_ms=tpot_ms)
                for rid, spec, base in pairs(records, baseline)}
-    configs = engine_configs([(e["spec"].get("batch"), e) for e in results.values()])
+    configs = engine_configs([(c["batch"], c) for e in results.values() for c in e["by_batch"].values()]
+                             if all("by_batch" in e for e in results.values()) and results else
+                             [(e["spec"].get("batch"), e) for e in results.values()])
     return {"runs": results, "engine_configs": configs}
 
 
@@ -251,6 +324,15 @@ def format_explain(run_id: str, e: dict[str, Any]) -> str:
     for key in ("throughput", "latency"):
         if key in v:
             lines.append(f"  verdict ({key}): {v[key]}")
+    if e.get("by_batch"):
+        lines.append("  per batch size within the run (its steps and the baseline's decode steps "
+                     "of each class; no wall-clock speedup per class):")
+        for c, x in e["by_batch"].items():
+            lines.append(f"    batch <= {c} ({x['steps']} steps, mean {x['batch']:.1f}; baseline "
+                         f"{x['baseline_steps']} steps): AL {x['acceptance_length']:.2f}, step "
+                         f"{x['step_ms']:.1f} ms vs target-only {x['baseline_step_ms']:.1f} ms, "
+                         f"steady state {x['steady_state_speedup']:.2f}x; "
+                         f"{x['verdict'].get('throughput', '')}")
     if e["not_measured"]:
         lines.append("  not measured: " + "; ".join(e["not_measured"]))
     return "\n".join(lines)

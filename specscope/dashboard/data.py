@@ -8,9 +8,11 @@ only opened under the source's configured root directories.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -233,17 +235,52 @@ def _coarsen(windows: list[tuple[int, SpecStats]], max_windows: int) -> list[dic
 
 
 class LiveSource:
-    """A collector in this process (``make demo``), polled on every refresh."""
+    """A collector in this process (``make demo``), polled on every refresh; with ``traces``
+    (directories its runs are written to, and others such as a sweep's), what the collector does
+    not keep — per-request records and latencies, phases — is read back from those traces, at
+    most every ``trace_refresh_s``, and their runs the collector never saw (a sweep's points,
+    references) are listed beside the live ones."""
 
     kind = "live"
 
-    def __init__(self, collector: Any, name: str = "live") -> None:
+    def __init__(self, collector: Any, name: str = "live", *,
+                 traces: Sequence[str | os.PathLike] = (), trace_refresh_s: float = 30.0) -> None:
         self.collector = collector
         self.name = name
         self.problems: list[str] = []
+        self.trace_dirs = [Path(t) for t in traces]
+        self.trace_refresh_s = trace_refresh_s
+        self._traces: TraceSource | None = None
+        self._trace_views: list[RunView] = []
+        self._read_at = -float("inf")
+        self._lock = threading.Lock()
+
+    def _from_traces(self) -> list[RunView]:
+        with self._lock:
+            if time.monotonic() - self._read_at < self.trace_refresh_s:
+                return self._trace_views
+            self._read_at = time.monotonic()
+            found = discover([d for d in self.trace_dirs if d.is_dir()])
+            if found:
+                if self._traces is None:
+                    self._traces = TraceSource(found, roots=self.trace_dirs)
+                for p in found:
+                    if p not in self._traces.paths:
+                        self._traces.paths.append(p)
+                self._trace_views = self._traces.runs()
+                self.problems = self._traces.problems
+            return self._trace_views
 
     def runs(self) -> list[RunView]:
-        return snapshot_views(self.collector.snapshot(), self.name)
+        live = snapshot_views(self.collector.snapshot(), self.name)
+        if not self.trace_dirs:
+            return live
+        from_traces = {v.run_id: v for v in self._from_traces()}
+        out = [dataclasses.replace(v, records=from_traces[v.run_id].records,
+                                   phases=from_traces[v.run_id].phases, _sample=None)
+               if v.run_id in from_traces else v for v in live]
+        seen = {v.run_id for v in live}
+        return out + [v for rid, v in from_traces.items() if rid not in seen]
 
 
 def load_accuracy(path: str | os.PathLike) -> dict[str, dict[str, float]]:

@@ -84,3 +84,30 @@ def test_a_recorded_run_explains_itself(tiny, tmp_path):
     assert {"throughput", "latency"} <= set(e["verdict"]) and data["engine_configs"]["k_by_batch_size"]
     text = run_cli("explain", str(path)).stdout
     assert "verify_forward" in text and "break-even AL" in text
+
+
+def test_a_run_at_several_batch_sizes_is_explained_per_batch_size(tiny, tmp_path):
+    """One run whose running batch moves (16 requests in batches of 6, 6 and 4): each
+    batch-size class with enough steps gets its own factors — its steps' phases and counts, the
+    baseline's decode steps of the same class — and its own verdict, which become the engines'
+    per-batch-size settings."""
+    from specscope.collector.explain import batch_class, by_batch, explain_all, pairs
+    from specscope.io.trace import read_trace
+
+    path = run_workload(tiny, SpecConfig(num_steps=3), WorkloadSpec(requests=16, concurrency=6,
+                        max_new_tokens=40), tmp_path / "b.jsonl", progress=False)
+    records = read_trace(path).records
+    ((rid, spec, base),) = pairs(records)
+    classes = by_batch(spec, base)
+    assert len(classes) >= 2, classes
+    verify = [v for v in spec if isinstance(v, schema.VerifyStepRecord)]
+    for c, x in classes.items():
+        mine = [v for v in verify if batch_class(v.batch_size) == c]
+        assert x["steps"] == len(mine) and c / 2 < x["batch"] <= c
+        drafts = sum(len(v.entries) for v in mine)
+        accepted = sum(e.num_accepted for v in mine for e in v.entries)
+        assert x["acceptance_length"] == pytest.approx(1 + accepted / drafts)
+        assert x["baseline_steps"] >= 5 and x["verdict"]["throughput"]
+    data = explain_all(records)
+    assert data["runs"][rid]["by_batch"].keys() == classes.keys()
+    assert set(data["engine_configs"]["k_by_batch_size"]) == {round(x["batch"]) for x in classes.values()}

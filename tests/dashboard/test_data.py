@@ -162,3 +162,27 @@ def test_request_records_round_trip_unchanged(dash_traces):
     TraceSource([dash_traces]).runs()
     assert (dash_traces / "clean.jsonl").read_bytes() == before
     assert any(isinstance(r, schema.RequestRecord) for r in read_trace(dash_traces / "clean.jsonl").records)
+
+
+def test_a_live_source_reads_what_the_collector_does_not_keep_from_its_traces(dash_traces, tmp_path):
+    """make demo's source: live totals from the collector, per-request records and phases from
+    the run's own trace (so the Compare page's CDFs and the Requests page fill), and the runs of
+    other traces in its directories (a sweep's points) listed beside the live ones."""
+    import shutil
+
+    records = read_trace(dash_traces / "faulted.jsonl").records
+    collector = Collector()
+    collector.observe([r for r in records if getattr(r, "run_id", "") == "faulted-s2"])
+    live_dir, sweep_dir = tmp_path / "demo", tmp_path / "demo" / "sweep"
+    sweep_dir.mkdir(parents=True)
+    shutil.copy(dash_traces / "faulted.jsonl", live_dir)
+    plain = LiveSource(collector).runs()
+    assert [v.run_id for v in plain] == ["faulted-s2"] and plain[0].records is None
+    src = LiveSource(collector, traces=[live_dir, sweep_dir], trace_refresh_s=0)
+    views = {v.run_id: v for v in src.runs()}
+    assert views["faulted-s2"].section == plain[0].section  # the live figures, unchanged
+    sample = views["faulted-s2"].sample()
+    assert sample is not None and len(sample.ttft_s) == 16  # per-request latencies, from the trace
+    assert set(views) == {"faulted-s2"}
+    shutil.copy(dash_traces / "clean.jsonl", sweep_dir)  # a sweep point written later
+    assert "clean-s3" in {v.run_id for v in src.runs()}
