@@ -1,5 +1,5 @@
-"""``make demo``: the reference decoder on SmolLM2 with three configurations (EAGLE-style k = 3,
-k = 2 with a seeded silent-greedy fault, and target-only), an in-process collector with its
+"""``make demo``: the reference decoder on SmolLM2 with three configurations (EAGLE-style k = 3
+with k = 2 at a full batch, k = 2 with a seeded silent-greedy fault, and target-only), an in-process collector with its
 /metrics, a Prometheus server scraping it (when installed), a small sweep of the ``tiny`` model
 in a background process (niced by 5: the Sweep page, the config advisor and ``explain`` fill from
 it), and the dashboard over the live collector, which reads the demo's own traces for what the
@@ -8,6 +8,7 @@ collector does not keep (per-request records and latencies, phases). Ctrl-C stop
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import shutil
 import signal
@@ -39,7 +40,9 @@ class DemoOptions:
 def _configs():
     from .engine.decoder import SpecConfig
 
-    return [SpecConfig(algorithm="eagle", num_steps=3),
+    # k by running batch, as vLLM's per-batch-size speculative tokens: 2 at a full wave of 8,
+    # 3 once requests finish (the Live page draws k over time under acceptance)
+    return [SpecConfig(algorithm="eagle", num_steps=3, policy="batch:1=3,8=2"),
             SpecConfig(algorithm="eagle", num_steps=2, fault="silent_greedy"),
             SpecConfig(num_steps=0)]  # target-only: the baseline of speedups and categories
 
@@ -57,7 +60,7 @@ def _engine_loop(opts: DemoOptions, collector: Any, stop: threading.Event,
     out = Path(opts.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec = WorkloadSpec(requests=opts.requests, max_new_tokens=opts.max_new_tokens,
-                        temperature=opts.temperature)
+                        temperature=opts.temperature, mix=True)
     decoders = []
     for cfg in _configs():
         name = cfg.config_id + (f"-{cfg.fault}" if cfg.fault else "")
@@ -69,8 +72,8 @@ def _engine_loop(opts: DemoOptions, collector: Any, stop: threading.Event,
     status["ready"] = True
     try:
         for wave in itertools.count():
-            for dec, _, _ in decoders:
-                reqs, _ = build_requests(pair, spec)
+            for dec, _, _ in decoders:  # each wave: the next prompts, every category in turn
+                reqs, _ = build_requests(pair, dataclasses.replace(spec, first=wave * spec.requests))
                 for r in reqs:
                     r.request_id = f"w{wave}-{r.request_id}"
                 batch = dec.new_batch()
@@ -145,8 +148,8 @@ def run_demo(opts: DemoOptions) -> int:
     print(f"metrics     {metrics.url}", flush=True)
     print(f"prometheus  http://{opts.host}:{opts.prometheus_port}/" if prom else
           "prometheus  not started (not installed, or --no-prometheus)", flush=True)
-    print(f"traces      {opts.out_dir}/ ; decoding {opts.model}: k = 3, k = 2 with a seeded "
-          "silent-greedy fault, and target-only" + (f"; a tiny-model sweep into {opts.out_dir}/sweep/"
+    print(f"traces      {opts.out_dir}/ ; decoding {opts.model}: k = 3 (2 at a full batch), k = 2 "
+          "with a seeded silent-greedy fault, and target-only" + (f"; a tiny-model sweep into {opts.out_dir}/sweep/"
                                                      if sweep else "") + ". Ctrl-C stops everything.",
           flush=True)
     t0 = time.monotonic()

@@ -47,4 +47,4 @@ def test_demo_flags_the_fault_and_stops_cleanly(tmp_path, free_port):
             proc.kill()
             proc.wait()
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [
-        "eagle-s2-k1-d3-silent_greedy.jsonl", "eagle-s3-k1-d4.jsonl", "no-spec.jsonl"]
+        "eagle-s2-k1-d3-silent_greedy.jsonl", "eagle-s3-k1-d4-batch1k3_8k2.jsonl", "no-spec.jsonl"]

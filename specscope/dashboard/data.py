@@ -272,7 +272,9 @@ class LiveSource:
             return self._trace_views
 
     def runs(self) -> list[RunView]:
-        live = snapshot_views(self.collector.snapshot(), self.name)
+        # a run without speculation first: the pages compare the others against the first run
+        live = sorted(snapshot_views(self.collector.snapshot(), self.name),
+                      key=lambda v: bool(v.run is None or v.run.num_steps))
         if not self.trace_dirs:
             return live
         from_traces = {v.run_id: v for v in self._from_traces()}

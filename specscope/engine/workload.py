@@ -59,6 +59,8 @@ class WorkloadSpec:
     seed: int = 0
     stats_every: int = 1  #: sampling-truth statistics on one verify step in N
     reference: bool = True  #: also decode without speculation, as the eval gate's baseline
+    first: int = 0  #: the index of the first prompt taken (a demo's waves walk the set)
+    mix: bool = False  #: take the prompts round-robin across categories, not in file order
 
 
 def _encode(pair: ModelPair, prompt: str, messages: list[dict] | None = None) -> list[int]:
@@ -82,9 +84,15 @@ def _decode(pair: ModelPair, tokens: list[int]) -> str:
 
 def build_requests(pair: ModelPair, spec: WorkloadSpec) -> tuple[list[Request], dict[str, dict]]:
     prompts = load_prompts()
+    if spec.mix:
+        by_cat: dict[str, list[dict]] = {}
+        for p in prompts:
+            by_cat.setdefault(p.get("category", ""), []).append(p)
+        queues = list(by_cat.values())
+        prompts = [q[i] for i in range(max(map(len, queues))) for q in queues if i < len(q)]
     reqs, by_id = [], {}
     for i in range(spec.requests):
-        p = prompts[i % len(prompts)]
+        p = prompts[(spec.first + i) % len(prompts)]
         by_id[p["id"]] = p
         reqs.append(Request(f"req-{i:05d}", _encode(pair, p["prompt"], p.get("messages")),
                             spec.max_new_tokens, spec.temperature, spec.top_p, spec.top_k,

@@ -1,0 +1,18 @@
+"""The shipped prompt set as a workload takes it: in file order, or every category in turn."""
+
+from __future__ import annotations
+
+from specscope.engine.workload import WorkloadSpec, build_requests, load_prompts
+
+
+def test_mixed_waves_walk_every_category_in_turn(tiny):
+    categories = sorted({p.get("category", "") for p in load_prompts()})
+    assert len(categories) >= 7
+    plain, _ = build_requests(tiny, WorkloadSpec(requests=8))
+    assert len({r.category for r in plain}) == 1  # the file is grouped by category
+    seen = []
+    for wave in range(3):
+        reqs, _ = build_requests(tiny, WorkloadSpec(requests=8, mix=True, first=8 * wave))
+        assert len({r.category for r in reqs}) == len(categories)
+        seen += [r.prompt_id for r in reqs]
+    assert len(set(seen)) == len(seen)  # the waves take the next prompts, none twice
