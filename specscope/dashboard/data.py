@@ -271,6 +271,11 @@ class LiveSource:
                 self.problems = self._traces.problems
             return self._trace_views
 
+    def default_runs(self) -> list[str]:
+        """The runs selected when nothing is: the live ones (a sweep's points, other models
+        perhaps, are there to pick)."""
+        return [v.run_id for v in snapshot_views(self.collector.snapshot(), self.name)]
+
     def runs(self) -> list[RunView]:
         # a run without speculation first: the pages compare the others against the first run
         live = sorted(snapshot_views(self.collector.snapshot(), self.name),

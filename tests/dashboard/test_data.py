@@ -186,3 +186,4 @@ def test_a_live_source_reads_what_the_collector_does_not_keep_from_its_traces(da
     assert set(views) == {"faulted-s2"}
     shutil.copy(dash_traces / "clean.jsonl", sweep_dir)  # a sweep point written later
     assert "clean-s3" in {v.run_id for v in src.runs()}
+    assert src.default_runs() == ["faulted-s2"]  # selected at first: the live runs alone
