@@ -55,22 +55,27 @@ def _wall(records: Sequence[Any]) -> tuple[int, float | None]:
     return sum(r.num_output_tokens for r in reqs), span
 
 
-def run_factors(records: Sequence[Any]) -> dict[str, Any]:
-    """The measured factors of one run (speculative or target-only)."""
+def run_factors(records: Sequence[Any], only: set[int] | None = None) -> dict[str, Any]:
+    """The measured factors of one run (speculative or target-only); with ``only``, of those
+    steps alone (each step's span still ends where the run's next step or prefill starts)."""
     steps = _steps(records)
     prefill_ms = sum(p.duration_ns for p in records if isinstance(p, schema.PhaseRecord)
                      and p.phase == "prefill") / 1e6
     phases: dict[str, list[float]] = defaultdict(list)
-    # a step lasts from its first phase's start to the next step's (or prefill's) start: the
-    # host work between steps (commit, scheduling) is the step's idle time, measured from the
-    # phases' own clocks, not from the run's wall clock
+    # a step lasts from its first phase's start to the next step's start: the host work
+    # between steps (commit, scheduling) is the step's idle time, measured from the phases' own
+    # clocks, not from the run's wall clock
     starts = sorted([(min(p.t_start_ns for p in ph), n) for n, ph in steps.items()] +
                     [(p.t_start_ns, None) for p in records if isinstance(p, schema.PhaseRecord)
                      and p.phase == "prefill"])
     cycle: dict[int, float] = {}
-    for (t0, n), (t1, _) in zip(starts, starts[1:]):
-        if n is not None:
-            cycle[n] = (t1 - t0) / 1e6
+    for (t0, n), (t1, n1) in zip(starts, starts[1:]):
+        if n is not None and n1 is not None:  # a step followed by a prefill (a wave's end, a
+            cycle[n] = (t1 - t0) / 1e6  # new request) keeps its own span: the gap is not its
+    if only is not None:
+        steps = {n: ph for n, ph in steps.items() if n in only}
+        records = [r for r in records if not isinstance(r, (schema.VerifyStepRecord, schema.PhaseRecord))
+                   or (r.step in only and getattr(r, "phase", "") != "prefill")]
     idle, spans = [], []
     for n, ph in steps.items():
         for p in ph:
@@ -147,8 +152,8 @@ def by_batch(spec: Sequence[Any], base: Sequence[Any], *, tpot_ms: float | None 
         b_steps = {n for n, b in bb.items() if b > 0 and batch_class(b) == c}
         if len(s_steps) < MIN_CLASS_STEPS or len(b_steps) < MIN_CLASS_STEPS:
             continue
-        s = run_factors([r for r in spec if _in_steps(r, s_steps)])
-        b = run_factors([r for r in base if _in_steps(r, b_steps)])
+        s = run_factors([r for r in spec if not isinstance(r, schema.RequestRecord)], s_steps)
+        b = run_factors([r for r in base if not isinstance(r, schema.RequestRecord)], b_steps)
         b["batch"] = statistics.mean(bb[n] for n in b_steps)  # not tokens / steps: no requests here
         if not (s["step_ms"] and b["step_ms"] and s.get("acceptance_length")):
             continue
@@ -163,14 +168,6 @@ def by_batch(spec: Sequence[Any], base: Sequence[Any], *, tpot_ms: float | None 
         entry["verdict"] = verdict(entry["per_k"], b["step_ms"], tpot_ms)
         out[c] = entry
     return out
-
-
-def _in_steps(r: Any, steps: set[int]) -> bool:
-    """A record of one of ``steps`` (phases, verify steps); run records pass, requests do not
-    (their wall-clock spans are whole-run figures)."""
-    if isinstance(r, (schema.PhaseRecord, schema.VerifyStepRecord)):
-        return r.step in steps and getattr(r, "phase", "") != "prefill"
-    return isinstance(r, schema.RunRecord)
 
 
 def _predicted_s(f: dict[str, Any]) -> float | None:
