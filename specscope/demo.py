@@ -1,9 +1,10 @@
-"""``make demo``: the reference decoder on SmolLM2 with three configurations (EAGLE-style k = 3
-with k = 2 at a full batch, k = 2 with a seeded silent-greedy fault, and target-only), an in-process collector with its
-/metrics, a Prometheus server scraping it (when installed), a small sweep of the ``tiny`` model
-in a background process (niced by 5: the Sweep page, the config advisor and ``explain`` fill from
-it), and the dashboard over the live collector, which reads the demo's own traces for what the
-collector does not keep (per-request records and latencies, phases). Ctrl-C stops everything.
+"""``make demo``: the reference decoder on SmolLM2 with three configurations (EAGLE-style
+k = 3 with k = 2 at a full batch, k = 2 with a seeded silent-greedy fault, and target-only), an
+in-process collector with its /metrics, a Prometheus server scraping it (when installed), a
+small sweep of the ``tiny`` model in a background process (niced by 5: the Sweep page, the
+config advisor and ``explain`` fill from it), and the dashboard over the live collector, which
+reads the demo's own traces for what the collector does not keep (per-request records and
+latencies, phases). Ctrl-C stops everything.
 """
 
 from __future__ import annotations
@@ -117,9 +118,10 @@ def _start_sweep(opts: DemoOptions) -> subprocess.Popen | None:
 
     out = Path(opts.out_dir) / "sweep"
     out.mkdir(parents=True, exist_ok=True)
-    log = open(Path(opts.out_dir) / "sweep.log", "w", encoding="utf-8")
-    return subprocess.Popen([sys.executable, "-m", "specscope", "sweep", *SWEEP_ARGS, "-o", str(out)],
-                            stdout=log, stderr=subprocess.STDOUT, preexec_fn=lambda: os.nice(5))
+    with open(Path(opts.out_dir) / "sweep.log", "w", encoding="utf-8") as log:
+        return subprocess.Popen([sys.executable, "-m", "specscope", "sweep", *SWEEP_ARGS,
+                                 "-o", str(out)], stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=lambda: os.nice(5))
 
 
 def run_demo(opts: DemoOptions) -> int:
@@ -148,9 +150,9 @@ def run_demo(opts: DemoOptions) -> int:
     print(f"metrics     {metrics.url}", flush=True)
     print(f"prometheus  http://{opts.host}:{opts.prometheus_port}/" if prom else
           "prometheus  not started (not installed, or --no-prometheus)", flush=True)
+    swept = f"; a tiny-model sweep into {opts.out_dir}/sweep/" if sweep else ""
     print(f"traces      {opts.out_dir}/ ; decoding {opts.model}: k = 3 (2 at a full batch), k = 2 "
-          "with a seeded silent-greedy fault, and target-only" + (f"; a tiny-model sweep into {opts.out_dir}/sweep/"
-                                                     if sweep else "") + ". Ctrl-C stops everything.",
+          f"with a seeded silent-greedy fault, and target-only{swept}. Ctrl-C stops everything.",
           flush=True)
     t0 = time.monotonic()
     flagged = False

@@ -170,7 +170,8 @@ def create_app(source: Any, *, title: str = "specscope", refresh_s: float = 2.0,
         value = [v for v in (value or []) if v in known]
         if not value and trigger != ids.RUNS:  # the user's own empty selection stays empty
             preferred = [r for r in getattr(source, "default_runs", list)() if r in known]
-            value = [o["value"] for o in options if o["value"] in preferred or not preferred][:max_selected]
+            value = [o["value"] for o in options
+                     if o["value"] in preferred or not preferred][:max_selected]
         problems = getattr(source, "problems", [])
         info = f"{len(views)} run(s) from {getattr(source, 'kind', 'source')}" + (
             f"; {len(problems)} unreadable line(s) skipped, first: {problems[0]}" if problems else "")
