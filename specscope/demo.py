@@ -119,9 +119,33 @@ def _start_sweep(opts: DemoOptions) -> subprocess.Popen | None:
     out = Path(opts.out_dir) / "sweep"
     out.mkdir(parents=True, exist_ok=True)
     with open(Path(opts.out_dir) / "sweep.log", "w", encoding="utf-8") as log:
+        # its own session: stopping the demo stops the sweep's serve-engine children with it
         return subprocess.Popen([sys.executable, "-m", "specscope", "sweep", *SWEEP_ARGS,
                                  "-o", str(out)], stdout=log, stderr=subprocess.STDOUT,
-                                preexec_fn=lambda: os.nice(5))
+                                preexec_fn=lambda: os.nice(5), start_new_session=True)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to a process and everything it started (its session); SIGKILL after 10 s."""
+    import os
+
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the leader, so only live members keep the group
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def run_demo(opts: DemoOptions) -> int:
@@ -171,13 +195,14 @@ def run_demo(opts: DemoOptions) -> int:
     engine.join(timeout=60)
     dash_server.shutdown()
     metrics.close()
-    for proc in (prom, sweep):
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    if sweep is not None:
+        _stop_group(sweep)
+    if prom is not None and prom.poll() is None:
+        prom.send_signal(signal.SIGTERM)
+        try:
+            prom.wait(10)
+        except subprocess.TimeoutExpired:
+            prom.kill()
     shutil.rmtree(tmp, ignore_errors=True)
     print(f"stopped after {time.monotonic() - t0:.0f} s; waves completed: "
           f"{status.get('waves', 0)}; traces in {opts.out_dir}/", flush=True)

@@ -48,3 +48,30 @@ def test_demo_flags_the_fault_and_stops_cleanly(tmp_path, free_port):
             proc.wait()
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [
         "eagle-s2-k1-d3-silent_greedy.jsonl", "eagle-s3-k1-d4-batch1k3_8k2.jsonl", "no-spec.jsonl"]
+
+
+def test_stopping_the_background_sweep_stops_its_servers_too(tmp_path):
+    """The demo's sweep starts a serve-engine per point; stopping the demo stops its whole
+    session, children included (a stand-in parent that starts a child and sleeps)."""
+    import os
+
+    from specscope.demo import _stop_group
+
+    pid_file = tmp_path / "child.pid"
+    code = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
+            "'import time; time.sleep(300)']); open(sys.argv[1], 'w').write(str(c.pid)); "
+            "time.sleep(300)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(pid_file)], start_new_session=True)
+    deadline = time.time() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    _stop_group(proc)
+    assert proc.poll() is not None
+    time.sleep(0.5)
+    try:
+        os.kill(child, 0)
+        with open(f"/proc/{child}/stat") as f:  # gone, or a zombie awaiting its reaper
+            assert f.read().split()[2] == "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        pass
