@@ -234,8 +234,9 @@ def test_compare_page_shows_the_category_matrix(server, browser):
 def test_dashboard_over_a_vllm_server_through_a_real_prometheus(tmp_path, browser):
     """Prometheus scrapes a vLLM server (the real page in shared/samples with a second
     data-parallel engine beside it, counters advancing per scrape); the dashboard reads it
-    through Prometheus: the Live page draws vLLM's acceptance length, and the header's rank
-    selector turns two runs (engine 0 and 1) into one per model."""
+    through Prometheus: the Live page draws vLLM's acceptance length and its latency
+    percentiles from the engine's histograms, and the header's rank selector turns two runs
+    (engine 0 and 1) into one per model."""
     import re
     from pathlib import Path as P
 
@@ -278,6 +279,12 @@ def test_dashboard_over_a_vllm_server_through_a_real_prometheus(tmp_path, browse
             assert info().startswith("2 run"), info()
             expected = 1 + 58695 / 43680  # the page's drafts and accepted tokens, bonus included
             assert any(abs(y - expected) < 1e-6 for y in lengths()), lengths()
+            # vLLM's TTFT histogram as the latency table's p50 for engine 0
+            from specscope.dashboard.figures.live import latency_rows
+
+            (row,) = [r for r in latency_rows(source.runs()) if "rank=0" in r["run"]]
+            assert row["TTFT p50"] and row["TPOT p50"] and row["ITL/chunk p50"]
+            assert str(row["TTFT p50"]) in browser.find_element(By.ID, "live-latency").text
             browser.find_element(By.XPATH, "//label[contains(., 'summed per model')]").click()
             deadline = time.time() + 20
             while time.time() < deadline and not info().startswith("1 run"):

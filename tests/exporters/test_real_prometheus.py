@@ -43,12 +43,15 @@ def test_promql_acceptance_equals_trace_totals(tmp_path):
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         procs.append(prom)
         for i, port in enumerate(exporter_ports):
+            # node 1 samples with top-p under the seeded fallback fault: fallbacks and an
+            # anomaly for the board's panels to show
+            fault = ["--top-p", "0.9", "--fault", "topk_fallback"] if i else []
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "specscope", "record", "--model", "tiny", "--requests", "8",
                  "--concurrency", "4", "--max-new-tokens", "32", "--temperature", str(0.5 * i),
                  "--seed", str(i), "--quiet", "--metrics-port", str(port), "--linger", "120",
-                 "-o", str(tmp_path / f"node{i}.jsonl")], cwd=ROOT, stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL, text=True))
+                 *fault, "-o", str(tmp_path / f"node{i}.jsonl")], cwd=ROOT,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
         for proc in procs[1:]:
             deadline = time.time() + 300
             while time.time() < deadline:
@@ -79,6 +82,12 @@ def test_promql_acceptance_equals_trace_totals(tmp_path):
         assert [got[p] for p in sorted(got)] == pytest.approx(expected.per_position_acceptance, rel=1e-12)
         instances = _query(prom_port, "count by (instance) (specscope_drafts_total)")
         assert len(instances) == 2  # one exporter per node; Prometheus aggregates
+        # every panel of `specscope grafana` returns data from this Prometheus
+        from specscope.exporters.grafana import PANELS
+
+        time.sleep(3)  # rates need two scrapes after the workloads' last counts
+        empty = [title for title, expr in PANELS if not _query(prom_port, expr)]
+        assert not empty, empty
         # the dashboard's Prometheus source reads the same counters through the HTTP API
         from specscope.dashboard.promsource import views_from_prometheus
 
