@@ -264,9 +264,8 @@ class LiveSource:
             if found:
                 if self._traces is None:
                     self._traces = TraceSource(found, roots=self.trace_dirs)
-                for p in found:
-                    if p not in self._traces.paths:
-                        self._traces.paths.append(p)
+                for p in found:  # traces written since (a sweep's next point)
+                    self._traces.open(p)
                 self._trace_views = self._traces.runs()
                 self.problems = self._traces.problems
             return self._trace_views

@@ -36,9 +36,6 @@ COUNTERS = tuple(n for n, m in METRICS.items() if m.field is not None and m.kind
 LATENCY = {name: m.field[6:] for name, m in METRICS.items()
            if m.field is not None and m.field.startswith("hists.")}
 
-ENGINE_FAMILIES = engines.FAMILIES
-ENGINE_HIST_SERIES = engines.HIST_SERIES
-
 Sample = tuple[str, dict[str, str], float]
 
 
@@ -91,7 +88,7 @@ def stats_from_samples(samples: list[Sample], *, sum_ranks: bool = False
         if name in engines.BY_FAMILY:
             engine_samples.append((name, labels, v))
             continue
-        if name in ENGINE_HIST_SERIES:
+        if name in engines.HIST_SERIES:
             fam, _, tail = name.rpartition("_")
             m, hist = engines.LATENCY[fam]
             model, rank = engines.where(m, labels)
@@ -265,12 +262,12 @@ def views_from_prometheus(url: str, minutes: float = 30, points: int = 120, *,
     step = max(1.0, (end - start) / points)
     by_time: dict[float, list[Sample]] = defaultdict(list)
     names = (COUNTERS + tuple(f"{n}_{tail}" for n in LATENCY for tail in ("bucket", "sum"))
-             + ENGINE_FAMILIES + ENGINE_HIST_SERIES)
+             + engines.FAMILIES + engines.HIST_SERIES)
     for name in names:
         for series in _query_range(url, name, start, end, step):
             # an engine's series keep their instance apart (two servers of one model are two
             # label sets, summed into the model's run); specscope's carry their own labels
-            drop = ("job",) if name in ENGINE_FAMILIES + ENGINE_HIST_SERIES else ("job", "instance")
+            drop = ("job",) if name in engines.FAMILIES + engines.HIST_SERIES else ("job", "instance")
             labels = {k: v for k, v in series["metric"].items() if k not in drop}
             labels.pop("__name__", None)
             mono = Monotone()

@@ -22,10 +22,6 @@ from ..schema import Problem
 from . import metrics
 from ._common import ImportResult, run_record
 
-#: the engine families read (a Prometheus source asks for exactly these)
-ENGINE_FAMILIES = metrics.FAMILIES
-
-
 def cumulative(samples) -> list[tuple[dict[str, str], str, schema.SpecCountsRecord]]:
     """One snapshot of an engine's page: per label set (labels, engine, record) with vLLM's
     counts since the engine started and SGLang's gauges as reported."""
@@ -34,8 +30,7 @@ def cumulative(samples) -> list[tuple[dict[str, str], str, schema.SpecCountsReco
 
 
 def sniff(head: str) -> bool:
-    return any(p in head for p in ("vllm:", "sglang:", "llamacpp:", "trtllm_")) or (
-        "# TYPE " in head and "# HELP " in head)
+    return any(p in head for p in metrics.PREFIXES) or ("# TYPE " in head and "# HELP " in head)
 
 
 def _snapshots(path: str | os.PathLike, res: ImportResult):
@@ -78,12 +73,10 @@ def _snapshots(path: str | os.PathLike, res: ImportResult):
         yield snap
 
 
-def _delta(cur: dict, before: dict, field: str) -> int | None:
-    """Counter increase since the previous snapshot; a value that went down is a restart."""
-    if field not in cur:
-        return None
-    old = before.get(field, 0.0)
-    return int(cur[field] - old if cur[field] >= old else cur[field])
+def _increase(value: float, old: float) -> int:
+    """A counter's increase since the previous snapshot; a value that went down is a restart
+    (its new value is the increase)."""
+    return int(value - old if value >= old else value)
 
 
 def run_names(keys: set[tuple], run_id: str) -> dict[tuple, str]:
@@ -168,7 +161,7 @@ class Series:
                     out.append((key, self._record(m, key, t_ns, {}, (), (), cur["g"])))
                 continue
             self.restarts += any(v < before["c"].get(f, 0.0) for f, v in c.items())
-            d = {f: _delta(c, before["c"], f) for f in c}
+            d = {f: _increase(v, before["c"].get(f, 0.0)) for f, v in c.items()}
             pos = _pos_delta(cur["pos"], before["pos"])
             dpos = _pos_delta(cur["dpos"], before["dpos"])
             self.k_seen = max(self.k_seen, len(pos))
@@ -198,11 +191,7 @@ class Series:
 
 
 def _pos_delta(cur: dict[int, float], before: dict[int, float]) -> list[int]:
-    out = []
-    for p in sorted(cur):
-        old, v = before.get(p, 0.0), cur[p]
-        out.append(int(v - old if v >= old else v))
-    return out
+    return [_increase(cur[p], before.get(p, 0.0)) for p in sorted(cur)]
 
 
 def _fold_generated(now: dict[tuple, dict]) -> None:

@@ -58,6 +58,9 @@ BY_SOURCE: dict[str, EngineMetrics] = {m.source: m for m in ENGINES} | {"vllm-v0
 BY_FAMILY: dict[str, EngineMetrics] = {f: m for m in ENGINES for f in m.families}
 #: every spec-decode family read (a Prometheus source asks for exactly these)
 FAMILIES: tuple[str, ...] = tuple(BY_FAMILY)
+#: the engines' name prefixes ("vllm:", "trtllm_", ...): what tells a page's engine at a glance
+PREFIXES: tuple[str, ...] = tuple(sorted({f[:f.index(":") + 1] if ":" in f else f[:f.index("_") + 1]
+                                          for f in FAMILIES}))
 #: latency histogram family -> (mapping, SpecStats histogram)
 LATENCY: dict[str, tuple[EngineMetrics, str]] = {f: (m, h) for m in ENGINES
                                                   for f, h in m.latency.items()}
