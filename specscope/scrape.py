@@ -2,8 +2,8 @@
 
 Every ``interval_s`` all endpoints are fetched concurrently (one thread each, a timeout and a
 size cap per page, optional headers for auth, TLS verification on unless told otherwise). Each
-endpoint x label set (vLLM's ``engine`` ranks, models) is its own run, named
-``HOST:PORT[/labels]``. Consecutive scrapes become counter windows: the first scrape of a label
+endpoint x label set (vLLM's ``engine`` ranks, SGLang's ``dp_rank``, models) is its own run,
+named ``HOST:PORT[/labels]`` (``HOST:PORT/model=ID`` for a llama.cpp router's ``?model=`` page). Consecutive scrapes become counter windows: the first scrape of a label
 set is the baseline (totals are the increase seen while recording), a counter that goes down is
 a restart (the new value is the increase), SGLang's gauges are kept as reported. Records are
 written to the trace as each round completes (JSONL, one flushed line per record: a killed
@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from .importers._common import run_record
 from .importers import metrics as engines
@@ -85,6 +85,23 @@ def targets_from_file(path: str | Path) -> list[Endpoint]:
     return out
 
 
+def endpoint_names(urls: Sequence[str]) -> list[str]:
+    """Each endpoint's run-id stem: ``HOST:PORT``, with ``/model=ID`` where the URL selects a
+    model (llama.cpp's router mode serves one page per ``?model=``); endpoints that would still
+    share a name are numbered in the order given (``HOST:PORT#2``)."""
+    names = []
+    for url in urls:
+        parts = urlsplit(url)
+        model = parse_qs(parts.query).get("model", [""])[0]
+        names.append(parts.netloc + (f"/model={model}" if model else ""))
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+        out.append(n if seen[n] == 1 else f"{n}#{seen[n]}")
+    return out
+
+
 def _fetch(url: str, timeout_s: float, max_bytes: int, headers: dict[str, str],
            context: ssl.SSLContext | None) -> str:
     req = urllib.request.Request(url, headers={"Accept": "text/plain", **headers})
@@ -110,7 +127,8 @@ def scrape(urls: Sequence[str | Endpoint], out: str | Path, *, interval_s: float
         parts = urlsplit(ep.url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"{ep.url}: not an http(s) URL")
-        ep.name = parts.netloc
+    for ep, name in zip(endpoints, endpoint_names([ep.url for ep in endpoints])):
+        ep.name = name
         ep.series = Series(ep.name, baseline=True)
     context = None
     if any(urlsplit(ep.url).scheme == "https" for ep in endpoints):
@@ -186,6 +204,7 @@ def _records(ep: Endpoint, page: str, t_ns: int, log) -> list[Any]:
                 labels["label_set"] = rid[len(ep.name) + 1:]
             out.append(run_record(rid, ep.series.engine, "prometheus-scrape", ep.url,
                                   num_steps=ep.series.k_seen, labels=labels,
-                                  model=dict(key).get("model_name", "")))
+                                  model=dict(key).get("model_name", "")
+                                  or parse_qs(urlsplit(ep.url).query).get("model", [""])[0]))
         out.append(dataclasses.replace(rec, run_id=ep.runs[key]))
     return out

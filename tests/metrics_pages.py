@@ -93,8 +93,9 @@ def trtllm_page(drafted, accepted, acceptance_length, per_pos=None) -> str:
 
 
 def llamacpp_page(drafts, drafted, accepted, per_pos=()) -> str:
-    """A llama.cpp server page in the line shape its ``to_metrics()`` prints: HELP, TYPE and
-    value per counter, no labels but ``position`` on the per-position counter."""
+    """A llama.cpp server page as its ``/metrics`` handler prints it: HELP, TYPE and value per
+    family, the spec-decode counters of ggml-org/llama.cpp pull 26389 (vLLM's names under
+    ``llamacpp:``), no labels but the zero-based ``position`` of the per-position counter."""
     out = []
     for name, v in (("prompt_tokens_total", 512), ("tokens_predicted_total", 2048),
                     ("spec_decode_num_draft_tokens_total", drafted),
@@ -111,10 +112,15 @@ def llamacpp_page(drafts, drafted, accepted, per_pos=()) -> str:
     return "\n".join(out) + "\n"
 
 
-def sglang_spec(verify, generated_stream, generated_batch, length, rate, steps=None) -> str:
-    """SGLang's spec-decode families as prometheus_client renders them (``sglang:`` names,
-    ``model_name``; the generated-token counter split by ``is_streaming`` and the per-token
-inter-token latency histogram, as newer builds have them)."""
+def sglang_spec(verify, generated_stream, generated_batch, length, rate, steps=None,
+                dp_lengths=None) -> str:
+    """SGLang's spec-decode families as prometheus_client renders them, with the labels its
+    collectors are given (``python/sglang/srt/metrics/collector.py`` and the scheduler that
+    builds its labels): the tokenizer's counters and histograms under ``model_name`` (the
+    generated-token counter split by ``is_streaming``; the per-token inter-token latency
+    histogram), the scheduler's gauges under ``model_name``, ``engine_type``, ``tp_rank``,
+    ``pp_rank`` and ``moe_ep_rank``. With ``dp_lengths`` (data-parallel attention) each rank's
+    scheduler reports its own acceptance length under ``dp_rank`` (and its own ``tp_rank``)."""
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
     reg = CollectorRegistry()
@@ -123,14 +129,23 @@ inter-token latency histogram, as newer builds have them)."""
     gen = Counter("sglang:generation_tokens", "g", [*m, "is_streaming"], registry=reg)
     gen.labels(**m, is_streaming="true").inc(generated_stream)
     gen.labels(**m, is_streaming="false").inc(generated_batch)
-    Gauge("sglang:spec_accept_length", "l", list(m), registry=reg).labels(**m).set(length)
-    Gauge("sglang:spec_accept_rate", "r", list(m), registry=reg).labels(**m).set(rate)
+    sched = {**m, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
+    ranks = [dict(sched)] if dp_lengths is None else [
+        {**sched, "tp_rank": str(r), "moe_ep_rank": str(r), "dp_rank": str(r)} for r in range(len(dp_lengths))]
+    lengths = [length] if dp_lengths is None else list(dp_lengths)
+    g_len = Gauge("sglang:spec_accept_length", "l", list(ranks[0]), registry=reg)
+    g_rate = Gauge("sglang:spec_accept_rate", "r", list(ranks[0]), registry=reg)
+    for labels, x in zip(ranks, lengths):
+        g_len.labels(**labels).set(x)
+        g_rate.labels(**labels).set(rate)
     itl = Histogram("sglang:inter_token_latency_seconds", "i", list(m), registry=reg,
                     buckets=[0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03])
     for x in (0.005, 0.007, 0.009):
         itl.labels(**m).observe(x)
     if steps is not None:
-        Gauge("sglang:spec_num_steps", "s", list(m), registry=reg).labels(**m).set(steps)
+        g_steps = Gauge("sglang:spec_num_steps", "s", list(ranks[0]), registry=reg)
+        for labels in ranks:
+            g_steps.labels(**labels).set(steps)
     return generate_latest(reg).decode()
 
 

@@ -65,12 +65,13 @@ def _cmd_scrape(args: argparse.Namespace) -> int:
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "scrape", help="poll running engines' Prometheus /metrics pages and record a trace",
-        description="Poll vLLM and SGLang /metrics endpoints (concurrently, every --interval "
-        "seconds) and record their spec-decode counters as windows: the first scrape is the "
-        "baseline, a counter that goes down is a restart, SGLang's gauges are kept as reported. "
-        "Each endpoint x label set (data-parallel engine, model) is its own run. The trace is "
-        "written as it goes; report, compare, regress and the dashboard read it. Stops after "
-        "--duration, or on Ctrl-C / SIGTERM.")
+        description="Poll engines' Prometheus pages (vLLM and SGLang /metrics, TensorRT-LLM "
+        "/prometheus/metrics, llama.cpp /metrics; concurrently, every --interval seconds) and "
+        "record their spec-decode counters as windows: the first scrape is the baseline, a "
+        "counter that goes down is a restart, SGLang's gauges are kept as reported. Each "
+        "endpoint x label set (vLLM engine, SGLang dp_rank, model; a llama.cpp router's "
+        "?model= page) is its own run. The trace is written as it goes; report, compare, "
+        "regress and the dashboard read it. Stops after --duration, or on Ctrl-C / SIGTERM.")
     p.add_argument("urls", nargs="*", help="endpoints, e.g. http://vllm:8000/metrics")
     p.add_argument("--targets", default=None, help="a Prometheus file-discovery targets file "
                    "(JSON or YAML list of {targets: [host:port], labels: {...}})")

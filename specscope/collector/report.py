@@ -363,6 +363,9 @@ def format_report(report: dict[str, Any]) -> str:
         if t.get("reported_mean_acceptance_length") is not None:
             lines.append(f"  reported acceptance length (mean of source's values) "
                          f"{_f(t['reported_mean_acceptance_length'])}")
+        if t.get("reported_acceptance_rate") is not None:
+            lines.append(f"  reported acceptance rate (mean of source's values) "
+                         f"{_f(t['reported_acceptance_rate'])}")
         for k, v in sec["engine_gauges"].items():
             lines.append(f"  engine {k:<28} mean {_f(v, '.2f')}")
         for b in sec["benchmarks"]:

@@ -265,9 +265,9 @@ def views_from_prometheus(url: str, minutes: float = 30, points: int = 120, *,
              + engines.FAMILIES + engines.HIST_SERIES)
     for name in names:
         for series in _query_range(url, name, start, end, step):
-            # an engine's series keep their instance apart (two servers of one model are two
+            # an engine's series keep their target apart (two servers of one model are two
             # label sets, summed into the model's run); specscope's carry their own labels
-            drop = ("job",) if name in engines.FAMILIES + engines.HIST_SERIES else ("job", "instance")
+            drop = () if name in engines.FAMILIES + engines.HIST_SERIES else ("job", "instance")
             labels = {k: v for k, v in series["metric"].items() if k not in drop}
             labels.pop("__name__", None)
             mono = Monotone()

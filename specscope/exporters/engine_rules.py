@@ -40,7 +40,8 @@ def _family(m: EngineMetrics, role: str) -> str | None:
 
 def exprs(m: EngineMetrics) -> _Exprs:
     """The PromQL of each figure over the engine's own families (the window as ``__W__``)."""
-    by = ", ".join(x for x in (m.model_label, m.rank_label) if x) or "instance"
+    by = ", ".join(x for x in (m.model_label, m.rank_label if m.counters_by_rank else "",
+                               "instance" if m.by_target else "") if x)
 
     def s(expr: str, extra: str = "") -> str:
         return f"sum by ({by}{extra}) ({expr})"
@@ -92,7 +93,7 @@ def rules(engine: str) -> str:
                       f"        annotations:\n          summary: \"{summary}\"\n"
                       f"          description: \"{description}\"\n")
 
-    where = _labels_text(e.by)
+    where = _labels_text("instance" if m.by_target else e.by)  # a label always there
     camel = "Specscope" + engine.capitalize()
     if e.rate:
         for w in ("5m", "1h"):

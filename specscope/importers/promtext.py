@@ -86,7 +86,15 @@ def run_names(keys: set[tuple], run_id: str) -> dict[tuple, str]:
         return {k: run_id for k in keys}
     varying = sorted({name for k in keys for name, v in k
                       if len({dict(x).get(name) for x in keys}) > 1})
-    return {k: run_id + "/" + ",".join(f"{n}={dict(k).get(n, '')}" for n in varying) for k in keys}
+
+    def name(k: tuple, keep_empty: bool) -> str:
+        parts = [f"{n}={dict(k).get(n, '')}" for n in varying if keep_empty or dict(k).get(n)]
+        return "/".join([run_id, ",".join(parts)]) if parts else run_id
+
+    names = {k: name(k, False) for k in keys}  # a label a set lacks is left out of its name
+    if len(set(names.values())) < len(names):
+        names = {k: name(k, True) for k in keys}
+    return names
 
 
 def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
@@ -99,8 +107,10 @@ def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
     for key, recs in inner.by_key.items():
         rid = names.get(key, run_id)
         res.extend(dataclasses.replace(r, run_id=rid) for r in recs)
+    models = {rid: dict(key).get("model_name", "") for key, rid in names.items()}
     for rid in sorted(set(names.values()) or {run_id}):
         res.add(run_record(rid, inner.engine, "prometheus-text", path, num_steps=inner.k_seen,
+                           model=models.get(rid, ""),
                            labels={"label_set": rid[len(run_id) + 1:]} if rid != run_id else None))
     return res
 
@@ -131,33 +141,46 @@ class Series:
         self.restarts = 0  #: counters that went down (engine restarts)
 
     def feed(self, samples, t_ns: int) -> list[tuple[tuple, schema.SpecCountsRecord]]:
-        """(label set, record) of one snapshot's (name, labels, value) samples."""
+        """(label set, record) of one snapshot's (name, labels, value) samples. A label set is
+        the samples' labels less the engine's qualifiers (``EngineMetrics.qualifiers``): their
+        counters are summed, a gauge is kept where every series reports the same value and is
+        unknown where they differ (never averaged)."""
         now: dict[tuple, dict] = {}
+        seen: set[tuple] = set()
         for name, labels, value in samples:
             m = metrics.BY_FAMILY.get(name)
             if m is None or not math.isfinite(value):  # an unknown value counts nothing
                 continue
-            key = tuple(sorted((k, v) for k, v in labels.items() if k != m.pos_label))
-            cur = now.setdefault(key, {"m": m, "c": {}, "pos": {}, "dpos": {}, "g": {}})
+            series = (name, tuple(sorted(labels.items())))
+            if series in seen:  # a series listed twice on one page: its first value stands
+                continue
+            seen.add(series)
+            key = tuple(sorted((k, v) for k, v in labels.items()
+                               if k != m.pos_label and k not in m.qualifiers))
+            cur = now.setdefault(key, {"m": m, "c": {}, "pos": {}, "dpos": {}, "gs": {}})
             if name in (m.per_pos, m.drafted_per_pos):
                 if labels.get(m.pos_label, "").isdigit():
-                    cur["pos" if name == m.per_pos else "dpos"][int(labels[m.pos_label])] = value
+                    pos = cur["pos" if name == m.per_pos else "dpos"]
+                    p = int(labels[m.pos_label])
+                    pos[p] = pos.get(p, 0.0) + value
             elif name in m.counters:
-                cur["c"][m.counters[name]] = value
+                role = m.counters[name]
+                cur["c"][role] = cur["c"].get(role, 0.0) + value
             else:
-                cur["g"][m.gauges[name]] = value
-        _fold_generated(now)
+                cur["gs"].setdefault(m.gauges[name], set()).add(value)
+        for cur in now.values():
+            cur["g"] = {r: next(iter(vs)) for r, vs in cur["gs"].items() if len(vs) == 1}
         out = []
         for key, cur in now.items():
             m, c = cur["m"], cur["c"]
-            if not (set(c) - {metrics.GENERATED}) and not cur["pos"] and not cur["g"]:
+            if not (set(c) - {metrics.GENERATED}) and not cur["pos"] and not cur["gs"]:
                 continue  # tokens generated, but nothing about speculation
             self.engine = m.engine
             first = key not in self.prev
             before = self.prev.get(key, {"c": {}, "pos": {}, "dpos": {}})
             self.prev[key] = cur
             if first and self.baseline:
-                if cur["g"]:
+                if cur["gs"]:
                     out.append((key, self._record(m, key, t_ns, {}, (), (), cur["g"])))
                 continue
             self.restarts += any(v < before["c"].get(f, 0.0) for f, v in c.items())
@@ -192,18 +215,6 @@ class Series:
 
 def _pos_delta(cur: dict[int, float], before: dict[int, float]) -> list[int]:
     return [_increase(cur[p], before.get(p, 0.0)) for p in sorted(cur)]
-
-
-def _fold_generated(now: dict[tuple, dict]) -> None:
-    """SGLang's generated-token counter may carry labels its verify-call counter lacks
-    (``is_streaming``): sum it into the verify calls' label set it extends."""
-    verify = [k for k, cur in now.items() if metrics.VERIFY_CALLS in cur["c"]]
-    for key in [k for k, cur in now.items() if set(cur["c"]) == {metrics.GENERATED}
-                and not cur["g"] and not cur["pos"]]:
-        home = [k for k in verify if k != key and set(k) <= set(key)]
-        if len(home) == 1:
-            c = now[home[0]]["c"]
-            c[metrics.GENERATED] = c.get(metrics.GENERATED, 0.0) + now.pop(key)["c"][metrics.GENERATED]
 
 
 def _parse(path: str | os.PathLike, run_id: str) -> _Parsed:

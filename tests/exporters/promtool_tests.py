@@ -85,8 +85,8 @@ def _series(engine: str) -> list[tuple[str, dict, str]]:
     fam = {role: f for f, role in m.counters.items()}
     out = []
     for run, (pos_before, pos_after) in RUNS.items():
-        labels = {"instance": run} if not m.model_label else {m.model_label: run}
-        if m.rank_label:
+        labels = {"instance": run} if m.by_target else {m.model_label: run}
+        if m.rank_label and m.counters_by_rank:
             labels[m.rank_label] = "0"
         acc = _counter(sum(pos_before), sum(pos_after))
         if M.DRAFTS in fam:
@@ -99,7 +99,10 @@ def _series(engine: str) -> list[tuple[str, dict, str]]:
             out.append((fam[M.VERIFY_CALLS], labels, f"0+{DRAFTS}x150"))
             out.append((fam[M.GENERATED], labels,
                         _counter(DRAFTS + sum(pos_before), DRAFTS + sum(pos_after))))
-            out.append(("sglang:spec_num_steps", labels, "3x150"))
+            # a scheduler gauge: SGLang's scheduler labels, the data-parallel rank among them
+            out.append(("sglang:spec_num_steps", {**labels, "engine_type": "unified", "tp_rank": "0",
+                                                  "pp_rank": "0", "moe_ep_rank": "0", "dp_rank": "0"},
+                        "3x150"))
         for p in range(3):
             at = {**labels, m.pos_label: str(p)}
             if m.per_pos:
@@ -132,8 +135,8 @@ def engine_rule_tests(engine: str, rules_path: str, rules_text: str) -> str:
              if "alert" in r}
 
     def labels_of(run: str) -> dict:
-        out = {"instance": run} if not m.model_label else {m.model_label: run}
-        if m.rank_label:
+        out = {"instance": run} if m.by_target else {m.model_label: run}
+        if m.rank_label and m.counters_by_rank:
             out[m.rank_label] = "0"
         return out
 

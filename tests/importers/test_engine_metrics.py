@@ -94,12 +94,45 @@ def test_ranks_summed_never_average_gauges():
     assert sorted(s.num_drafts for s in apart.values()) == [100, 200]
     (one,) = summed.values()
     assert one.num_drafts == 300 and one.accepted_tokens == 150
-    # SGLang has no rank label: two label sets of one model fall into one run, and their
-    # gauges give an unknown figure, not their mean
+    # SGLang's TP replicas (metrics from every scheduler) qualify one run: gauges that
+    # disagree give an unknown figure, not their mean; gauges that agree stand
+    page = "\n".join(f'sglang:spec_accept_length{{model_name="m",tp_rank="{r}"}} {v}'
+                     for r, v in ((0, 2.0), (1, 3.0)))
     (one,) = stats_from_samples(parse_text(page))[0].values()
     assert one.reported_al_n == 0
-    (one,) = stats_from_samples(parse_text(page.replace('engine="1"', 'engine="0"').split("\n")[0]))[0].values()
+    (one,) = stats_from_samples(parse_text(page.replace(" 3.0", " 2.0")))[0].values()
     assert one.reported_al_sum == 2.0 and one.reported_al_n == 1
+
+
+def test_sglang_scheduler_labels_and_data_parallel_ranks(tmp_path):
+    """SGLang's scheduler labels its gauges with engine type and tp/pp/expert ranks, its
+    tokenizer labels the counters with the model alone: one run, not two. With data-parallel
+    attention each rank's gauges are a run of their own beside the server-wide counters, and
+    summing ranks leaves the counters' acceptance length and an unknown gauge."""
+    path = tmp_path / "sglang.txt"
+    path.write_text(sglang_spec(1000, 2000, 800, 2.75, 0.6))
+    res = promtext.parse(path, "s")
+    (c,) = _counts(res)
+    assert (c.num_drafts, c.accepted_tokens, c.reported_mean_acceptance_length) == (1000, 1800, 2.75)
+    assert [r.run_id for r in res.records if isinstance(r, schema.RunRecord)] == ["s"]
+    path.write_text(sglang_spec(1000, 2000, 800, None, 0.6, dp_lengths=(3.1, 2.5)))
+    res = promtext.parse(path, "s")
+    got = {r.run_id: (r.num_drafts, r.reported_mean_acceptance_length) for r in _counts(res)}
+    assert got == {"s": (1000, None), "s/dp_rank=0": (None, 3.1), "s/dp_rank=1": (None, 2.5)}
+    assert {r.model for r in res.records if isinstance(r, schema.RunRecord)} == \
+        {"meta-llama/Llama-3.1-8B-Instruct"}
+    apart, _ = stats_from_samples(parse_text(path.read_text()))
+    assert sorted((k[-1], s.mean_acceptance_length, s.reported_al_sum) for k, s in apart.items()) == \
+        [("", pytest.approx(2.8), 0.0), ("0", None, 3.1), ("1", None, 2.5)]
+    (one,) = stats_from_samples(parse_text(path.read_text()), sum_ranks=True)[0].values()
+    assert one.mean_acceptance_length == pytest.approx(2.8) and one.reported_al_n == 0
+
+
+def test_a_series_listed_twice_counts_once():
+    series = Series("d")
+    name = "vllm:spec_decode_num_drafts_total"
+    ((_, rec),) = series.feed([(name, {"engine": "0"}, 10.0), (name, {"engine": "0"}, 10.0)], 0)
+    assert rec.num_drafts == 10
 
 
 def test_one_series_restart_does_not_corrupt_the_sum():
@@ -140,3 +173,18 @@ def test_fuzz_the_mapping_never_raises_and_never_invents_counts(pages, baseline)
             for x in (rec.num_drafts, rec.draft_tokens, rec.accepted_tokens, *rec.accepted_per_pos):
                 assert x is None or isinstance(x, int)
     stats_from_samples(pages[-1])
+
+
+def test_llamacpp_servers_through_prometheus_are_runs_of_their_own():
+    """llama.cpp's page names no model: through Prometheus two servers are two runs (by their
+    target), and a relabelled ``model`` (a router's ``?model=``) names the run."""
+    page = parse_text(llamacpp_page(400, 1600, 500))
+    two = [(n, {**labels, "instance": inst}, v) for inst in ("a:8080", "b:8080")
+           for n, labels, v in page]
+    stats, _ = stats_from_samples(two)
+    assert sorted(k[5] for k in stats) == ["a:8080", "b:8080"]  # the model column
+    assert all(s.num_drafts == 400 for s in stats.values())
+    routed = [(n, {**labels, "instance": "a:8080", "model": m}, v) for m in ("qwen", "llama")
+              for n, labels, v in page]
+    stats, _ = stats_from_samples(routed)
+    assert sorted(k[5] for k in stats) == ["llama", "qwen"]

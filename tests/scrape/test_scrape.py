@@ -103,3 +103,26 @@ def test_cli_names_an_acceptance_drop_while_scraping(samples, capsys, tmp_path):
     err = capsys.readouterr().err
     assert rc == 0
     assert "anomaly acceptance_regression" in err and "position_0" in err, err
+
+
+def test_a_llamacpp_router_page_per_model_is_a_run_per_model(tmp_path):
+    """llama.cpp's router serves each model's page at ``/metrics?model=ID`` on one port: each
+    is its own run, named and labelled after the model (the page itself names none)."""
+    from tests.metrics_pages import llamacpp_page
+
+    # both endpoints are fetched once a round: round r serves (r + 1) times the counts
+    with serving(lambda n: llamacpp_page(*(x * (n // 2 + 1) for x in (40, 160, 50)),
+                                         per_pos=tuple(x * (n // 2 + 1) for x in (30, 20)))) as url:
+        urls = [url + "?model=qwen", url + "?model=llama"]
+        out = tmp_path / "router.jsonl"
+        scrape(urls, out, interval_s=0.05, rounds=3, log=io.StringIO())
+    tr = read_trace(out)
+    runs = {r.run_id: r for r in tr.records if isinstance(r, schema.RunRecord)}
+    port = url.split(":")[2].split("/")[0]
+    assert set(runs) == {f"127.0.0.1:{port}/model=qwen", f"127.0.0.1:{port}/model=llama"}
+    assert {r.model for r in runs.values()} == {"qwen", "llama"}
+    assert all(r.engine == "llamacpp" for r in runs.values())
+    counts = [r for r in tr.records if isinstance(r, schema.SpecCountsRecord)]
+    assert len(counts) == 4  # two windows per model after the baseline
+    assert {(c.num_drafts, c.draft_tokens, c.accepted_tokens, c.accepted_per_pos) for c in counts} \
+        == {(40, 160, 50, (30, 20))}

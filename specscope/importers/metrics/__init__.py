@@ -35,6 +35,16 @@ class EngineMetrics:
     latency: Mapping[str, str] = field(default_factory=dict)
     model_label: str = "model_name"
     rank_label: str = ""  #: the data-parallel rank's label, where the engine has one
+    #: whether the counters carry ``rank_label`` too (SGLang's are its tokenizer's: server-wide,
+    #: only its scheduler's gauges are per rank)
+    counters_by_rank: bool = True
+    #: labels that split one run's series without naming another run (SGLang's scheduler
+    #: labels its gauges with tp/pp/expert ranks and its generated-token counter with
+    #: ``is_streaming``): counters under them are summed, gauges kept only where they agree
+    qualifiers: tuple[str, ...] = ()
+    #: the page names no model (llama.cpp): through Prometheus a run is also told apart by
+    #: its target (``instance``)
+    by_target: bool = False
     #: how acceptance length and rate derive, said in reports and rule files
     derivation: str = ""
 
@@ -72,6 +82,11 @@ def engine_of(family: str) -> EngineMetrics | None:
 
 
 def where(m: EngineMetrics, labels: Mapping[str, str]) -> tuple[str, str]:
-    """(model, rank) of a sample's labels under its engine's label names."""
-    rank = labels.get(m.rank_label, "0") if m.rank_label else "0"
-    return labels.get(m.model_label, ""), rank
+    """(model, rank) of a sample's labels under its engine's label names; the rank is empty
+    where the sample has no rank label (an engine without ranks, or SGLang's server-wide
+    counters beside its per-rank gauges). An engine whose page names no model (llama.cpp) is
+    known by the ``model`` label a Prometheus relabel rule gives it (a router's
+    ``__param_model``), else by its ``instance``."""
+    model = labels.get(m.model_label, "") if m.model_label else ""
+    # a page that names no model (llama.cpp) is known by its Prometheus target
+    return model or labels.get("instance", ""), labels.get(m.rank_label, "") if m.rank_label else ""

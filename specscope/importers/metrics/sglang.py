@@ -8,6 +8,14 @@ generated tokens / verify calls, SGLang's own per-request definition (``completi
 spec_verify_ct``: the prefill's first token included); accepted = generated - verify calls.
 Drafted tokens are not counted, so no rate derives from counters. SGLang's inter-token latency
 spreads each chunk's interval over its tokens: it fills the per-token ``itl_s``.
+
+Labels, as SGLang's scheduler and tokenizer register them: the tokenizer's counters and
+histograms carry ``model_name`` (the generated-token counter also ``is_streaming``); the
+scheduler's gauges add ``engine_type``, ``tp_rank``, ``pp_rank``, ``moe_ep_rank`` (``priority``
+with priority scheduling) and, with data-parallel attention, ``dp_rank``. A run is a model and,
+for the gauges, a ``dp_rank``: the counters (server-wide) are the model's run, each rank's
+gauges a run of their own; the other labels qualify series within a run (TP replicas that
+report the same gauge agree, or the figure is unknown).
 """
 
 from . import GENERATED, LENGTH, RATE, VERIFY_CALLS, EngineMetrics
@@ -17,6 +25,8 @@ METRICS = EngineMetrics(
     counters={"sglang:spec_verify_calls_total": VERIFY_CALLS,
               "sglang:generation_tokens_total": GENERATED},
     gauges={"sglang:spec_accept_length": LENGTH, "sglang:spec_accept_rate": RATE},
+    rank_label="dp_rank", counters_by_rank=False,
+    qualifiers=("engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "priority", "is_streaming"),
     latency={"sglang:time_to_first_token_seconds": "ttft_s",
              "sglang:inter_token_latency_seconds": "itl_s",
              "sglang:time_per_output_token_seconds": "tpot_s",
