@@ -150,11 +150,15 @@ def stats_from_samples(samples: list[Sample], *, sum_ranks: bool = False
 def _minus(a: SpecStats, b: SpecStats) -> SpecStats:
     """The increase between two cumulative snapshots (a restart counts from zero)."""
     d = SpecStats(keep_samples=False)
-    for f in ("num_drafts", "draft_tokens", "accepted_tokens", "num_steps", "num_requests",
-              "output_tokens"):
+    # accepted_with_drafts apart from accepted_tokens: SGLang's verify calls give accepted
+    # tokens per draft without a drafted-token count
+    for f in ("num_drafts", "draft_tokens", "accepted_tokens", "accepted_with_drafts",
+              "num_steps", "num_requests", "output_tokens"):
         x, y = getattr(a, f), getattr(b, f)
         setattr(d, f, x - y if x >= y else x)
-    d.accepted_with_drafts = d.accepted_tokens
+    # a gauge is not differenced: the window holds the engine's current value
+    d.reported_al_sum, d.reported_al_n = a.reported_al_sum, a.reported_al_n
+    d.reported_rate_sum, d.reported_rate_n = a.reported_rate_sum, a.reported_rate_n
     d.num_counted = a.num_counted
     d.drafted_per_pos = [x - (b.drafted_per_pos[i] if i < len(b.drafted_per_pos) else 0)
                          for i, x in enumerate(a.drafted_per_pos)]
@@ -192,8 +196,8 @@ def _run_of(labels: dict[str, str]) -> schema.RunRecord:
 
     return schema.RunRecord(
         run_id="/".join(f"{k}={v}" for k, v in labels.items() if v),
-        config_id=f"{labels['algorithm']}-s{labels['num_steps']}-k{labels['topk']}-"
-                  f"d{labels['num_draft_tokens']}",
+        config_id=(f"{labels['algorithm']}-s{labels['num_steps']}-k{labels['topk']}-"
+                   f"d{labels['num_draft_tokens']}" if labels["num_steps"] else labels["algorithm"]),
         algorithm=labels["algorithm"], num_steps=num("num_steps"), topk=num("topk") or 1,
         num_draft_tokens=num("num_draft_tokens"), backend=labels["backend"], model=labels["model"])
 

@@ -30,7 +30,9 @@ class Acceptance:
     mean_acceptance_length: float | None = None
     acceptance_rate: float | None = None
     per_position_acceptance: tuple[float, ...] = ()
+    #: the engine's own figures (its gauges, its logs' values), never mixed into the pooled ones
     reported_mean_acceptance_length: float | None = None
+    reported_acceptance_rate: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -147,14 +147,15 @@ def panels(engine: str) -> list[tuple[str, str]]:
     out = []
     if e.length:
         out.append(("Mean acceptance length (bonus token included)", e.length.replace("__W__", "5m")))
-    out += [(f"Acceptance length reported by {TITLE[engine]}", f"avg by ({e.by}) ({g})")
+    # the engine's gauge, one line per label set (ranks, replicas): never averaged
+    out += [(f"Acceptance length reported by {TITLE[engine]}", g)
             for g, role in m.gauges.items() if role == M.LENGTH]
     if e.rate:
         out.append(("Acceptance rate (accepted / drafted)", e.rate.replace("__W__", "5m")))
     if e.per_pos:
         out.append(("Per-position acceptance", e.per_pos.replace("__W__", "5m")))
     for fam, hist in m.latency.items():
-        label = {"ttft_s": "TTFT", "tpot_s": "TPOT", "itl_s": "ITL per token",
+        label = {"ttft_s": "TTFT", "tpot_s": "TPOT", "itl_token_s": "ITL per token",
                  "itl_chunk_s": "ITL per streamed chunk", "e2e_s": "E2E latency"}[hist]
         out.append((f"{label} p50 (s)",
                     f"histogram_quantile(0.5, sum by ({e.by}, le) (rate({fam}_bucket[5m])))"))

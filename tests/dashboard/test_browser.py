@@ -293,3 +293,66 @@ def test_dashboard_over_a_vllm_server_through_a_real_prometheus(tmp_path, browse
         finally:
             if srv is not None:
                 srv.shutdown()
+
+
+def test_dashboard_live_on_an_sglang_server_with_data_parallel_ranks(browser):
+    """``dashboard --live`` pointed straight at an SGLang server's /metrics (the real scrape in
+    shared/samples for its latency histograms, SGLang's spec-decode families with two
+    data-parallel ranks; counters advancing per poll): the Live page draws the server's
+    acceptance length from its verify-call counter, each rank's gauges are runs of their own
+    drawn as reported,
+    the latency table shows TTFT from SGLang's histogram, and summing ranks leaves one run."""
+    from pathlib import Path as P
+
+    from selenium.webdriver.common.by import By
+
+    from specscope.dashboard import MetricsSource, create_app
+    from specscope.dashboard.app import serve
+    from specscope.dashboard.figures.live import latency_rows
+    from tests.metrics_pages import advanced, serving, sglang_spec
+
+    sample = P(__file__).resolve().parents[2].parent / "shared" / "samples" / "sglang_metrics_scrape_2.txt"
+    if not sample.exists():
+        pytest.skip("needs ../shared/samples (a user's clone has none)")
+    # the sample's own generated-token counter gives way to the spec families' (one family
+    # per page, as a server has)
+    real = "\n".join(x for x in sample.read_text().splitlines() if "generation_tokens_total" not in x)
+    page = real + "\n" + sglang_spec(1000, 2000, 800, None, 0.6, dp_lengths=(3.3, 2.5))
+    with serving(lambda n: advanced(page, n + 1)) as url:
+        srv = None
+        try:
+            source = MetricsSource(url)
+            srv = serve(create_app(source, n_boot=50), "127.0.0.1", free_port())
+            browser.get(f"http://127.0.0.1:{srv.server_port}/")
+            _settle(browser)
+
+            def info():
+                return browser.find_element(By.ID, "source-info").text
+
+            def lengths():
+                return browser.execute_script(
+                    "var g = document.querySelector('#live-acceptance .js-plotly-plot');"
+                    " return g && g.data ? g.data.filter(t => t.yaxis !== 'y3')"
+                    ".map(t => t.y).flat().filter(y => y !== null) : []")
+
+            deadline = time.time() + 30
+            while time.time() < deadline and not (info().startswith("3 run")
+                                                  and any(abs(y - 2.8) < 1e-9 for y in lengths())):
+                time.sleep(0.3)
+            browser.save_screenshot(str(ARTIFACTS / "live-sglang.png"))
+            assert info().startswith("3 run"), info()
+            # 2800 generated tokens per 1000 verify calls each poll (SGLang's own definition)
+            assert any(abs(y - 2.8) < 1e-9 for y in lengths()), lengths()
+            # each rank's gauge drawn as the engine reports it (dashed), never averaged
+            assert {3.3, 2.5} <= set(lengths()) and (3.3 + 2.5) / 2 not in lengths()
+            (row,) = [r for r in latency_rows(source.runs()) if "rank=" not in r["run"]]
+            assert row["TTFT p50"] and row["ITL/token p50"] and row["ITL/chunk p50"] is None
+            assert str(row["TTFT p50"]) in browser.find_element(By.ID, "live-latency").text
+            browser.find_element(By.XPATH, "//label[contains(., 'summed per model')]").click()
+            deadline = time.time() + 20
+            while time.time() < deadline and not info().startswith("1 run"):
+                time.sleep(0.3)
+            assert info().startswith("1 run"), info()
+        finally:
+            if srv is not None:
+                srv.shutdown()

@@ -79,7 +79,7 @@ def test_sglang_latency_from_the_real_scrape(samples):
     count = sum(float(x.split()[-1]) for x in page.splitlines()
                 if x.startswith("sglang:time_per_output_token_seconds_count"))
     assert st.hists["tpot_s"].count == count > 0 and st.hists["ttft_s"].count > 0
-    assert st.hists["e2e_s"].count > 0 and st.hists["itl_s"].count == 3 and "itl_chunk_s" not in st.hists
+    assert st.hists["e2e_s"].count > 0 and st.hists["itl_token_s"].count == 3 and "itl_chunk_s" not in st.hists
 
 
 def test_ranks_summed_never_average_gauges():

@@ -37,4 +37,9 @@ def styled(fig: go.Figure, title: str, height: int = 320) -> go.Figure:
 
 
 def short(label: str, n: int = 48) -> str:
-    return label if len(label) <= n else label[:n - 1] + "…"
+    """``label`` cut to ``n`` characters in its middle: runs named alike keep the end that
+    tells them apart (a rank, a configuration)."""
+    if len(label) <= n:
+        return label
+    head = (n - 1) * 2 // 5
+    return label[:head] + "…" + label[len(label) - (n - 1 - head):]

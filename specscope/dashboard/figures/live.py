@@ -11,7 +11,8 @@ from . import COLORS, empty, short, styled
 
 
 def acceptance_over_time(views: Sequence[Any]) -> go.Figure:
-    """Acceptance length (bonus included) and acceptance rate per window, one line per run."""
+    """Acceptance length (bonus included) and acceptance rate per window, one line per run;
+    an engine's own reported figures (its gauges) dashed beside them."""
     if not any(v.view.windows for v in views):
         return empty("no verify steps yet")
     fig = go.Figure()
@@ -24,6 +25,18 @@ def acceptance_over_time(views: Sequence[Any]) -> go.Figure:
         fig.add_scatter(x=t, y=[x.acceptance_rate for x in w], mode="lines+markers",
                         name=short(v.label), line={"color": c}, legendgroup=v.run_id,
                         showlegend=False, xaxis="x2", yaxis="y2")
+        # the engine's own figures (SGLang's gauges), dashed: its definition, not pooled
+        r = [x for x in v.view.windows if x.reported_mean_acceptance_length is not None
+             or x.reported_acceptance_rate is not None]
+        if r:
+            tr = since_first(r, v.view.windows)
+            style = {"color": c, "dash": "dash"}
+            fig.add_scatter(x=tr, y=[x.reported_mean_acceptance_length for x in r],
+                            mode="lines+markers", name=short(v.label, 40) + " (gauge)",
+                            line=style, legendgroup=v.run_id)
+            fig.add_scatter(x=tr, y=[x.reported_acceptance_rate for x in r], mode="lines+markers",
+                            name=short(v.label, 40) + " (gauge)", line=style,
+                            legendgroup=v.run_id, showlegend=False, xaxis="x2", yaxis="y2")
     # stacked panels sharing time, laid out by hand (make_subplots costs ~11 ms a call); the
     # draft depth k under them where the runs give it (a speculation policy moves it)
     depth = any(x.mean_draft_depth is not None for v in views for x in v.view.windows)

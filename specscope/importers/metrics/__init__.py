@@ -31,7 +31,7 @@ class EngineMetrics:
     drafted_per_pos: str = ""  #: drafted tokens per draft position (TensorRT-LLM)
     pos_label: str = "position"
     gauges: Mapping[str, str] = field(default_factory=dict)  #: gauge family -> LENGTH, RATE
-    #: histogram family -> the SpecStats histogram it fills (ttft_s, tpot_s, itl_s, ...)
+    #: histogram family -> the SpecStats histogram it fills (ttft_s, tpot_s, itl_token_s, ...)
     latency: Mapping[str, str] = field(default_factory=dict)
     model_label: str = "model_name"
     rank_label: str = ""  #: the data-parallel rank's label, where the engine has one

@@ -7,7 +7,7 @@ requests), counts derive from counter increases: drafts = verify calls, and acce
 generated tokens / verify calls, SGLang's own per-request definition (``completion_tokens /
 spec_verify_ct``: the prefill's first token included); accepted = generated - verify calls.
 Drafted tokens are not counted, so no rate derives from counters. SGLang's inter-token latency
-spreads each chunk's interval over its tokens: it fills the per-token ``itl_s``.
+spreads each chunk's interval over its tokens: it fills the per-token ``itl_token_s``.
 
 Labels, as SGLang's scheduler and tokenizer register them: the tokenizer's counters and
 histograms carry ``model_name`` (the generated-token counter also ``is_streaming``); the
@@ -28,7 +28,7 @@ METRICS = EngineMetrics(
     rank_label="dp_rank", counters_by_rank=False,
     qualifiers=("engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "priority", "is_streaming"),
     latency={"sglang:time_to_first_token_seconds": "ttft_s",
-             "sglang:inter_token_latency_seconds": "itl_s",
+             "sglang:inter_token_latency_seconds": "itl_token_s",
              "sglang:time_per_output_token_seconds": "tpot_s",
              "sglang:e2e_request_latency_seconds": "e2e_s"},
     derivation="acceptance length and rate: SGLang's gauges as reported; with "
