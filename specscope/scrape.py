@@ -85,6 +85,26 @@ def targets_from_file(path: str | Path) -> list[Endpoint]:
     return out
 
 
+def baseline_stats(path: str | Path, run: str | None = None) -> tuple[str, Any]:
+    """(run id, pooled SpecStats) of the baseline run in the trace ``path``: ``run``, or the
+    trace's only run with acceptance counts. Raises ValueError naming the runs to choose from."""
+    from .collector.stats import SpecStats
+    from .io.trace import read_trace
+    from .schema import SpecCountsRecord, VerifyStepRecord
+
+    records = read_trace(path).records
+    counted = (SpecCountsRecord, VerifyStepRecord)
+    runs = sorted({r.run_id for r in records if isinstance(r, counted)})
+    if run is None and len(runs) == 1:
+        run = runs[0]
+    if run is None or run not in runs:
+        listed = ", ".join(runs) or "none"
+        raise ValueError(f"{path}: {len(runs)} run(s) with acceptance counts ({listed}); "
+                         "name the baseline with --baseline-run")
+    return run, SpecStats(keep_samples=False).observe_all(
+        r for r in records if isinstance(r, counted) and r.run_id == run)
+
+
 def endpoint_names(urls: Sequence[str]) -> list[str]:
     """Each endpoint's run-id stem: ``HOST:PORT``, with ``/model=ID`` where the URL selects a
     model (llama.cpp's router mode serves one page per ``?model=``); endpoints that would still

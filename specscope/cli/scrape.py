@@ -9,7 +9,7 @@ import threading
 
 
 def _cmd_scrape(args: argparse.Namespace) -> int:
-    from ..scrape import Endpoint, scrape, targets_from_file
+    from ..scrape import Endpoint, baseline_stats, scrape, targets_from_file
 
     endpoints = [Endpoint(u) for u in args.urls]
     if args.targets:
@@ -21,11 +21,25 @@ def _cmd_scrape(args: argparse.Namespace) -> int:
             print(f"--header {h!r}: expected NAME: VALUE", file=sys.stderr)
             return 2
         headers[name.strip()] = value.strip()
+    from ..collector.detectors import (DEFAULT_DETECTORS, AcceptanceLengthBoundsDetector,
+                                       AcceptanceRegressionDetector)
     from ..collector.service import Collector
 
+    detectors = DEFAULT_DETECTORS
+    if args.baseline:
+        try:
+            name, base = baseline_stats(args.baseline, args.baseline_run)
+        except (OSError, ValueError) as exc:
+            print(f"specscope scrape: --baseline {exc}", file=sys.stderr)
+            return 2
+        print(f"baseline: run {name} of {args.baseline} ({base.num_drafts} drafts)", file=sys.stderr)
+        detectors = DEFAULT_DETECTORS + (AcceptanceRegressionDetector(baseline=base, min_drafts=200),)
     # the detectors the counters allow run live on every round (acceptance against the run's
-    # trailing windows, ...); a new finding is printed once, when it starts
-    collector, server, seen = Collector(window_s=max(args.interval, 1.0)), None, set()
+    # trailing windows and the baseline, per-position collapse, acceptance length pinned near 1
+    # or near k + 1); a new finding is printed once, when it starts
+    collector = Collector(window_s=max(args.interval, 1.0), detectors=detectors,
+                          bounds=AcceptanceLengthBoundsDetector())
+    server, seen = None, set()
 
     def on_records(records: list) -> None:
         collector.observe(records)
@@ -71,7 +85,10 @@ def add_parser(sub) -> None:
         "counter that goes down is a restart, SGLang's gauges are kept as reported. Each "
         "endpoint x label set (vLLM engine, SGLang dp_rank, model; a llama.cpp router's "
         "?model= page) is its own run. The trace is written as it goes; report, compare, "
-        "regress and the dashboard read it. Stops after --duration, or on Ctrl-C / SIGTERM.")
+        "regress and the dashboard read it. Live, a new finding is printed once: acceptance "
+        "against the run's trailing windows (and --baseline), per-position collapse, "
+        "acceptance length pinned near 1 or near k+1 (a sign of looping output). Stops after "
+        "--duration, or on Ctrl-C / SIGTERM.")
     p.add_argument("urls", nargs="*", help="endpoints, e.g. http://vllm:8000/metrics")
     p.add_argument("--targets", default=None, help="a Prometheus file-discovery targets file "
                    "(JSON or YAML list of {targets: [host:port], labels: {...}})")
@@ -86,6 +103,11 @@ def add_parser(sub) -> None:
     p.add_argument("--metrics-port", type=int, default=None,
                    help="re-export what is scraped under specscope's names on this port")
     p.add_argument("--metrics-host", default="127.0.0.1")
+    p.add_argument("--baseline", default=None, metavar="TRACE",
+                   help="a trace whose run is the baseline: acceptance (per position where the "
+                   "engine counts it) falling against it is flagged live")
+    p.add_argument("--baseline-run", default=None, metavar="RUN",
+                   help="the baseline run, where the trace holds several")
     p.add_argument("-o", "--output", default="specscope-scrape.jsonl",
                    help="the trace: Parquet (a directory) for a .parquet name, JSONL otherwise")
     p.set_defaults(func=_cmd_scrape)

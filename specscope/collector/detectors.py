@@ -314,6 +314,51 @@ class SpeculationOffDetector:
                       "max_off_s": self.max_off_s})]
 
 
+@dataclass
+class AcceptanceLengthBoundsDetector:
+    """Acceptance length (bonus included) pinned at either end over recent windows, from
+    counts: under ``near_one`` the draft agrees with almost nothing (a broken draft, garbled
+    output); within ``max_margin`` of k + 1 nearly every draft token is accepted, a known sign
+    of degenerate repetition (outputs looping: throughput dashboards look best exactly then).
+    Pooled over at least ``min_drafts`` drafts, the thresholds ``specscope rules`` alerts on.
+    Meant for engines' counters (``specscope scrape``); a run whose k is unknown gets no
+    upper check."""
+
+    near_one: float = 1.05
+    max_margin: float = 0.03
+    min_drafts: int = 200
+
+    def check(self, stats: SpecStats, run_id: str = "", k: int | None = None
+              ) -> list[schema.AnomalyRecord]:
+        al = stats.mean_acceptance_length
+        if al is None or stats.num_drafts < self.min_drafts:
+            return []
+        evidence = {"mean_acceptance_length": al, "num_drafts": stats.num_drafts, "k": k}
+        if al < self.near_one:
+            return [schema.AnomalyRecord(
+                run_id=run_id, kind="acceptance_length_near_one", severity="critical",
+                message=f"acceptance length {al:.3f} (bonus included) over {stats.num_drafts} "
+                        f"drafts: under {self.near_one}, the draft agrees with almost nothing",
+                evidence=evidence)]
+        if k and al > (1 - self.max_margin) * (k + 1):
+            return [schema.AnomalyRecord(
+                run_id=run_id, kind="acceptance_length_near_max", severity="warning",
+                message=f"acceptance length {al:.3f} over {stats.num_drafts} drafts is within "
+                        f"{self.max_margin:.0%} of k + 1 = {k + 1}: nearly every draft token is "
+                        "accepted, a known sign of degenerate repetition (outputs looping)",
+                evidence=evidence)]
+        return []
+
+    def recent(self, windows: list[SpecStats]) -> SpecStats:
+        """The latest windows pooled, back to the first that reaches ``min_drafts``."""
+        pooled = SpecStats(keep_samples=False)
+        for w in reversed(windows):
+            pooled = pooled.merge(w)
+            if pooled.num_drafts >= self.min_drafts:
+                break
+        return pooled
+
+
 DEFAULT_DETECTORS = (SamplingTruthDetector(), FallbackDetector(), DraftHealthDetector(),
                      SpeculationOffDetector())
 

@@ -20,7 +20,8 @@ from typing import Any, Iterable, Sequence
 
 from .. import schema
 from .columns import VerifyColumns, observe_columns
-from .detectors import DEFAULT_DETECTORS, AcceptanceRegressionDetector, evaluate
+from .detectors import (DEFAULT_DETECTORS, AcceptanceLengthBoundsDetector,
+                        AcceptanceRegressionDetector, evaluate)
 from .stats import SpecStats
 
 LABELS = ("algorithm", "num_steps", "topk", "num_draft_tokens", "backend", "model", "rank")
@@ -49,7 +50,8 @@ class Collector:
     def __init__(self, *, window_s: float = 10.0, num_windows: int = 60,
                  max_label_sets: int = 64, detectors: Sequence[Any] = DEFAULT_DETECTORS,
                  sinks: Iterable[Any] = (), keep_samples: bool = False,
-                 tick_s: float = 1.0, clock_ns: Any = time.time_ns) -> None:
+                 tick_s: float = 1.0, clock_ns: Any = time.time_ns,
+                 bounds: AcceptanceLengthBoundsDetector | None = None) -> None:
         self.window_ns = int(window_s * 1e9)
         self.num_windows = num_windows
         self.max_label_sets = max_label_sets
@@ -67,6 +69,9 @@ class Collector:
         #: the latest window against the ones before it; windows are short and their steps
         #: correlated, so this one keeps a floor of 200 drafts per side
         self.trailing = AcceptanceRegressionDetector(min_drafts=200)
+        #: acceptance length pinned near 1 or near k + 1 over the recent windows (engines'
+        #: counters: ``specscope scrape`` turns it on)
+        self.bounds = bounds
         self.tick_s = tick_s
         self.clock_ns = clock_ns
         self._anomalies: list[tuple[tuple, schema.AnomalyRecord]] = []
@@ -201,6 +206,10 @@ class Collector:
             # the latest window against the windows before it
             for a in self.trailing.check_windows(windows.get(key, [])):
                 active.append((key, a))
+            if self.bounds is not None and windows.get(key):
+                k = int(key[1]) if key[1].isdigit() else None
+                for a in self.bounds.check(self.bounds.recent(windows[key]), k=k):
+                    active.append((key, a))
         with self._lock:
             now = {(k, a.kind) for k, a in active}
             for started in now - self._active:

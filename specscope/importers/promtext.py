@@ -170,6 +170,10 @@ class Series:
                 cur["gs"].setdefault(m.gauges[name], set()).add(value)
         for cur in now.values():
             cur["g"] = {r: next(iter(vs)) for r, vs in cur["gs"].items() if len(vs) == 1}
+            steps = cur["g"].pop(metrics.STEPS, None)  # the configured depth: the run's k
+            cur["gs"].pop(metrics.STEPS, None)
+            if steps is not None and steps == int(steps) and 0 < steps <= 64:
+                self.k_seen = max(self.k_seen, int(steps))
         out = []
         for key, cur in now.items():
             m, c = cur["m"], cur["c"]

@@ -25,3 +25,30 @@ def test_no_false_alarm_on_clean_reference_runs(tiny, tmp_path, seed):
         path = run_workload(tiny, cfg, spec, tmp_path / f"{i}.jsonl", progress=False)
         stats = SpecStats().observe_all(read_trace(path).records)
         assert run_detectors(stats) == [], (t, p, k, cfg.config_id)
+
+
+def _counted(drafts: int, accepted: int) -> SpecStats:
+    from specscope import schema
+
+    return SpecStats().observe_all([schema.SpecCountsRecord(
+        run_id="r", rank=0, t_ns=1, num_drafts=drafts, draft_tokens=3 * drafts,
+        accepted_tokens=accepted)])
+
+
+def test_acceptance_length_pinned_near_one_or_near_k_plus_1():
+    """From counts over at least 200 drafts: under 1.05 (bonus included) is a broken draft,
+    within 3% of k + 1 the sign of looping output; k unknown gets no upper check, and a
+    window too small is left alone (the thresholds specscope rules alerts on)."""
+    from specscope.collector.detectors import AcceptanceLengthBoundsDetector
+
+    d = AcceptanceLengthBoundsDetector()
+    assert [a.kind for a in d.check(_counted(1000, 40), k=3)] == ["acceptance_length_near_one"]
+    assert [a.kind for a in d.check(_counted(1000, 2900), k=3)] == ["acceptance_length_near_max"]
+    assert d.check(_counted(1000, 2900), k=None) == []  # 3.9 with k unknown
+    assert d.check(_counted(1000, 2800), k=3) == []  # 3.8 < 0.97 * 4
+    assert d.check(_counted(1000, 60), k=3) == []  # 1.06
+    assert d.check(_counted(150, 0), k=3) == []  # too few drafts
+    # recent windows pooled back to 200 drafts: the latest alone (100) is too few
+    windows = [_counted(1000, 1500), _counted(150, 3), _counted(100, 2)]
+    pooled = d.recent(windows)
+    assert pooled.num_drafts == 250 and d.check(pooled, k=3)[0].kind == "acceptance_length_near_one"

@@ -115,8 +115,10 @@ def test_sglang_scheduler_labels_and_data_parallel_ranks(tmp_path):
     (c,) = _counts(res)
     assert (c.num_drafts, c.accepted_tokens, c.reported_mean_acceptance_length) == (1000, 1800, 2.75)
     assert [r.run_id for r in res.records if isinstance(r, schema.RunRecord)] == ["s"]
-    path.write_text(sglang_spec(1000, 2000, 800, None, 0.6, dp_lengths=(3.1, 2.5)))
+    path.write_text(sglang_spec(1000, 2000, 800, None, 0.6, dp_lengths=(3.1, 2.5), steps=3))
     res = promtext.parse(path, "s")
+    # the configured depth (spec_num_steps, one per rank, agreeing) is every run's k
+    assert {r.num_steps for r in res.records if isinstance(r, schema.RunRecord)} == {3}
     got = {r.run_id: (r.num_drafts, r.reported_mean_acceptance_length) for r in _counts(res)}
     assert got == {"s": (1000, None), "s/dp_rank=0": (None, 3.1), "s/dp_rank=1": (None, 2.5)}
     assert {r.model for r in res.records if isinstance(r, schema.RunRecord)} == \

@@ -126,3 +126,52 @@ def test_a_llamacpp_router_page_per_model_is_a_run_per_model(tmp_path):
     assert len(counts) == 4  # two windows per model after the baseline
     assert {(c.num_drafts, c.draft_tokens, c.accepted_tokens, c.accepted_per_pos) for c in counts} \
         == {(40, 160, 50, (30, 20))}
+
+
+def _scrape_cli(page_of, tmp_path, *extra):
+    from specscope.cli import main
+
+    with serving(page_of) as url:
+        rc = main(["scrape", url, "--interval", "0.25", "--duration", "2.5",
+                   "-o", str(tmp_path / f"s{len(list(tmp_path.iterdir()))}.jsonl"), *extra])
+    return rc
+
+
+def test_cli_names_acceptance_length_pinned_near_k_plus_1(samples, capsys, tmp_path):
+    """A vLLM page (k = 3, its per-position counters) whose accepted counter grows 2.95 per
+    draft: acceptance length 3.95 is within 3% of k + 1, the sign of looping output."""
+    page = (samples / "vllm_metrics_scrape_specdecode_1.txt").read_text()
+    ratio = 2.95 * 43680 / 58695  # the page's accepted tokens per draft made 2.95
+
+    def page_of(n: int) -> str:
+        return scaled(page, lambda name: n * ratio if name.startswith(
+            "vllm:spec_decode_num_accepted_tokens_total") else n)
+
+    assert _scrape_cli(page_of, tmp_path) == 0
+    err = capsys.readouterr().err
+    assert "anomaly acceptance_length_near_max" in err and "k + 1 = 4" in err, err
+    assert "acceptance_regression" not in err  # steady: nothing fell
+
+
+def test_cli_flags_a_run_below_its_baseline_trace(samples, capsys, tmp_path):
+    """--baseline: a steady run whose acceptance is half the baseline run's is flagged from
+    its first windows (its own trailing windows, all alike, flag nothing). A baseline trace of
+    two runs needs --baseline-run."""
+    page = (samples / "vllm_metrics_scrape_specdecode_1.txt").read_text()
+    base = tmp_path / "base.jsonl"
+    with serving(lambda n: scaled(page, lambda _: n + 1)) as a, \
+            serving(lambda n: scaled(page, lambda _: n + 1)) as b:
+        scrape([a, b], base, interval_s=0.05, rounds=3, log=io.StringIO())
+    first = a.split("/")[2]
+
+    def half(n: int) -> str:
+        return scaled(page, lambda name: n * 0.5 if "accepted" in name else n)
+
+    assert _scrape_cli(half, tmp_path) == 0
+    assert "acceptance_regression" not in capsys.readouterr().err
+    assert _scrape_cli(half, tmp_path, "--baseline", str(base)) == 2
+    assert "2 run(s)" in capsys.readouterr().err
+    assert _scrape_cli(half, tmp_path, "--baseline", str(base), "--baseline-run", first) == 0
+    err = capsys.readouterr().err
+    assert f"baseline: run {first}" in err
+    assert "anomaly acceptance_regression" in err and "position_0 0.665 -> 0.332" in err, err

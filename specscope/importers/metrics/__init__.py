@@ -16,8 +16,8 @@ from typing import Mapping
 #: what a counter family counts
 DRAFTS, DRAFT_TOKENS, ACCEPTED, EMITTED, VERIFY_CALLS, GENERATED = (
     "drafts", "draft_tokens", "accepted", "emitted", "verify_calls", "generated")
-#: what a gauge reports
-LENGTH, RATE, V0_RATE = "length", "rate", "v0_rate"
+#: what a gauge reports (STEPS: the draft depth k the engine is configured with)
+LENGTH, RATE, V0_RATE, STEPS = "length", "rate", "v0_rate", "steps"
 
 
 @dataclass(frozen=True)

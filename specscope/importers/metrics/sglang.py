@@ -7,7 +7,8 @@ requests), counts derive from counter increases: drafts = verify calls, and acce
 generated tokens / verify calls, SGLang's own per-request definition (``completion_tokens /
 spec_verify_ct``: the prefill's first token included); accepted = generated - verify calls.
 Drafted tokens are not counted, so no rate derives from counters. SGLang's inter-token latency
-spreads each chunk's interval over its tokens: it fills the per-token ``itl_token_s``.
+spreads each chunk's interval over its tokens: it fills the per-token ``itl_token_s``. Builds
+that export ``sglang:spec_num_steps`` give the run its draft depth k.
 
 Labels, as SGLang's scheduler and tokenizer register them: the tokenizer's counters and
 histograms carry ``model_name`` (the generated-token counter also ``is_streaming``); the
@@ -18,13 +19,14 @@ gauges a run of their own; the other labels qualify series within a run (TP repl
 report the same gauge agree, or the figure is unknown).
 """
 
-from . import GENERATED, LENGTH, RATE, VERIFY_CALLS, EngineMetrics
+from . import GENERATED, LENGTH, RATE, STEPS, VERIFY_CALLS, EngineMetrics
 
 METRICS = EngineMetrics(
     engine="sglang", source="sglang-metrics",
     counters={"sglang:spec_verify_calls_total": VERIFY_CALLS,
               "sglang:generation_tokens_total": GENERATED},
-    gauges={"sglang:spec_accept_length": LENGTH, "sglang:spec_accept_rate": RATE},
+    gauges={"sglang:spec_accept_length": LENGTH, "sglang:spec_accept_rate": RATE,
+            "sglang:spec_num_steps": STEPS},
     rank_label="dp_rank", counters_by_rank=False,
     qualifiers=("engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "priority", "is_streaming"),
     latency={"sglang:time_to_first_token_seconds": "ttft_s",
