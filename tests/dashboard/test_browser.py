@@ -52,6 +52,20 @@ def _wait_for(driver, element_id: str, timeout: float = 10.0) -> None:
         time.sleep(0.1)
 
 
+def _source_info(driver) -> str:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.ID, "source-info").text
+
+
+def _live_lengths(driver) -> list:
+    """The y values of the Live page's acceptance panels (length and rate, not depth k)."""
+    return driver.execute_script(
+        "var g = document.querySelector('#live-acceptance .js-plotly-plot');"
+        " return g && g.data ? g.data.filter(t => t.yaxis !== 'y3')"
+        ".map(t => t.y).flat().filter(y => y !== null) : []")
+
+
 def _names(driver, graph_id):
     return driver.execute_script(
         f"var g = document.querySelector('#{graph_id} .js-plotly-plot');"
@@ -262,15 +276,7 @@ def test_dashboard_over_a_vllm_server_through_a_real_prometheus(tmp_path, browse
             srv = serve(create_app(source, n_boot=50), "127.0.0.1", free_port())
             browser.get(f"http://127.0.0.1:{srv.server_port}/")
             _settle(browser)
-
-            def info():
-                return browser.find_element(By.ID, "source-info").text
-
-            def lengths():
-                return browser.execute_script(
-                    "var g = document.querySelector('#live-acceptance .js-plotly-plot');"
-                    " return g && g.data ? g.data.filter(t => t.yaxis !== 'y3')"
-                    ".map(t => t.y).flat().filter(y => y !== null) : []")
+            info, lengths = (lambda: _source_info(browser)), (lambda: _live_lengths(browser))
 
             deadline = time.time() + 20
             while time.time() < deadline and not (info().startswith("2 run") and lengths()):
@@ -325,15 +331,7 @@ def test_dashboard_live_on_an_sglang_server_with_data_parallel_ranks(browser):
             srv = serve(create_app(source, n_boot=50), "127.0.0.1", free_port())
             browser.get(f"http://127.0.0.1:{srv.server_port}/")
             _settle(browser)
-
-            def info():
-                return browser.find_element(By.ID, "source-info").text
-
-            def lengths():
-                return browser.execute_script(
-                    "var g = document.querySelector('#live-acceptance .js-plotly-plot');"
-                    " return g && g.data ? g.data.filter(t => t.yaxis !== 'y3')"
-                    ".map(t => t.y).flat().filter(y => y !== null) : []")
+            info, lengths = (lambda: _source_info(browser)), (lambda: _live_lengths(browser))
 
             deadline = time.time() + 30
             while time.time() < deadline and not (info().startswith("3 run")
