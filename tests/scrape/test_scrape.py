@@ -175,3 +175,11 @@ def test_cli_flags_a_run_below_its_baseline_trace(samples, capsys, tmp_path):
     err = capsys.readouterr().err
     assert f"baseline: run {first}" in err
     assert "anomaly acceptance_regression" in err and "position_0 0.665 -> 0.332" in err, err
+
+
+def test_endpoint_names_tell_every_endpoint_apart():
+    from specscope.scrape import endpoint_names
+
+    assert endpoint_names(["http://a:8080/metrics?model=qwen", "http://a:8080/metrics?model=llama",
+                           "http://b:8000/metrics", "https://b:8000/prometheus/metrics"]) == \
+        ["a:8080/model=qwen", "a:8080/model=llama", "b:8000", "b:8000#2"]
