@@ -3,8 +3,9 @@
 Every ``interval_s`` all endpoints are fetched concurrently (one thread each, a timeout and a
 size cap per page, optional headers for auth, TLS verification on unless told otherwise). Each
 endpoint x label set (vLLM's ``engine`` ranks, SGLang's ``dp_rank``, models) is its own run,
-named ``HOST:PORT[/labels]`` (``HOST:PORT/model=ID`` for a llama.cpp router's ``?model=`` page). Consecutive scrapes become counter windows: the first scrape of a label
-set is the baseline (totals are the increase seen while recording), a counter that goes down is
+named ``HOST:PORT[/labels]`` (``HOST:PORT/model=ID`` for a llama.cpp router's ``?model=``
+page). Consecutive scrapes become counter windows: the first scrape of a label set is the
+baseline (totals are the increase seen while recording), a counter that goes down is
 a restart (the new value is the increase), SGLang's gauges are kept as reported. Records are
 written to the trace as each round completes (JSONL, one flushed line per record: a killed
 scrape leaves every finished round readable), and handed to ``on_records`` (a collector: live
@@ -105,15 +106,19 @@ def baseline_stats(path: str | Path, run: str | None = None) -> tuple[str, Any]:
         r for r in records if isinstance(r, counted) and r.run_id == run)
 
 
+def _url_model(url: str) -> str:
+    """The model a URL selects (``?model=ID``, a llama.cpp router's per-model page), or ""."""
+    return parse_qs(urlsplit(url).query).get("model", [""])[0]
+
+
 def endpoint_names(urls: Sequence[str]) -> list[str]:
     """Each endpoint's run-id stem: ``HOST:PORT``, with ``/model=ID`` where the URL selects a
     model (llama.cpp's router mode serves one page per ``?model=``); endpoints that would still
     share a name are numbered in the order given (``HOST:PORT#2``)."""
     names = []
     for url in urls:
-        parts = urlsplit(url)
-        model = parse_qs(parts.query).get("model", [""])[0]
-        names.append(parts.netloc + (f"/model={model}" if model else ""))
+        model = _url_model(url)
+        names.append(urlsplit(url).netloc + (f"/model={model}" if model else ""))
     seen: dict[str, int] = {}
     out = []
     for n in names:
@@ -224,7 +229,7 @@ def _records(ep: Endpoint, page: str, t_ns: int, log) -> list[Any]:
                 labels["label_set"] = rid[len(ep.name) + 1:]
             out.append(run_record(rid, ep.series.engine, "prometheus-scrape", ep.url,
                                   num_steps=ep.series.k_seen, labels=labels,
-                                  model=dict(key).get("model_name", "")
-                                  or parse_qs(urlsplit(ep.url).query).get("model", [""])[0]))
+                                  model=engines.where(engines.BY_NAME[ep.series.engine],
+                                                      dict(key))[0] or _url_model(ep.url)))
         out.append(dataclasses.replace(rec, run_id=ep.runs[key]))
     return out

@@ -67,8 +67,8 @@ def exprs(m: EngineMetrics) -> _Exprs:
         n_drafts = s(f"increase({verify}[5m])")
     if m.per_pos:  # k = the positions one server exports
         k = f"max by ({by}) (count by ({by}, instance) ({m.per_pos}))"
-    elif any(r == M.STEPS for r in m.gauges.values()):  # the configured depth (SGLang)
-        k = f"max by ({by}) ({next(f for f, r in m.gauges.items() if r == M.STEPS)})"
+    elif steps := next((f for f, r in m.gauges.items() if r == M.STEPS), None):
+        k = f"max by ({by}) ({steps})"  # the configured depth (SGLang)
     return _Exprs(by, rate, length, per_pos, n_drafts, k, m.pos_label)
 
 

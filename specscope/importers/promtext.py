@@ -107,7 +107,8 @@ def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
     for key, recs in inner.by_key.items():
         rid = names.get(key, run_id)
         res.extend(dataclasses.replace(r, run_id=rid) for r in recs)
-    models = {rid: dict(key).get("model_name", "") for key, rid in names.items()}
+    m = metrics.BY_NAME.get(inner.engine)
+    models = {rid: metrics.where(m, dict(key))[0] if m else "" for key, rid in names.items()}
     for rid in sorted(set(names.values()) or {run_id}):
         res.add(run_record(rid, inner.engine, "prometheus-text", path, num_steps=inner.k_seen,
                            model=models.get(rid, ""),

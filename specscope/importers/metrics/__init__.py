@@ -87,6 +87,7 @@ def where(m: EngineMetrics, labels: Mapping[str, str]) -> tuple[str, str]:
     counters beside its per-rank gauges). An engine whose page names no model (llama.cpp) is
     known by the ``model`` label a Prometheus relabel rule gives it (a router's
     ``__param_model``), else by its ``instance``."""
-    model = labels.get(m.model_label, "") if m.model_label else ""
-    # a page that names no model (llama.cpp) is known by its Prometheus target
-    return model or labels.get("instance", ""), labels.get(m.rank_label, "") if m.rank_label else ""
+    model = labels.get(m.model_label, "")
+    if not model and m.by_target:  # a page that names no model: known by its target
+        model = labels.get("instance", "")
+    return model, labels.get(m.rank_label, "") if m.rank_label else ""
