@@ -121,7 +121,7 @@ class Recorder:
         *,
         request_ids: Sequence[str],
         num_accepted: torch.Tensor,
-        num_drafted: int | torch.Tensor,
+        num_drafted: int | torch.Tensor | Sequence[int],
         temperature: Sequence[float],
         top_p: Sequence[float] | None = None,
         top_k: Sequence[int] | None = None,
@@ -138,6 +138,8 @@ class Recorder:
         """Record one verify step of a batch. Never syncs, never blocks, never raises.
 
         ``num_accepted`` (device, ``[B]``): accepted draft tokens per request, bonus excluded.
+        ``num_drafted``: draft tokens per request, one for the batch or per request (host ints
+        or a device tensor): an n-gram drafter proposes per request.
         ``temperature``/``top_p``/``top_k``: the requested sampling parameters, host values.
         ``mode_used``: the sampling mode the verify code path ran, one or per request; by
         default the mode requested. ``committed_tokens`` ``[B, P]`` with ``target_logits``
@@ -224,6 +226,10 @@ class Recorder:
               top_k, committed, logits, draft_top1, sampled: bool) -> torch.Tensor:
         dev = num_accepted.device
         cols = torch.zeros(batch, _stats.ROW_WIDTH, dtype=torch.float32, device=dev)
+        if isinstance(num_drafted, (list, tuple)):
+            num_drafted = self._to_device(num_drafted, torch.float32, dev)
+        if isinstance(num_draft_tokens, (list, tuple)):
+            num_draft_tokens = self._to_device(num_draft_tokens, torch.float32, dev)
         cols[:, _stats.COL_NUM_ACCEPTED] = num_accepted
         cols[:, _stats.COL_NUM_DRAFTED] = num_drafted
         cols[:, _stats.COL_NUM_DRAFT_TOKENS] = (num_drafted if num_draft_tokens is None
@@ -238,6 +244,15 @@ class Recorder:
             if draft_top1 is not None:
                 cols[:, _stats.COL_HIST:] = _stats.draft_hist_columns(draft_top1)
         return cols
+
+    def wants_stats(self, step: int | None = None) -> bool:
+        """Whether the statistics policy samples ``step`` (by default the next verify step): an
+        adapter asks before copying what only the statistics need."""
+        try:
+            return self.enabled and bool(self.stats_policy(self._step if step is None else step))
+        except (Exception, SystemExit):
+            self.count_error()
+            return False
 
     def _to_device(self, values, dtype, dev) -> torch.Tensor:
         host = torch.tensor(values, dtype=dtype)

@@ -92,10 +92,13 @@ def draft_hist_columns(draft_top1: torch.Tensor) -> torch.Tensor:
     """``[B, DRAFT_HIST_BINS]`` counts of the draft's top-1 probability per drafted position.
 
     Ten equal bins on [0, 1) and a last bin for exactly 1.0, so a draft whose probabilities were
-    hard-coded rather than computed stands out. NaN lands in bin 0.
+    hard-coded rather than computed stands out. NaN lands in bin 0. A negative entry marks a
+    position the row did not draft (rows of one step may draft different numbers of tokens) and
+    is not counted.
     """
-    p = torch.nan_to_num(draft_top1.float(), nan=0.0)
+    raw = draft_top1.float()
+    p = torch.nan_to_num(raw, nan=0.0)
     bins = (p * 10).floor().clamp(0, 9).long()
     bins = torch.where(p >= 1.0, torch.full_like(bins, DRAFT_HIST_BINS - 1), bins)
     counts = torch.zeros(p.shape[0], DRAFT_HIST_BINS, device=p.device, dtype=torch.float32)
-    return counts.scatter_add_(1, bins, torch.ones_like(p, dtype=torch.float32))
+    return counts.scatter_add_(1, bins, (p >= 0).to(torch.float32))

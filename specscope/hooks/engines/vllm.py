@@ -1,19 +1,29 @@
 """vLLM V1: a general plugin (entry point ``vllm.general_plugins``) that, when the user opts in
-with ``SPECSCOPE_VLLM=1``, patches every engine process:
+with ``SPECSCOPE_VLLM=1``, patches every process of one vLLM server (one run for all of them).
+Stdlib and torch at import; vLLM's modules are imported only when installing.
 
-- ``GPUModelRunner._sample`` names the batch for the verify call inside it: the request ids
-  (``input_batch.req_ids``) and each request's temperature, top-p and top-k from the input
-  batch's host-side arrays (``temperature_cpu``, ``top_p_cpu``, ``top_k_cpu``; vLLM keeps them
-  on the host to build its device tensors, so reading them adds no sync);
-- ``RejectionSampler.forward`` is timed as the ``verify_sample`` phase (CUDA events, resolved
-  later) and recorded per request: drafted and accepted counts and the mode the batch ran
-  (``all_greedy`` / ``all_random`` from the sampling metadata, host booleans; in a mixed
-  batch, per row from its temperature, as vLLM's sampler chooses). Accepted counts come from
-  the output token ids on the device (placeholder -1 after the last committed token): no host
-  sync.
+In the engine-core process:
 
-Outside ``_sample`` (a direct call), requests are named by their row and their temperatures
-recorded as unknown (NaN).
+- ``GPUModelRunner._sample`` (the CPU runner inherits it) names the verify call's batch: the
+  request ids (``input_batch.req_ids``), each request's temperature, top-p and top-k from the
+  input batch's host arrays (``temperature_cpu``, ``top_p_cpu``, ``top_k_cpu``: vLLM keeps them
+  on the host to build its device tensors, so reading them adds no sync), and the engine's
+  configuration (the run record);
+- ``RejectionSampler.forward`` is timed as the ``verify_sample`` phase and recorded per request
+  with a draft: each row's own draft count (``metadata.num_draft_tokens``, host ints: n-gram
+  proposes per request, often nothing, and a row without a draft is no verify entry, as vLLM's
+  counters count it), accepted counts from the output token ids on the device (placeholder -1
+  after the last committed token), and the mode the sampling metadata says it ran. A call that
+  does not come through ``_sample`` (vLLM's warm-up, profile and dummy batches) is no verify
+  step and is not recorded.
+- On the steps the statistics policy samples (``SPECSCOPE_STATS_EVERY``, default one in 32), the
+  seeds' checks: the target's raw logits at each row's verified positions are copied before
+  vLLM processes them in place, and with the committed tokens give sampling truth; with
+  ``draft_sample_method: probabilistic``, ``draft_probs`` give the draft's top-1 probability per
+  drafted position (draft health). Logits processors (penalties, bad words, min tokens) are not
+  replayed: the statistics describe temperature, top-p and top-k only.
+
+In the API-server process (``vllm_requests``): each finished request with its timeline.
 """
 
 from __future__ import annotations
@@ -21,13 +31,81 @@ from __future__ import annotations
 import contextvars
 import math
 import os
+import time
 from typing import Any
 
 from ... import schema
 
 PLACEHOLDER_TOKEN_ID = -1
+#: speculative_config.method -> specscope's algorithm label
+ALGORITHMS = {"draft_model": "draft-model", "ngram": "ngram", "ngram_gpu": "ngram",
+              "eagle": "eagle", "eagle3": "eagle", "mtp": "mtp", "suffix": "suffix",
+              "medusa": "medusa", "mlp_speculator": "mlp-speculator"}
+DEFAULT_STATS_EVERY = 32
 _BATCH: contextvars.ContextVar[dict | None] = contextvars.ContextVar("specscope_vllm_batch",
                                                                     default=None)
+#: the engine configuration, once a hook has seen it (AsyncLLM / LLMEngine / the model runner)
+_CONFIG: dict[str, Any] = {}
+
+
+def engine_version() -> str:
+    """vLLM's version from the package it imports, else from the distribution providing it."""
+    from . import installed_version
+
+    return installed_version("vllm")
+
+
+def run_fields(vllm_config: Any) -> dict[str, Any]:
+    """The run record's fields from vLLM's configuration; a field vLLM does not have is left
+    at the record's default."""
+    model_cfg = getattr(vllm_config, "model_config", None)
+    spec = getattr(vllm_config, "speculative_config", None)
+    model = str(getattr(model_cfg, "served_model_name", "") or getattr(model_cfg, "model", ""))
+    if isinstance(getattr(model_cfg, "served_model_name", None), (list, tuple)):
+        model = str(model_cfg.served_model_name[0])
+    k = int(getattr(spec, "num_speculative_tokens", 0) or 0) if spec is not None else 0
+    method = str(getattr(spec, "method", "") or "") if spec is not None else ""
+    labels = {"dtype": str(getattr(model_cfg, "dtype", "")).replace("torch.", "")}
+    for key in ("rejection_sample_method", "draft_sample_method"):
+        value = getattr(spec, key, None) if spec is not None else None
+        if value is not None:
+            labels[key] = str(value)
+    if spec is not None and getattr(spec, "method", None) is not None:
+        labels["method"] = method
+    draft = getattr(getattr(spec, "draft_model_config", None), "model", None) or \
+        getattr(spec, "model", None)
+    algorithm = ALGORITHMS.get(method, method or "none") if k else "none"
+    return {
+        "model": os.path.basename(model.rstrip("/")) or model,
+        "draft_model": "" if draft is None else os.path.basename(str(draft).rstrip("/")),
+        "algorithm": algorithm, "num_steps": k, "topk": 1 if k else 0,
+        "num_draft_tokens": k + 1 if k else 0, "verify_mode": schema.SPECULATIVE_SAMPLING,
+        "config_id": f"vllm-{algorithm}-k{k}" if k else "vllm-none",
+        "backend": str(getattr(getattr(vllm_config, "device_config", None), "device_type", "")),
+        "engine_version": engine_version(), "labels": labels,
+    }
+
+
+def stats_policy():
+    """One step in ``SPECSCOPE_STATS_EVERY`` (default 32) gets the sampling-truth and
+    draft-health statistics."""
+    from ..recorder import every_n
+
+    try:
+        n = int(os.environ.get("SPECSCOPE_STATS_EVERY", DEFAULT_STATS_EVERY))
+    except ValueError:
+        n = DEFAULT_STATS_EVERY
+    return every_n(max(1, n))
+
+
+def make_recorder(process: str):
+    """A factory for this process's recorder: vLLM's run, from the configuration once seen."""
+    from . import default_recorder
+
+    def make():
+        fields = dict(_CONFIG.get("fields") or {"config_id": "vllm"})
+        return default_recorder("vllm", process=process, stats_policy=stats_policy(), **fields)
+    return make
 
 
 def batch_mode(sampling_metadata: Any) -> str:
@@ -44,7 +122,7 @@ def batch_facts(input_batch: Any, num_reqs: int) -> dict | None:
 
     try:
         ids = [str(r) for r in list(input_batch.req_ids)[:num_reqs]]
-        facts = {"ids": ids}
+        facts: dict[str, Any] = {"ids": ids}
         for key, attr, dtype in (("temperature", "temperature_cpu", np.float64),
                                  ("top_p", "top_p_cpu", np.float64), ("top_k", "top_k_cpu", np.int64)):
             arr = getattr(input_batch, attr, None)
@@ -59,73 +137,144 @@ def batch_facts(input_batch: Any, num_reqs: int) -> dict | None:
         return None
 
 
+def gather_inputs(metadata: Any, draft_probs: Any, logits: Any) -> dict:
+    """What the statistics need from the verify call's inputs, read before vLLM changes them:
+    the target logits at each row's ``drafted + 1`` positions, ``[B, P, V]`` (P = the widest
+    row's drafts + 1; rows are contiguous in ``logits``), and the draft's top-1 probability per
+    drafted position, ``[B, P - 1]`` (-1 where a row drafted fewer: not counted)."""
+    import torch
+
+    nums = [int(n) for n in metadata.num_draft_tokens]
+    width = max(nums) + 1
+    starts, at = [], 0
+    for n in nums:
+        starts.append(at)
+        at += n + 1
+    dev = logits.device
+    pos = torch.arange(width)
+    lim = torch.tensor(nums)
+    rows = torch.tensor(starts)[:, None] + torch.minimum(pos[None, :], lim[:, None])
+    out = {"logits": logits[rows.to(dev, non_blocking=True)]}
+    if draft_probs is not None and draft_probs.dim() == 2:
+        top1 = draft_probs.amax(dim=-1)  # [num_tokens], row-major by request
+        cu = torch.tensor([s - i for i, s in enumerate(starts)])  # start of each row's drafts
+        didx = cu[:, None] + torch.minimum(pos[None, :-1], (lim - 1).clamp_min(0)[:, None])
+        valid = (pos[None, :-1] < lim[:, None]).to(dev, non_blocking=True)
+        picked = top1[didx.clamp_max(max(top1.shape[0] - 1, 0)).to(dev, non_blocking=True)]
+        out["draft_top1"] = torch.where(valid, picked, torch.full_like(picked, -1.0))
+    return out
+
+
 def record_rejection(recorder: Any, metadata: Any, sampling_metadata: Any, output_token_ids: Any,
-                     facts: dict | None = None) -> None:
-    """One RejectionSampler.forward call as a verify-step record."""
-    num_drafted = list(metadata.num_draft_tokens)
-    n = len(num_drafted)
-    accepted = (output_token_ids != PLACEHOLDER_TOKEN_ID).sum(dim=1) - 1  # bonus excluded
-    mode = batch_mode(sampling_metadata)
-    if facts is not None and len(facts["ids"]) == n:
-        ids, temps = facts["ids"], facts.get("temperature")
-        top_p, vocab_k = facts.get("top_p"), facts.get("top_k")
-        if temps is None:
-            temps = [math.nan] * n
-        elif mode == "mixed":  # vLLM picks argmax or sampling per row
-            mode = [schema.GREEDY if t <= 1e-5 else schema.SPECULATIVE_SAMPLING
-                    for t in temps.tolist()]
-    else:
-        ids = [f"row{i}" for i in range(n)]
-        temps = [0.0 if mode == schema.GREEDY else math.nan] * n
-        top_p = vocab_k = None
+                     facts: dict, inputs: dict | None = None) -> None:
+    """One RejectionSampler.forward call as a verify-step record: the rows that drafted."""
+    import torch
+
+    nums = [int(n) for n in metadata.num_draft_tokens]
+    keep = [i for i, n in enumerate(nums) if n > 0]
+    if not keep or len(facts["ids"]) != len(nums):
+        return
+    out = output_token_ids
+    accepted = (out != PLACEHOLDER_TOKEN_ID).sum(dim=1) - 1  # bonus excluded
+    mode: Any = batch_mode(sampling_metadata)
+    temps, top_p, top_k = facts.get("temperature"), facts.get("top_p"), facts.get("top_k")
+    if temps is None:
+        temps = [math.nan] * len(nums)
+    elif mode == "mixed":  # vLLM picks argmax or sampling per row
+        mode = [schema.GREEDY if t <= 1e-5 else schema.SPECULATIVE_SAMPLING
+                for t in temps.tolist()]
+    truth: dict[str, Any] = {}
+    if inputs is not None:
+        truth["target_logits"] = inputs["logits"]
+        truth["committed_tokens"] = out[:, :inputs["logits"].shape[1]]
+        if "draft_top1" in inputs:
+            truth["draft_top1_probs"] = inputs["draft_top1"]
+    ids = facts["ids"]
+    drafted: Any = nums
+    if len(keep) < len(nums):  # rows without a draft are no verify entries
+        index = torch.tensor(keep, device=out.device) if out.device.type == "cpu" else \
+            torch.tensor(keep).to(out.device, non_blocking=True)
+        accepted = accepted[index]
+        truth = {k: v[index] for k, v in truth.items()}
+        ids = [ids[i] for i in keep]
+        drafted = [nums[i] for i in keep]
+        temps = [temps[i] for i in keep]
+        top_p = None if top_p is None else [top_p[i] for i in keep]
+        top_k = None if top_k is None else [top_k[i] for i in keep]
+        if isinstance(mode, list):
+            mode = [mode[i] for i in keep]
+    uniform = min(drafted) == max(drafted)
     recorder.record_verify(
-        request_ids=ids, num_accepted=accepted, num_drafted=max(num_drafted) if num_drafted else 0,
-        temperature=temps, top_p=top_p, top_k=vocab_k, mode_used=mode)
+        request_ids=ids, num_accepted=accepted,
+        num_drafted=drafted[0] if uniform else list(drafted),
+        temperature=list(temps) if not hasattr(temps, "tolist") else temps.tolist(),
+        top_p=None if top_p is None else list(top_p),
+        top_k=None if top_k is None else list(top_k), mode_used=mode,
+        draft_depth=max(drafted), **truth)
+
+
+def _patch(owner: Any, name: str, make_wrapper: Any, patched: list[str], label: str) -> None:
+    original = getattr(owner, name)
+    if getattr(original, "_specscope", False):
+        return
+    wrapper = make_wrapper(original)
+    wrapper._specscope = True
+    setattr(owner, name, wrapper)
+    patched.append(label)
 
 
 def install(recorder: Any = None) -> list[str]:
+    """Patch the verify path (and, where importable, the runner and the API server's request
+    bookkeeping); returns what was patched."""
     from vllm.v1.sample import rejection_sampler as module  # type: ignore
 
     from ..guard import SPECSCOPE_ERRORS
-    from . import LazyRecorder, default_recorder
+    from . import LazyRecorder
 
-    cls = module.RejectionSampler
-    if getattr(cls.forward, "_specscope", False):
-        return []
-    original = cls.forward
     lazy = LazyRecorder(recorder)
+    make = make_recorder("engine")
+    patched: list[str] = []
 
-    def make(metadata):
-        return lambda: default_recorder(
-            "vllm", algorithm="unknown", num_steps=max(metadata.num_draft_tokens, default=0),
-            verify_mode=schema.SPECULATIVE_SAMPLING)
+    def wrap_forward(original):
+        def forward(self, metadata, draft_probs, logits, sampling_metadata, *args, **kwargs):
+            facts = _BATCH.get()
+            if facts is None:  # warm-up, profile and dummy batches: not verify steps
+                return original(self, metadata, draft_probs, logits, sampling_metadata,
+                                *args, **kwargs)
+            inputs = None
+            try:
+                rec = lazy.get(make)
+                if rec is not None and rec.enabled and rec.wants_stats():
+                    inputs = gather_inputs(metadata, draft_probs, logits)
+            except SPECSCOPE_ERRORS:
+                lazy.count_error()
+            with lazy.phase(make, "verify_sample"):
+                out = original(self, metadata, draft_probs, logits, sampling_metadata,
+                               *args, **kwargs)
+            lazy.record(make, lambda rec: record_rejection(
+                rec, metadata, sampling_metadata, out.sampled_token_ids, facts, inputs))
+            return out
+        forward._specscope_recorder = lazy
+        return forward
 
-    def forward(self, metadata, draft_probs, logits, sampling_metadata, *args, **kwargs):
-        with lazy.phase(make(metadata), "verify_sample"):
-            out = original(self, metadata, draft_probs, logits, sampling_metadata, *args, **kwargs)
-        lazy.record(make(metadata), lambda rec: record_rejection(
-            rec, metadata, sampling_metadata, out.sampled_token_ids, _BATCH.get()))
-        return out
-
-    forward._specscope = True
-    forward._specscope_recorder = lazy
-    cls.forward = forward
-    patched = ["vllm.v1.sample.rejection_sampler.RejectionSampler.forward"]
+    _patch(module.RejectionSampler, "forward", wrap_forward, patched,
+           "vllm.v1.sample.rejection_sampler.RejectionSampler.forward")
     try:
         from vllm.v1.worker import gpu_model_runner as runner_mod  # type: ignore
-    except Exception:  # the worker module needs a GPU build; the sampler hook still works
+    except Exception:  # the sampler hook alone records nothing: it needs the batch's names
         return patched
-    runner = runner_mod.GPUModelRunner
-    if not getattr(runner._sample, "_specscope", False):
-        sample = runner._sample
 
+    def wrap_sample(sample):
         def _sample(self, logits, spec_decode_metadata, *args, **kwargs):
             token = None
             if spec_decode_metadata is not None:
                 try:
+                    if "fields" not in _CONFIG and getattr(self, "vllm_config", None) is not None:
+                        _CONFIG["fields"] = run_fields(self.vllm_config)
                     facts = batch_facts(self.input_batch,
                                         len(spec_decode_metadata.num_draft_tokens))
-                    token = _BATCH.set(facts)
+                    if facts is not None:
+                        token = _BATCH.set(facts)
                 except SPECSCOPE_ERRORS:
                     lazy.count_error()
             try:
@@ -133,25 +282,55 @@ def install(recorder: Any = None) -> list[str]:
             finally:
                 if token is not None:
                     _BATCH.reset(token)
-
-        _sample._specscope = True
         _sample._specscope_recorder = lazy
-        runner._sample = _sample
-        patched.append("vllm.v1.worker.gpu_model_runner.GPUModelRunner._sample")
+        return _sample
+
+    _patch(runner_mod.GPUModelRunner, "_sample", wrap_sample, patched,
+           "vllm.v1.worker.gpu_model_runner.GPUModelRunner._sample")
+    try:
+        from vllm.v1.engine import output_processor  # type: ignore  # noqa: F401
+    except ImportError:  # no V1 front end in this process: the verify path alone is recorded
+        return patched
+    try:
+        from . import vllm_requests
+
+        patched += vllm_requests.install(_CONFIG, patch=_patch, make=make_recorder("api"),
+                                        run_fields=run_fields)
+    except SPECSCOPE_ERRORS:  # the verify path is recorded without the request timelines
+        lazy.count_error()
     return patched
 
 
 def register() -> None:
-    """The ``vllm.general_plugins`` entry point: patches only when SPECSCOPE_VLLM=1."""
+    """The ``vllm.general_plugins`` entry point: patches only when SPECSCOPE_VLLM=1. Nothing
+    here raises into vLLM, ``SystemExit`` included: a failure is reported on stderr and the
+    engine runs untouched."""
+    try:
+        _register()
+    except (Exception, SystemExit) as exc:
+        try:
+            import sys
+
+            print(f"specscope: vLLM adapter not installed ({type(exc).__name__}: {exc}); the "
+                  "engine runs untouched", file=sys.stderr)
+        except (Exception, SystemExit):
+            pass
+
+
+def _register() -> None:
     if os.environ.get("SPECSCOPE_VLLM") != "1":
         return
+    # one run for every process of this server: the first process to load the plugin names it,
+    # the processes it spawns inherit the name
+    os.environ.setdefault("SPECSCOPE_RUN_ID", f"vllm-{os.getpid()}-{time.time_ns() // 10**6}")
     from . import covered
 
-    if not covered("vllm"):
+    version = engine_version()
+    if not covered("vllm", version):
         import warnings
-        from importlib import metadata
 
-        warnings.warn(f"specscope: vllm {metadata.version('vllm')} is not a covered release; "
-                      "not patching, the engine runs untouched", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"specscope: vllm {version or '(version unknown)'} is not a covered "
+                      "release; not patching, the engine runs untouched", RuntimeWarning,
+                      stacklevel=2)
         return
     install()
