@@ -37,18 +37,64 @@ class SamplingTruthDetector:
     No fixed minimum: the check is INCONCLUSIVE until it has the positions at which an
     all-argmax run would fail it (``exact.positions_to_detect`` at the expected rate: 23 at an
     expected argmax rate of 0.4, 197 at 0.9), PASS from there on when nothing is flagged.
+
+    Greedy requests must commit the argmax at every position. The only honest exception is a
+    near tie that the verify kernel breaks another way than the statistics' argmax (reduced
+    precision, another reduction order): ``greedy_tie_rate`` (1%) allows for it, so
+    ``greedy_mismatch`` flags a share of non-argmax tokens that a 1% tie rate gives with
+    probability under ``alpha`` and that exceeds it by ``min_excess``.
     """
 
     alpha: float = ALPHA
     min_excess: float = 0.05
+    greedy_tie_rate: float = 0.01
 
     def assess(self, stats: SpecStats, run_id: str = "") -> list[Assessment]:
-        return [self.assess_one(mode, t, run_id) for mode, t in sorted(stats.truth.items())
-                if mode != schema.GREEDY and t.num_verified]
+        return [self.assess_greedy(t, run_id) if mode == schema.GREEDY
+                else self.assess_one(mode, t, run_id)
+                for mode, t in sorted(stats.truth.items()) if t.num_verified]
+
+    def greedy_needed(self) -> int:
+        """Positions at which greedy requests that commit the argmax only ``1 - tie rate -
+        min_excess`` of the time would fail the check."""
+        exp = 1.0 - self.greedy_tie_rate
+        rate = exp - self.min_excess - 0.005
+        n = 1
+        while lower_tail(math.floor(rate * n), n, exp) >= self.alpha and n < 100_000:
+            n += max(1, n // 8)
+        return n
+
+    def assess_greedy(self, t: TruthStats, run_id: str = "", scope: str = "") -> Assessment:
+        """Greedy requests' counters: every committed token should be the target argmax."""
+        n, k = t.num_verified, t.num_top1
+        exp = 1.0 - self.greedy_tie_rate
+        obs = k / n
+        p_lo = lower_tail(k, n, exp)
+        needed = self.greedy_needed()
+        evidence = {"mode_requested": schema.GREEDY, "num_positions": n,
+                    "observed_top1_rate": obs, "expected_top1_rate": 1.0,
+                    "allowed_tie_rate": self.greedy_tie_rate, "p_value": p_lo,
+                    "positions_needed": needed}
+        where = f" in request {scope}" if scope else ""
+        if scope:
+            evidence["request_id"] = scope
+        check = f"{TRUTH_CHECK} ({schema.GREEDY})"
+        if p_lo < self.alpha and exp - obs > self.min_excess:
+            message = (f"requests asking for greedy decoding{where} commit the target argmax "
+                       f"only {obs:.1%} of the time (p {fmt_p(p_lo)} over {n} positions, "
+                       f"allowing {self.greedy_tie_rate:.0%} near ties): verify commits tokens "
+                       "the target did not choose")
+            return Assessment(check, FAIL, evidence, anomaly=schema.AnomalyRecord(
+                run_id=run_id, kind="greedy_mismatch", severity="critical", message=message,
+                evidence=evidence))
+        state, need = assessed(False, n, needed)
+        return Assessment(check, state, evidence, need, "positions")
 
     def assess_one(self, mode: str, t: TruthStats, run_id: str = "",
                    scope: str = "") -> Assessment:
         """One requested mode's counters (a run's, or one request's with ``scope`` its id)."""
+        if mode == schema.GREEDY:
+            return self.assess_greedy(t, run_id, scope)
         n, k = t.num_verified, t.num_top1
         exp = min(1.0, max(0.0, t.expected_top1 / n))
         obs = k / n
