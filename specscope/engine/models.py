@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,15 +114,47 @@ def _convert_smollm2(dest: Path) -> None:
     tmp.rename(dest)
 
 
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct as a Hugging Face checkpoint (float32 safetensors, tokenizer),
+    converted once from the shipped GGUF into the cache: what an engine such as vLLM loads."""
+    dest = cache_dir() / "smollm2-135m-instruct"
+    if not (dest / "model.safetensors").exists():
+        _convert_smollm2(dest)
+    return dest
+
+
+def smollm2_draft_dir(draft: str = "int:4") -> Path:
+    """A draft checkpoint for SmolLM2 that is not the target (``make_draft``'s kinds: an N-bit
+    copy by default), written once into the cache beside it, so an engine's acceptance is
+    neither 0 nor 100%."""
+    from safetensors.torch import save_file
+
+    target_dir = smollm2_dir()
+    dest = cache_dir() / f"smollm2-135m-instruct-{draft.replace(':', '')}"
+    if (dest / "model.safetensors").exists():
+        return dest
+    target = LlamaForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+    model = make_draft(target, draft)
+    if model is None:
+        raise ValueError(f"draft {draft!r} is no model")
+    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    for f in target_dir.iterdir():
+        if f.name != "model.safetensors":
+            shutil.copy(f, tmp / f.name)
+    state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    tmp.rename(dest)
+    return dest
+
+
 def load_smollm2(draft: str = "int:4") -> ModelPair:
     """SmolLM2-135M-Instruct (float32, CPU) and a draft built from it.
 
     ``draft``: see ``make_draft``. The default ``int:4`` gives an acceptance length near 2 of 4
     (chain of 3); early exit (``layers:K``) accepts almost nothing on this untrained-for-it model.
     """
-    dest = cache_dir() / "smollm2-135m-instruct"
-    if not (dest / "model.safetensors").exists():
-        _convert_smollm2(dest)
+    dest = smollm2_dir()
     tok = AutoTokenizer.from_pretrained(str(dest))
     target = LlamaForCausalLM.from_pretrained(str(dest), dtype=torch.float32,
                                               attn_implementation="sdpa").eval()

@@ -27,26 +27,36 @@ def free_port() -> int:
 class ServerProcess:
     """``specscope serve-engine ARGS`` on 127.0.0.1; stopped by its PID (SIGINT, then SIGKILL)."""
 
-    args: list[str]
-    trace: Path
+    args: list[str] = field(default_factory=list)
+    trace: Path = Path("server.jsonl")
     port: int = field(default_factory=free_port)
     log: Path | None = None
     proc: subprocess.Popen | None = None
     _out: object = None
+    label = "serve-engine"  #: what error messages call the server
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 180.0) -> "ServerProcess":
-        cmd = [sys.executable, "-m", "specscope", "serve-engine", *self.args,
-               "--host", "127.0.0.1", "--port", str(self.port), "--trace", str(self.trace)]
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "specscope", "serve-engine", *self.args, "--host",
+                "127.0.0.1", "--port", str(self.port), "--trace", str(self.trace)]
+
+    def start(self, timeout_s: float = 180.0, env: dict[str, str] | None = None,
+              new_session: bool = False) -> "ServerProcess":
+        """Start ``command()`` and wait for ``/health``. ``new_session``: the server and every
+        process it spawns form one process group, which ``stop`` ends as a whole."""
+        name = self.label
         self._out = open(self.log, "w") if self.log else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.command(), stdout=self._out, stderr=subprocess.STDOUT,
+                                     env=env, start_new_session=new_session)
+        self._group = new_session
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"serve-engine exited with {self.proc.returncode}"
+                self.stop()
+                raise RuntimeError(f"{name} exited with {self.proc.returncode}"
                                    + (f"; see {self.log}" if self.log else ""))
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
@@ -55,18 +65,28 @@ class ServerProcess:
             except OSError:
                 time.sleep(0.3)
         self.stop()
-        raise TimeoutError(f"serve-engine did not answer /health within {timeout_s:.0f} s")
+        raise TimeoutError(f"{name} did not answer /health within {timeout_s:.0f} s"
+                           + (f"; see {self.log}" if self.log else ""))
 
     def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGINT to the server's PID, SIGKILL after ``timeout_s``; a server started in its
+        own session has its whole process group ended too (its spawned workers)."""
         try:
-            if self.proc is None or self.proc.poll() is not None:
-                return self.proc.returncode if self.proc else 0
-            os.kill(self.proc.pid, signal.SIGINT)
-            try:
-                return self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                return self.proc.wait()
+            if self.proc is None:
+                return 0
+            if self.proc.poll() is None:
+                os.kill(self.proc.pid, signal.SIGINT)
+                try:
+                    self.proc.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    os.kill(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait()
+            if getattr(self, "_group", False):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            return self.proc.returncode
         finally:
             if hasattr(self._out, "close"):
                 self._out.close()

@@ -1,0 +1,103 @@
+"""Faults seeded into a real vLLM for the tests. Inert unless a test asks: the faults named in
+``SPECSCOPE_TEST_FAULT`` (comma-separated) are on from the start; those named in the file
+``SPECSCOPE_TEST_FAULT_FILE`` are read at every call, so a test can switch them on and off while
+the server runs (clean phase, then faulted phase, one server).
+
+- ``silent_greedy``: verify commits the target's argmax for every request while the sampling
+  metadata that reaches the rejection sampler still says "random" (the ROCm incident: sampled
+  requests silently verified greedily). The bonus token is still sampled, as vLLM samples it
+  apart from verify.
+- ``draft_prob_one``: under ``draft_sample_method: probabilistic``, the draft's probabilities
+  are replaced by a one-hot at the token it drafted (its top-1 probability hard-coded to 1.0).
+- ``break_specscope`` (start only): what specscope runs on the engine's hot path (reading the
+  verify inputs, recording the step, timing the phase, building a request's record) raises
+  ``SystemExit``, to show that vLLM serves regardless and the failures are counted.
+
+And one repair, ``SPECSCOPE_TEST_FIX=cpu_expand``: vLLM 0.32's CPU build expands the per-request
+temperature, top-p and top-k to per-token tensors in its rejection sampler with a C++ kernel
+that writes into an int64 copy of the float32 (or int32) output and never copies it back, so
+verification reads uninitialised memory as temperature, top-p and top-k whenever a batch holds
+a request with temperature > 0 (greedy-only batches skip it). Sampled requests then verify
+against a distribution that is not theirs, and greedy rows of mixed batches commit tokens that
+are not the argmax; a garbage top-k is the "index out of bounds" crash. The repair replaces
+``expand_batch_to_tokens`` with the same expansion in plain torch, so the tests can tell a
+clean vLLM from a faulted one; without it specscope flags the defect (a test holds that too).
+
+Nothing here is specscope's: the tests need engines that go wrong the way real ones did.
+"""
+
+import dataclasses
+import os
+
+
+def _active(name):
+    if name in os.environ.get("SPECSCOPE_TEST_FAULT", "").split(","):
+        return True
+    path = os.environ.get("SPECSCOPE_TEST_FAULT_FILE")
+    if not path:
+        return False
+    try:
+        with open(path) as f:
+            return name in f.read().split(",")
+    except OSError:
+        return False
+
+
+def _repair_cpu_expand(rs):
+    import torch
+
+    def expand_batch_to_tokens(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):
+        counts = torch.diff(cu_num_tokens, prepend=cu_num_tokens.new_zeros(1))
+        out = x.repeat_interleave(counts.to(x.device), output_size=num_tokens)
+        return torch.where(out == replace_from, torch.full_like(out, replace_to), out)
+
+    rs.expand_batch_to_tokens = expand_batch_to_tokens
+
+
+def register():
+    if "cpu_expand" in os.environ.get("SPECSCOPE_TEST_FIX", "").split(","):
+        from vllm.v1.sample import rejection_sampler as rs
+
+        _repair_cpu_expand(rs)
+    if not (os.environ.get("SPECSCOPE_TEST_FAULT") or os.environ.get("SPECSCOPE_TEST_FAULT_FILE")):
+        return
+    from vllm.v1.sample import rejection_sampler as rs
+
+    sample = rs.rejection_sample
+
+    def rejection_sample(*args, **kwargs):
+        if _active("silent_greedy"):
+            args = list(args)
+            if "sampling_metadata" in kwargs:
+                kwargs["sampling_metadata"] = dataclasses.replace(
+                    kwargs["sampling_metadata"], all_greedy=True, all_random=False)
+            else:
+                args[7] = dataclasses.replace(args[7], all_greedy=True, all_random=False)
+        return sample(*args, **kwargs)
+
+    rs.rejection_sample = rejection_sample
+
+    import torch
+    from vllm.v1.spec_decode import llm_base_proposer as lbp
+
+    draw = lbp.LLMBaseProposer._sample_from_logits
+
+    def _sample_from_logits(self, logits, sampling_metadata):
+        ids, probs = draw(self, logits, sampling_metadata)
+        if probs is not None and _active("draft_prob_one"):
+            probs = torch.zeros_like(probs).scatter_(-1, ids.long().unsqueeze(-1), 1.0)
+        return ids, probs
+
+    lbp.LLMBaseProposer._sample_from_logits = _sample_from_logits
+
+    if _active("break_specscope"):
+        import specscope.hooks.engines.vllm as adapter
+        import specscope.hooks.engines.vllm_requests as requests
+        from specscope.hooks.recorder import Recorder
+
+        def boom(*args, **kwargs):
+            raise SystemExit("seeded failure")
+
+        for owner, name in ((adapter, "gather_inputs"), (adapter, "record_rejection"),
+                            (requests, "request_record"), (Recorder, "phase")):
+            setattr(owner, name, boom)
