@@ -301,6 +301,25 @@ def to_record(r: Req, run_id: str) -> schema.RequestRecord:
         accept_len_hist=hist)
 
 
+def _per_pos_from_steps(reqs: list[Req]) -> tuple[int, ...]:
+    """Accepted tokens per draft position, exactly, from each request's ``per_step_accepted``
+    (a step that accepted a tokens accepted positions 1..a); () unless every request that
+    verified gives its steps."""
+    counts: list[int] = []
+    for r in reqs:
+        if not r.steps:
+            continue
+        steps = r.extra.get("per_step_accepted")
+        if not isinstance(steps, list) or len(steps) != r.steps:
+            return ()
+        for a in steps:
+            a = int(a)
+            counts += [0] * (a - len(counts))
+            for i in range(a):
+                counts[i] += 1
+    return tuple(counts)
+
+
 def pooled(reqs: list[Req], run_id: str, fmt: str) -> schema.SpecCountsRecord | None:
     """The sum over requests that gave drafted and accepted counts (steps only if all gave them)."""
     counted = [r for r in reqs if r.drafted is not None and r.accepted is not None]
@@ -308,8 +327,9 @@ def pooled(reqs: list[Req], run_id: str, fmt: str) -> schema.SpecCountsRecord | 
     if not counted and not with_steps:
         return None
     all_steps = bool(counted) and all(r.steps is not None for r in counted)
-    per_pos: tuple[int, ...] = ()
-    if all_steps and counted and all(r.per_pos for r in counted) and len({len(r.per_pos) for r in counted}) == 1:
+    per_pos: tuple[int, ...] = _per_pos_from_steps(counted) if all_steps else ()
+    if not per_pos and all_steps and counted and all(r.per_pos for r in counted) and \
+            len({len(r.per_pos) for r in counted}) == 1:
         per_pos = tuple(sum(round(r.per_pos[i] * r.steps) for r in counted)
                         for i in range(len(counted[0].per_pos)))
     if counted:

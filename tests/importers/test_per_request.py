@@ -197,6 +197,27 @@ def test_vllm_v1_varying_depth_takes_drafts_from_the_line(tmp_path):
     assert c.num_drafts == 100 and c.accepted_per_pos == (70, 35, 15) and "varying-k" not in res.traps
 
 
+def test_vllm_v1_log_whose_drafts_cannot_all_be_derived_gives_null_drafts_and_length(tmp_path):
+    """n-gram drafts vary in length: the second interval (13 drafted, none accepted, 1.00) fixes
+    no number of drafts, so the run's drafts and acceptance length are unknown, not 1 + all 5
+    accepted tokens over the first interval's 6 drafts."""
+    from specscope.collector.report import build_report
+
+    def line(t, al, acc, dr, pp, rate):
+        return (f"(APIServer pid=7) INFO 12-02 09:46:{t} [metrics.py:120] SpecDecoding metrics: "
+                f"Mean acceptance length: {al}, Accepted throughput: 1.00 tokens/s, Drafted "
+                f"throughput: 2.00 tokens/s, Accepted: {acc} tokens, Drafted: {dr} tokens, "
+                f"Per-position acceptance rate: {pp}, Avg Draft acceptance rate: {rate}%\n")
+
+    p = tmp_path / "server.log"
+    p.write_text(line(12, "1.83", 5, 18, "0.833, 0.000, 0.000", "27.8")
+                 + line(14, "1.00", 0, 13, "0.000, 0.000, 0.000", "0.0"))
+    totals = build_report(import_file(p).records)["totals"]
+    assert totals["draft_tokens"] == 31 and totals["accepted_tokens"] == 5
+    assert totals["num_drafts"] is None and totals["mean_acceptance_length"] is None
+    assert totals["acceptance_rate"] == 5 / 31
+
+
 def test_check_names_the_v0_trap(tmp_path):
     from tests.importers.test_formats import _v0_line
 
