@@ -48,7 +48,7 @@ def spec_figures(s: SpecStats) -> dict[str, Any]:
     return {
         #: drafts and drafted tokens include those a source gave without an accepted count
         #: (those enter no rate or length); null where no source gave them
-        "num_drafts": s.num_drafts + s.drafts_unmatched,
+        "num_drafts": None if s.drafts_unknown else s.num_drafts + s.drafts_unmatched,
         "draft_tokens": (s.draft_tokens + s.draft_tokens_unmatched
                          if s.counts_known or s.draft_tokens_unmatched else None),
         "accepted_tokens": s.accepted_tokens if s.counts_known else None,

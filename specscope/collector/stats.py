@@ -100,6 +100,9 @@ class SpecStats:
     reported_al_n: int = 0
     #: drafts / drafted tokens a source gave without the accepted count (shown, never in a rate)
     drafts_unmatched: int = 0
+    #: intervals that gave drafted and accepted tokens but not their number of drafts (a log
+    #: whose draft depth varied): the pooled drafts and acceptance length are then unknown
+    drafts_unknown: int = 0
     draft_tokens_unmatched: int = 0
     #: sources that report an acceptance rate of their own (SGLang gauges, V0, benchmarks)
     reported_rate_sum: float = 0.0
@@ -201,6 +204,8 @@ class SpecStats:
             self.accepted_with_drafts += max(0, r.accepted_tokens)
         if r.draft_tokens is not None and r.accepted_tokens is not None:
             self.num_counted += 1
+            if r.num_drafts is None and r.draft_tokens:
+                self.drafts_unknown += 1
             drafted, accepted = r.draft_tokens, r.accepted_tokens
             if drafted < 0 or accepted < 0 or accepted > drafted:
                 self.num_clamped += 1
@@ -348,6 +353,7 @@ class SpecStats:
             reported_al_sum=self.reported_al_sum + other.reported_al_sum,
             reported_al_n=self.reported_al_n + other.reported_al_n,
             drafts_unmatched=self.drafts_unmatched + other.drafts_unmatched,
+            drafts_unknown=self.drafts_unknown + other.drafts_unknown,
             draft_tokens_unmatched=self.draft_tokens_unmatched + other.draft_tokens_unmatched,
             reported_rate_sum=self.reported_rate_sum + other.reported_rate_sum,
             reported_rate_n=self.reported_rate_n + other.reported_rate_n, gauges=gauges,
@@ -362,8 +368,9 @@ class SpecStats:
 
     @property
     def mean_acceptance_length(self) -> float | None:
-        """Tokens committed per request-step, INCLUDING the bonus token: (accepted + drafts) / drafts."""
-        if not self.num_drafts:
+        """Tokens committed per request-step, INCLUDING the bonus token: (accepted + drafts) / drafts.
+        None where some interval's drafts are unknown (never a figure over part of the run)."""
+        if not self.num_drafts or self.drafts_unknown:
             return None
         return (self.accepted_with_drafts + self.num_drafts) / self.num_drafts
 
