@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .. import schema
 
@@ -54,15 +54,18 @@ def _p95(values: list[float]) -> float:
 
 def client_agreement(server: Iterable[schema.RequestRecord],
                      client: Iterable[schema.RequestRecord], *,
-                     abs_ms: dict[str, float] | None = None, rel: float = 0.10) -> Agreement:
+                     abs_ms: dict[str, float] | None = None, rel: float = 0.10,
+                     server_key: Callable[[str], str] | None = None) -> Agreement:
     """Match requests by id and compare TTFT, E2E and TPOT, token counts and chunk counts.
 
     A figure agrees when the median of (client - server) is within ``abs_ms[figure]`` plus
     ``rel`` of the server's median (transport and the client's own scheduling sit in the
-    difference; defaults 25 ms for TTFT and E2E, 2 ms for TPOT).
+    difference; defaults 25 ms for TTFT and E2E, 2 ms for TPOT). ``server_key`` maps a server
+    request id to the client's (an engine that decorates the id it was sent, as vLLM does).
     """
     abs_ms = {"ttft_ms": 25.0, "e2e_ms": 25.0, "tpot_ms": 2.0, **(abs_ms or {})}
-    s = {r.request_id: r for r in server}
+    key = server_key or (lambda rid: rid)
+    s = {key(r.request_id): r for r in server}
     c = {r.request_id: r for r in client}
     both = sorted(set(s) & set(c))
     tokens = [(k, s[k].num_output_tokens, c[k].num_output_tokens) for k in both

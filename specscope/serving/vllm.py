@@ -132,3 +132,14 @@ def drive(url: str, model: str, prompts: list[str], *, sampling=MIXED_SAMPLING,
 
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
         return list(pool.map(one, range(len(prompts))))
+
+
+def client_request_id(engine_id: str) -> str:
+    """The id a client sent (``X-Request-Id``) from vLLM's engine id for the request:
+    ``chatcmpl-<id>-<8 hex>`` or ``cmpl-<id>-<8 hex>`` (vLLM adds the prefix and a suffix)."""
+    for prefix in ("chatcmpl-", "cmpl-"):
+        if engine_id.startswith(prefix):
+            engine_id = engine_id[len(prefix):]
+            break
+    head, _, tail = engine_id.rpartition("-")
+    return head if head and len(tail) == 8 else engine_id

@@ -9,9 +9,9 @@ the server runs (clean phase, then faulted phase, one server).
   apart from verify.
 - ``draft_prob_one``: under ``draft_sample_method: probabilistic``, the draft's probabilities
   are replaced by a one-hot at the token it drafted (its top-1 probability hard-coded to 1.0).
-- ``break_specscope`` (start only): what specscope runs on the engine's hot path (reading the
-  verify inputs, recording the step, timing the phase, building a request's record) raises
-  ``SystemExit``, to show that vLLM serves regardless and the failures are counted.
+- ``break_specscope``: what specscope runs on the engine's hot path (reading the verify inputs,
+  recording the step, timing the phase, building a request's record) raises ``SystemExit``, to
+  show that vLLM serves regardless and the failures are counted.
 
 And one repair, ``SPECSCOPE_TEST_FIX=cpu_expand``: vLLM 0.32's CPU build expands the per-request
 temperature, top-p and top-k to per-token tensors in its rejection sampler with a C++ kernel
@@ -90,14 +90,18 @@ def register():
 
     lbp.LLMBaseProposer._sample_from_logits = _sample_from_logits
 
-    if _active("break_specscope"):
-        import specscope.hooks.engines.vllm as adapter
-        import specscope.hooks.engines.vllm_requests as requests
-        from specscope.hooks.recorder import Recorder
+    # break_specscope: what specscope runs on the hot path raises while the fault is on
+    import specscope.hooks.engines.vllm as adapter
+    import specscope.hooks.engines.vllm_requests as requests
+    from specscope.hooks.recorder import Recorder
 
-        def boom(*args, **kwargs):
-            raise SystemExit("seeded failure")
+    def breakable(original):
+        def call(*args, **kwargs):
+            if _active("break_specscope"):
+                raise SystemExit("seeded failure")
+            return original(*args, **kwargs)
+        return call
 
-        for owner, name in ((adapter, "gather_inputs"), (adapter, "record_rejection"),
-                            (requests, "request_record"), (Recorder, "phase")):
-            setattr(owner, name, boom)
+    for owner, name in ((adapter, "gather_inputs"), (adapter, "record_rejection"),
+                        (requests, "request_record"), (Recorder, "phase")):
+        setattr(owner, name, breakable(getattr(owner, name)))
