@@ -116,10 +116,19 @@ def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence
     if assessments is None:
         assessments = evaluate(stats, "", detectors_for(run))[0]
     truth = [a for a in assessments if a.check.startswith(TRUTH_CHECK)]
-    truth_found = bool(found & set(_TRUTH_KINDS))
-    checks += [a.to_check(FAIL if truth_found else None) for a in truth]
-    if not truth and truth_found:
-        checks.append({"check": "sampling truth", "state": FAIL, "value": sorted(found)})
+    # a greedy_mismatch fails the greedy check; silent greedy and sampling mismatches the others
+    greedy_found = "greedy_mismatch" in found
+    sampled_found = bool(found & (set(_TRUTH_KINDS) - {"greedy_mismatch"}))
+
+    def failed_by(a: Assessment) -> bool:
+        return greedy_found if a.check.endswith("(greedy)") else sampled_found
+
+    checks += [a.to_check(FAIL if failed_by(a) else None) for a in truth]
+    unmatched = (greedy_found and not any(a.check.endswith("(greedy)") for a in truth)) or \
+        (sampled_found and not any(not a.check.endswith("(greedy)") for a in truth))
+    if unmatched:
+        checks.append({"check": "sampling truth", "state": FAIL,
+                       "value": sorted(found & set(_TRUTH_KINDS))})
     sampled = any(m != "greedy" and t.num_verified for m, t in stats.truth.items())
     if sampled:  # greedy verification never reads the draft's probabilities
         checks += [a.to_check(FAIL if "draft_prob_collapse" in found else None)

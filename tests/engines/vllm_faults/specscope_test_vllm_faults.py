@@ -80,7 +80,8 @@ def register():
     import torch
     from vllm.v1.spec_decode import llm_base_proposer as lbp
 
-    draw = lbp.LLMBaseProposer._sample_from_logits
+    proposer = lbp.SpecDecodeBaseProposer
+    draw = proposer._sample_from_logits
 
     def _sample_from_logits(self, logits, sampling_metadata):
         ids, probs = draw(self, logits, sampling_metadata)
@@ -88,7 +89,7 @@ def register():
             probs = torch.zeros_like(probs).scatter_(-1, ids.long().unsqueeze(-1), 1.0)
         return ids, probs
 
-    lbp.LLMBaseProposer._sample_from_logits = _sample_from_logits
+    proposer._sample_from_logits = _sample_from_logits
 
     # break_specscope: what specscope runs on the hot path raises while the fault is on
     import specscope.hooks.engines.vllm as adapter

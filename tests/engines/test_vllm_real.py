@@ -1,0 +1,261 @@
+"""specscope inside and beside a real vLLM (the CPU build, in .venv-vllm), serving SmolLM2-135M on
+127.0.0.1; each test starts its server and stops it by its PID with every process it spawned.
+
+Three servers: n-gram speculation with specscope's hot path forced to fail and then working
+(vLLM serves through both; the trace counts what vLLM counts); the 4-bit draft as vLLM ships,
+seen five ways (trace, scrape, log, responses, AIPerf), where specscope finds vLLM CPU's own
+verify defect; and the probabilistic draft with the seeded faults, clean phases first.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from specscope import schema
+from specscope.collector.agreement import client_agreement, format_agreement
+from specscope.collector.report import build_report
+from specscope.collector.views import format_views, views_agree
+from specscope.importers import import_file
+from specscope.io.trace import read_trace
+from specscope.scrape import scrape
+from specscope.serving.vllm import (MIXED_SAMPLING, VllmServer, client_request_id, drive,
+                                    speculative_config)
+
+pytestmark = pytest.mark.slow
+
+COUNTERS = {"num_drafts": "vllm:spec_decode_num_drafts_total",
+            "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+            "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total"}
+
+
+def counters(url: str) -> dict[str, object]:
+    """vLLM's own speculative counters, read off its /metrics page."""
+    page = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    out: dict[str, object] = {}
+    for key, name in COUNTERS.items():
+        out[key] = int(sum(float(v) for v in re.findall(rf"^{name}{{[^}}]*}} (\S+)$", page, re.M)))
+    per_pos = re.findall(r'^vllm:spec_decode_num_accepted_tokens_per_pos_total{[^}]*position="(\d+)"'
+                         r'[^}]*} (\S+)$', page, re.M)
+    out["accepted_per_pos"] = tuple(int(float(v)) for _, v in sorted(per_pos, key=lambda x: int(x[0])))
+    return out
+
+
+def trace_records(folder: Path, since_ns: int = 0) -> list:
+    records = read_trace(sorted(folder.glob("*.jsonl"))).records
+    return [r for r in records if since_ns == 0 or getattr(r, "t_ns", since_ns) >= since_ns]
+
+
+def run_section(records: list) -> dict:
+    (section,) = build_report(records)["runs"]
+    return section
+
+
+def truth_states(section: dict) -> dict[str, str]:
+    return {t["mode_requested"]: t["state"] for t in section["sampling_truth"]}
+
+
+def server(tmp_path: Path, python: Path, model: Path, spec: dict | None, name: str, *,
+           fix: bool, stats_every: int = 32) -> VllmServer:
+    fault_file = tmp_path / f"{name}.faults"
+    fault_file.write_text("")
+    env = {"SPECSCOPE_TEST_FAULT_FILE": str(fault_file), "VLLM_LOG_STATS_INTERVAL": "2"}
+    if fix:
+        env["SPECSCOPE_TEST_FIX"] = "cpu_expand"
+    srv = VllmServer(model=model, spec=spec, python=python, trace_dir=tmp_path / name,
+                     log=tmp_path / f"{name}.log", stats_every=stats_every, env=env)
+    srv.fault_file = fault_file
+    return srv
+
+
+def test_a_failing_plugin_never_stops_vllm(vllm_env):
+    """Every path of plugin load and install forced to fail, SystemExit included, through
+    vLLM's own plugin loader: nothing escapes, the message names what failed."""
+    script = (
+        "import os, sys\n"
+        "os.environ['SPECSCOPE_VLLM'] = '1'\n"
+        "import specscope.hooks.engines as engines, specscope.hooks.engines.vllm as adapter\n"
+        "def boom(*a, **k):\n"
+        "    raise SystemExit('seeded')\n"
+        "print('version', engines.installed_version('vllm'), engines.covered('vllm'))\n"
+        "from vllm.plugins import load_general_plugins\n"
+        "for owner, name in ((adapter, 'install'), (engines, 'covered'),\n"
+        "                    (adapter, 'engine_version')):\n"
+        "    saved = getattr(owner, name)\n"
+        "    setattr(owner, name, boom)\n"
+        "    adapter.register()\n"
+        "    setattr(owner, name, saved)\n"
+        "adapter.install = boom\n"
+        "import vllm.plugins as plugins\n"
+        "plugins.plugins_loaded = False\n"
+        "load_general_plugins()\n"
+        "print('survived')\n")
+    out = subprocess.run([str(vllm_env), "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "version 0.32.0 True" in out.stdout and "survived" in out.stdout
+    # one message per failed path, each naming the failure; the engine runs untouched
+    assert out.stderr.count("vLLM adapter not installed (SystemExit: seeded)") >= 3
+
+
+def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_counts(
+        vllm_env, smollm2_checkpoints, prompts, tmp_path):
+    target, _ = smollm2_checkpoints
+    srv = server(tmp_path, vllm_env, target, speculative_config("ngram", k=4), "ngram", fix=True)
+    with srv:
+        # specscope's hot path raises SystemExit on every call: vLLM answers regardless
+        srv.fault_file.write_text("break_specscope")
+        broken = drive(srv.url, str(target), prompts[:4], max_tokens=24)
+        assert all(r["choices"][0]["message"]["content"] for r in broken)
+        srv.fault_file.write_text("")
+        before = counters(srv.url)
+        t0 = time.time_ns()
+        served = drive(srv.url, str(target), prompts[4:16], sampling=MIXED_SAMPLING,
+                       concurrency=4, max_tokens=48)
+        after = counters(srv.url)
+    records = trace_records(tmp_path / "ngram")
+    steps = [r for r in records if isinstance(r, schema.VerifyStepRecord)]
+    assert steps and min(s.t_ns for s in steps) >= t0  # nothing recorded while broken
+    vllm = {k: (after[k] - before[k]) if k != "accepted_per_pos" else
+            tuple(a - b for a, b in zip(after[k], before[k] or (0,) * len(after[k])))
+            for k in after}
+    agreement = views_agree({"trace": records, "vllm /metrics": [schema.SpecCountsRecord(
+        run_id="m", t_ns=1, num_drafts=vllm["num_drafts"], draft_tokens=vllm["draft_tokens"],
+        accepted_tokens=vllm["accepted_tokens"], accepted_per_pos=vllm["accepted_per_pos"])]})
+    print(format_views(agreement))
+    assert agreement.ok and vllm["num_drafts"] > 0
+    section = run_section(records)
+    run = section["run"]
+    assert (run["model"], run["algorithm"], run["num_steps"], run["engine_version"]) == \
+        ("smollm2-135m-instruct", "ngram", 4, "0.32.0")
+    assert run["labels"]["dtype"] == "bfloat16" and run["labels"]["method"] == "ngram"
+    assert len({r.run_id for r in records if isinstance(r, schema.RunRecord)}) == 1
+    requests = [r for r in records if isinstance(r, schema.RequestRecord)]
+    assert len(requests) == len(served) == 12  # the 4 served while broken left no record
+    assert all(r.ttft_s and r.e2e_s and r.num_output_tokens for r in requests)
+    assert sum(r.num_draft_tokens for r in requests) == vllm["draft_tokens"]
+    # the seeded failures, counted (each process reports its running totals)
+    assert sum(h["num_hook_errors"] for h in section["hooks"]) > 0, section["hooks"]
+
+
+def test_five_views_of_one_vllm_run_agree_and_vllm_cpu_verify_is_caught(
+        vllm_env, smollm2_checkpoints, prompts, tmp_path):
+    """vLLM as shipped: a mixed-temperature workload at concurrency 4. The trace, a scrape of
+    /metrics, the server log and the saved responses give the same counts; AIPerf's client-side
+    timings sit beside the engine's. And specscope finds vLLM CPU's verify defect: greedy
+    requests batched with sampled ones do not commit the target's argmax."""
+    target, draft = smollm2_checkpoints
+    srv = server(tmp_path, vllm_env, target, speculative_config("draft_model", draft=draft, k=3),
+                 "draft", fix=False, stats_every=1)
+    with srv:
+        stop = threading.Event()
+        scraper = threading.Thread(target=scrape, args=([srv.url + "/metrics"],
+                                                        tmp_path / "scrape.jsonl"),
+                                   kwargs={"interval_s": 1.0, "stop": stop})
+        scraper.start()
+        time.sleep(1.5)
+        responses = drive(srv.url, str(target), prompts[:12], concurrency=4, max_tokens=40)
+        time.sleep(4.5)  # the log's last interval (2 s) and the last scrape
+        stop.set()
+        scraper.join()
+        (tmp_path / "responses.json").write_text(json.dumps(responses))
+        records = trace_records(tmp_path / "draft")
+        # the log as it stood after the workload (AIPerf's requests come next)
+        (tmp_path / "workload.log").write_bytes((tmp_path / "draft.log").read_bytes())
+        from specscope.serving.harness import run_aiperf
+
+        client = run_aiperf(srv.url, model=str(target), tokenizer=target,
+                            artifact_dir=tmp_path / "aiperf", concurrency=2, requests=6,
+                            input_tokens=48, output_tokens=16, server_metrics=False)
+    views = {"trace": records, "scrape": read_trace(tmp_path / "scrape.jsonl").records,
+             "log": import_file(tmp_path / "workload.log").records,
+             "responses": import_file(tmp_path / "responses.json").records}
+    agreement = views_agree(views)
+    print(format_views(agreement))
+    assert agreement.ok, format_views(agreement)
+    assert all(len(agreement.known_by[c]) == 4 for c in ("num_drafts", "draft_tokens",
+                                                         "accepted_tokens"))
+    section = run_section(records)
+    assert section["run"]["draft_model"] == "smollm2-135m-instruct-int4"
+    greedy = next(t for t in section["sampling_truth"] if t["mode_requested"] == "greedy")
+    assert greedy["state"] == "fail" and greedy["observed_top1_rate"] < 0.9
+    assert "greedy_mismatch" in {a["kind"] for a in section["anomalies"]}
+    # AIPerf against the same server: every request it profiled matched, tokens equal
+    after = trace_records(tmp_path / "draft")
+    engine = [r for r in after if isinstance(r, schema.RequestRecord)][len(responses):]
+    aiperf = [r for r in import_file(client.records, run_id="aiperf").records
+              if isinstance(r, schema.RequestRecord)]
+    a = client_agreement(engine, aiperf, server_key=client_request_id)
+    print(format_agreement(a))
+    assert a.matched == 6 and not a.token_mismatches, format_agreement(a)
+    assert a.within["ttft_ms"] and a.within["e2e_ms"], format_agreement(a)
+
+
+def _flagged(folder: Path, since_ns: int, deadline_s: float, test) -> tuple[float, dict]:
+    """Seconds until ``test(section)`` holds on the records since ``since_ns`` (polling)."""
+    t0 = time.monotonic()
+    while True:
+        section = run_section(trace_records(folder, since_ns))
+        if test(section) or time.monotonic() - t0 > deadline_s:
+            return time.monotonic() - t0, section
+        time.sleep(2)
+
+
+def test_seeded_faults_in_a_real_vllm_are_flagged_and_clean_runs_are_not(
+        vllm_env, smollm2_checkpoints, prompts, tmp_path):
+    target, draft = smollm2_checkpoints
+    spec = speculative_config("draft_model", draft=draft, k=3, draft_sample_method="probabilistic")
+    srv = server(tmp_path, vllm_env, target, spec, "faults", fix=True, stats_every=4)
+    folder = tmp_path / "faults"
+    clean_rates = []
+    with srv:
+        for sampling in ({"temperature": 0.0}, {"temperature": 0.7},
+                         {"temperature": 0.7, "top_p": 0.9}):
+            before, t0 = counters(srv.url), time.time_ns()
+            drive(srv.url, str(target), prompts[:8], sampling=(sampling,), max_tokens=40)
+            after = counters(srv.url)
+            time.sleep(1.5)
+            section = run_section(trace_records(folder, t0))
+            states = set(truth_states(section).values()) | \
+                {section["draft_health"].get("state", "inconclusive")}
+            assert "fail" not in states, (sampling, section["sampling_truth"],
+                                          section["draft_health"])
+            if sampling["temperature"]:
+                clean_rates.append((after["accepted_tokens"] - before["accepted_tokens"],
+                                    after["draft_tokens"] - before["draft_tokens"]))
+        # (a) verify commits the argmax for temperature requests; the metadata says random
+        srv.fault_file.write_text("silent_greedy")
+        before, t0 = counters(srv.url), time.time_ns()
+        box: dict = {}
+        worker = threading.Thread(target=lambda: box.update(r=drive(
+            srv.url, str(target), prompts[8:24], sampling=({"temperature": 0.7},), max_tokens=40)))
+        worker.start()
+        took, section = _flagged(folder, t0, 60, lambda s: truth_states(s).get(
+            "speculative-sampling") == "fail")
+        worker.join()
+        after = counters(srv.url)
+        assert truth_states(section).get("speculative-sampling") == "fail", section["sampling_truth"]
+        assert "silent_greedy" in {a["kind"] for a in section["anomalies"]}
+        print(f"silent greedy flagged {took:.0f} s into serving")
+        # vLLM's own acceptance rate stays in its clean band: its /metrics shows nothing wrong
+        acc = after["accepted_tokens"] - before["accepted_tokens"]
+        drafted = after["draft_tokens"] - before["draft_tokens"]
+        clean = sum(a for a, _ in clean_rates) / sum(d for _, d in clean_rates)
+        assert abs(acc / drafted - clean) < 0.15, (acc / drafted, clean)
+        # (b) the draft's probabilities one-hot at its token (top-1 hard-coded to 1.0)
+        srv.fault_file.write_text("draft_prob_one")
+        t0 = time.time_ns()
+        worker = threading.Thread(target=lambda: drive(
+            srv.url, str(target), prompts[:16], sampling=({"temperature": 0.7},), max_tokens=40))
+        worker.start()
+        took, section = _flagged(folder, t0, 60, lambda s: s["draft_health"].get("state") == "fail")
+        worker.join()
+        assert section["draft_health"].get("state") == "fail", section["draft_health"]
+        print(f"draft probabilities at 1.0 flagged {took:.0f} s into serving")
