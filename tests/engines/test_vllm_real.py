@@ -214,22 +214,25 @@ def test_seeded_faults_in_a_real_vllm_are_flagged_and_clean_runs_are_not(
     spec = speculative_config("draft_model", draft=draft, k=3, draft_sample_method="probabilistic")
     srv = server(tmp_path, vllm_env, target, spec, "faults", fix=True, stats_every=4)
     folder = tmp_path / "faults"
-    clean_rates = []
+    clean_rates: list[float] = []
     with srv:
         for sampling in ({"temperature": 0.0}, {"temperature": 0.7},
                          {"temperature": 0.7, "top_p": 0.9}):
-            before, t0 = counters(srv.url), time.time_ns()
-            drive(srv.url, str(target), prompts[:8], sampling=(sampling,), max_tokens=40)
-            after = counters(srv.url)
+            t0 = time.time_ns()
+            served = drive(srv.url, str(target), prompts[:8], sampling=(sampling,),
+                           max_tokens=40)
             time.sleep(1.5)
             section = run_section(trace_records(folder, t0))
             states = set(truth_states(section).values()) | \
                 {section["draft_health"].get("state", "inconclusive")}
+            print(f"clean {sampling}: sampling truth {truth_states(section)}, draft health "
+                  f"{section['draft_health'].get('state')}")
             assert "fail" not in states, (sampling, section["sampling_truth"],
                                           section["draft_health"])
-            if sampling["temperature"]:
-                clean_rates.append((after["accepted_tokens"] - before["accepted_tokens"],
-                                    after["draft_tokens"] - before["draft_tokens"]))
+            if sampling["temperature"]:  # vLLM's own per-request acceptance rates
+                spec = [r["metrics"]["speculative_decoding"] for r in served]
+                clean_rates += [s["num_accepted_draft_tokens"] / s["num_draft_tokens"]
+                                for s in spec if s["num_draft_tokens"]]
         # (a) verify commits the argmax for temperature requests; the metadata says random
         srv.fault_file.write_text("silent_greedy")
         before, t0 = counters(srv.url), time.time_ns()
@@ -244,11 +247,15 @@ def test_seeded_faults_in_a_real_vllm_are_flagged_and_clean_runs_are_not(
         assert truth_states(section).get("speculative-sampling") == "fail", section["sampling_truth"]
         assert "silent_greedy" in {a["kind"] for a in section["anomalies"]}
         print(f"silent greedy flagged {took:.0f} s into serving")
-        # vLLM's own acceptance rate stays in its clean band: its /metrics shows nothing wrong
+        # vLLM's own acceptance rate under the fault sits inside the clean band (10th to 90th
+        # percentile of the clean sampled requests' rates): its /metrics shows nothing wrong
         acc = after["accepted_tokens"] - before["accepted_tokens"]
         drafted = after["draft_tokens"] - before["draft_tokens"]
-        clean = sum(a for a, _ in clean_rates) / sum(d for _, d in clean_rates)
-        assert abs(acc / drafted - clean) < 0.15, (acc / drafted, clean)
+        rates = sorted(clean_rates)
+        band = (rates[len(rates) // 10], rates[(9 * len(rates)) // 10])
+        print(f"vLLM acceptance rate under silent greedy {acc / drafted:.3f} ({drafted} drafted); "
+              f"clean band {band[0]:.3f}-{band[1]:.3f} over {len(rates)} requests")
+        assert band[0] <= acc / drafted <= band[1], (acc / drafted, band)
         # (b) the draft's probabilities one-hot at its token (top-1 hard-coded to 1.0)
         srv.fault_file.write_text("draft_prob_one")
         t0 = time.time_ns()
