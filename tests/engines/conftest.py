@@ -18,7 +18,7 @@ def vllm_env() -> Path:
     python = vllm_python(os.environ.get("SPECSCOPE_VLLM_PYTHON")) or \
         vllm_python(str(ROOT / ".venv-vllm" / "bin" / "python"))
     if python is None:
-        if os.environ.get("CI"):
+        if os.environ.get("CI") or os.environ.get("SPECSCOPE_REQUIRE_ENGINES"):
             pytest.fail("vLLM's environment is missing in CI: `make test` builds .venv-vllm")
         pytest.skip("vLLM's environment is missing: `make vllm-env` builds .venv-vllm")
     return python
