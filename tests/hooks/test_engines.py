@@ -163,6 +163,47 @@ def _fake_vllm(monkeypatch, outputs: torch.Tensor, input_batch):
     return RejectionSampler, GPUModelRunner
 
 
+def test_sglang_verify_that_commits_the_argmax_for_temperature_requests_fails_sampling_truth(
+        monkeypatch, run_record):
+    """The ROCm incident inside SGLang's verify: temperature requests commit the target argmax
+    along their accepted paths. The adapter reads the logits before the call and the committed
+    tokens at accept_index; sampling truth sees every committed token is the argmax."""
+    from specscope.collector.detectors import SamplingTruthDetector
+    from specscope.collector.stats import SpecStats
+    from specscope.hooks.engines import sglang
+
+    mod = types.ModuleType("sglang.srt.speculative.eagle_utils")
+    mod._is_hip, mod._is_cpu, mod._is_xpu, mod._is_cuda = True, False, False, False
+    mod._verify_uses_greedy = lambda **kw: True
+    bs, n, vocab = 8, 4, 64
+
+    def eagle_sample(verify_input, batch, logits_output):
+        predict = logits_output.next_token_logits.argmax(dim=-1).to(torch.int32)
+        accept_index = torch.arange(bs * n, dtype=torch.int32).reshape(bs, n)
+        accept_index[:, 2:] = -1  # one draft token accepted, then the bonus
+        logits_output.next_token_logits.div_(0.7)  # the engine scales in place afterwards
+        return predict, torch.ones(bs, dtype=torch.int32), accept_index
+
+    mod.eagle_sample = eagle_sample
+    install_modules(monkeypatch, {"sglang.srt.speculative.eagle_utils": mod})
+    rec = Recorder(run_record, stats_policy=lambda step: True)
+    sglang.install(rec)
+    reqs = [SimpleNamespace(rid=f"r{i}", sampling_params=SimpleNamespace(
+        temperature=1.0, top_p=1.0, top_k=-1)) for i in range(bs)]
+    batch = SimpleNamespace(reqs=reqs, sampling_info=SimpleNamespace(is_all_greedy=False))
+    verify_input = SimpleNamespace(spec_steps=n - 1, topk=1, draft_token_num=n)
+    gen = torch.Generator().manual_seed(0)
+    with forbid_sync():
+        for _ in range(12):
+            logits = SimpleNamespace(next_token_logits=torch.randn(bs * n, vocab, generator=gen))
+            mod.eagle_sample(verify_input, batch, logits)
+    stats = SpecStats().observe_all(rec.drain(wait=True))
+    (truth,) = stats.truth.values()
+    assert truth.num_verified == 12 * bs * 2 and truth.num_top1 == truth.num_verified
+    (check,) = [a for a in SamplingTruthDetector().assess(stats) if "greedy" not in a.check]
+    assert check.state == "fail"
+
+
 def test_vllm_warmup_is_no_step_and_rows_without_a_draft_are_no_entries(monkeypatch, run_record):
     import numpy as np
 
