@@ -19,7 +19,7 @@ from .explain import bench_explain
 from .imports import bench_logs, bench_notebook
 from .reliability import bench_reliability
 from .scrape import bench_scrape
-from .serving import bench_serve
+from .serving import bench_serve, bench_vllm
 from .wire import bench_wire
 
 
@@ -27,7 +27,7 @@ BENCHES = {"dashboard": bench_dashboard, "serve": bench_serve, "hooks": bench_ho
            "decoder": bench_decoder, "drafts": bench_drafts, "policy": bench_policy,
            "collector": bench_collector, "import": bench_import, "logs": bench_logs,
            "notebook": bench_notebook, "explain": bench_explain, "hf": bench_hf,
-           "wire": bench_wire, "scrape": bench_scrape, "reliability": bench_reliability, "detectors": bench_detectors}
+           "wire": bench_wire, "scrape": bench_scrape, "vllm": bench_vllm, "reliability": bench_reliability, "detectors": bench_detectors}
 
 
 def main() -> int:
