@@ -43,7 +43,7 @@ $(VLLM_STAMP): Makefile pyproject.toml tests/engines/vllm_faults/pyproject.toml
 
 vllm-env: $(VLLM_STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) $(if $(findstring vllm,$(DEMO_ARGS)),$(VLLM_STAMP))
 	$(PY) -m specscope demo $(DEMO_ARGS)
 
 test: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP)
@@ -58,8 +58,8 @@ client-check: $(STAMP) $(AIPERF_STAMP)
 soak: $(STAMP)
 	$(PY) -m benchmarks.soak --minutes 10
 
-bench: $(STAMP) $(AIPERF_STAMP)
-	$(PY) -m benchmarks.run --out BENCHMARKS.md
+bench: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP)
+	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m benchmarks.run --out BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) $(AIPERF_VENV) $(VLLM_VENV) demo demo-trace.jsonl .pytest_cache test-artifacts

@@ -36,6 +36,7 @@ class DemoOptions:
     max_new_tokens: int = 48
     temperature: float = 0.7
     sweep: bool = True  #: run the tiny-model sweep in the background
+    engine: str = "reference"  #: "reference" (the embedded decoder) or "vllm" (demo_vllm)
 
 
 def _configs():
@@ -149,6 +150,10 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 
 def run_demo(opts: DemoOptions) -> int:
+    if opts.engine == "vllm":
+        from .demo_vllm import run_vllm_demo
+
+        return run_vllm_demo(opts)
     from .collector.service import Collector
     from .dashboard.app import create_app, serve
     from .dashboard.data import LiveSource

@@ -153,7 +153,7 @@ def scrape(urls: Sequence[str | Endpoint], out: str | Path, *, interval_s: float
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"{ep.url}: not an http(s) URL")
     for ep, name in zip(endpoints, endpoint_names([ep.url for ep in endpoints])):
-        ep.name = name
+        ep.name = ep.name or name  # a name given by the caller is kept
         ep.series = Series(ep.name, baseline=True)
     context = None
     if any(urlsplit(ep.url).scheme == "https" for ep in endpoints):

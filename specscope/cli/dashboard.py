@@ -32,7 +32,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                                 dashboard_port=args.port, metrics_port=args.metrics_port,
                                 duration_s=args.duration, requests=args.requests,
                                 max_new_tokens=args.max_new_tokens, prometheus=not args.no_prometheus,
-                                sweep=not args.no_sweep))
+                                sweep=not args.no_sweep, engine=args.engine))
 
 
 def add_parsers(sub) -> None:
@@ -66,6 +66,10 @@ def add_parsers(sub) -> None:
                        description="Runs until Ctrl-C (or --duration seconds) and prints the "
                        "URLs; the faulted configuration is flagged on the dashboard.")
     m.add_argument("--model", default="smollm2")
+    m.add_argument("--engine", choices=("reference", "vllm"), default="reference",
+                   help="reference: specscope's own decoder (embedded, the default); vllm: three "
+                   "real vLLM servers (target-only, 4-bit draft k = 3, the same with a seeded "
+                   "silent-greedy verify) with specscope's plugin inside; needs `make vllm-env`")
     m.add_argument("--host", default="127.0.0.1")
     m.add_argument("--port", type=int, default=8050, help="dashboard port")
     m.add_argument("--metrics-port", type=int, default=9400)

@@ -111,11 +111,11 @@ MIXED_SAMPLING: tuple[dict[str, float], ...] = (
 
 def drive(url: str, model: str, prompts: list[str], *, sampling=MIXED_SAMPLING,
           concurrency: int = 4, max_tokens: int = 64, seed: int | None = 0,
-          timeout_s: float = 600.0) -> list[dict[str, Any]]:
+          timeout_s: float = 600.0, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Send ``prompts`` as chat messages to ``/v1/chat/completions`` (the model's chat template
     applies) with at most ``concurrency`` in flight, request ``i`` with
     ``sampling[i % len(sampling)]`` (and seed ``seed + i``); returns the responses in prompt
-    order, each as the server sent it."""
+    order, each as the server sent it. ``extra``: more request fields (``ignore_eos``, ...)."""
     import concurrent.futures
     import urllib.request
 
@@ -125,6 +125,7 @@ def drive(url: str, model: str, prompts: list[str], *, sampling=MIXED_SAMPLING,
                                 **sampling[i % len(sampling)]}
         if seed is not None:
             body["seed"] = seed + i
+        body.update(extra or {})
         req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
                                      headers={"content-type": "application/json"})
         with urllib.request.urlopen(req, timeout=timeout_s) as r:

@@ -84,10 +84,12 @@ def covered(engine: str, version: str | None = None) -> bool:
 
 def default_recorder(engine: str, *, process: str = "", stats_policy: Any = None,
                      **run_fields: Any):
-    """A started Recorder for an engine process: to a collector (SPECSCOPE_COLLECTOR) or to
-    ``$SPECSCOPE_TRACE_DIR/<engine>[-<process>]-<pid>.jsonl``. Every process of one server
-    shares the run named by ``SPECSCOPE_RUN_ID`` (else the run is this process's). The recorder
-    is closed (flushed) when the process exits."""
+    """A started Recorder for an engine process: to a collector (SPECSCOPE_COLLECTOR), to
+    ``$SPECSCOPE_TRACE_DIR/<engine>[-<process>]-<pid>.jsonl``, or both when both are set (a
+    trace in the current directory when neither is). Every process of one server shares the run
+    named by ``SPECSCOPE_RUN_ID`` (else the run is this process's); ``SPECSCOPE_RUN_FAULT``
+    names a fault seeded into the engine in its run record (demos, tests). The recorder is
+    closed (flushed) when the process exits."""
     import atexit
 
     from ... import schema
@@ -100,14 +102,14 @@ def default_recorder(engine: str, *, process: str = "", stats_policy: Any = None
         algorithm=run_fields.pop("algorithm", "unknown"), num_steps=run_fields.pop("num_steps", 0),
         topk=run_fields.pop("topk", 0), num_draft_tokens=run_fields.pop("num_draft_tokens", 0),
         backend=run_fields.pop("backend", ""), model=run_fields.pop("model", ""), engine=engine,
-        engine_version=version, **run_fields)
+        engine_version=version, fault=os.environ.get("SPECSCOPE_RUN_FAULT", ""), **run_fields)
     sinks: list[Any] = []
     endpoint = os.environ.get("SPECSCOPE_COLLECTOR")
     if endpoint:
         from ...io.transport import ZmqSink
 
         sinks.append(ZmqSink(endpoint))
-    else:
+    if not endpoint or os.environ.get("SPECSCOPE_TRACE_DIR"):
         from ...io.trace import TraceWriter
 
         folder = os.environ.get("SPECSCOPE_TRACE_DIR", ".")
