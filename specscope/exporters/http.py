@@ -15,6 +15,21 @@ from typing import Any
 from .prometheus import render
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: a scraper that goes away mid-response: counted, never a traceback on the console
+DISCONNECTS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    disconnects = 0  #: responses a client did not wait for
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], DISCONNECTS):
+            self.disconnects += 1
+            return
+        super().handle_error(request, client_address)
 
 
 class MetricsServer:
@@ -47,20 +62,28 @@ class MetricsServer:
                 self.send_response(200)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.end_headers()
+                    self.wfile.write(body)
+                except DISCONNECTS:
+                    self.server.disconnects += 1
+                    self.close_connection = True
 
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _Server((host, port), Handler)
         if tls:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             ctx.load_cert_chain(tls[0], tls[1])
             self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
         self.scheme = "https" if tls else "http"
         self._thread: threading.Thread | None = None
+
+    @property
+    def disconnects(self) -> int:
+        """Clients that went away before their response was written (counted, not logged)."""
+        return self.httpd.disconnects
 
     @property
     def port(self) -> int:

@@ -88,6 +88,37 @@ def test_metrics_server_binds_loopback_with_basic_auth():
         server.close()
 
 
+def test_a_scraper_that_disconnects_mid_response_is_counted_quietly(capfd):
+    import socket
+    import struct
+    import time
+
+    class Slow:  # the page is rendered after the client has already gone
+        def __init__(self, collector):
+            self.collector = collector
+
+        def snapshot(self):
+            time.sleep(0.3)
+            return self.collector.snapshot()
+
+    server = MetricsServer(Slow(_collector())).start()
+    try:
+        for _ in range(2):
+            sock = socket.create_connection(("127.0.0.1", server.port))
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # a reset, not a clean close
+        deadline = time.monotonic() + 5
+        while server.disconnects < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.disconnects == 2
+        status, body = _get(server.url)  # and it keeps serving
+        assert status == 200 and "specscope_drafts_total" in body
+    finally:
+        server.close()
+    assert "Traceback" not in capfd.readouterr().err
+
+
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_metrics_server_tls(tmp_path):
     key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
