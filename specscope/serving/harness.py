@@ -70,7 +70,8 @@ class ServerProcess:
 
     def stop(self, timeout_s: float = 30.0) -> int:
         """SIGINT to the server's PID, SIGKILL after ``timeout_s``; a server started in its
-        own session has its whole process group ended too (its spawned workers)."""
+        own session has its whole process group ended too (its spawned workers get
+        ``timeout_s`` to flush and exit, then SIGKILL)."""
         try:
             if self.proc is None:
                 return 0
@@ -81,8 +82,12 @@ class ServerProcess:
                 except subprocess.TimeoutExpired:
                     os.kill(self.proc.pid, signal.SIGKILL)
                     self.proc.wait()
-            if getattr(self, "_group", False):
+            if getattr(self, "_group", False):  # the spawned processes flush and exit too
+                deadline = time.monotonic() + timeout_s
                 try:
+                    while time.monotonic() < deadline:
+                        os.killpg(self.proc.pid, 0)  # raises once the group is empty
+                        time.sleep(0.2)
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 except OSError:
                     pass
