@@ -1,7 +1,8 @@
 """``make demo DEMO_ARGS="--engine vllm"``: the demo on a real engine. Three vLLM servers (the
 CPU build in ``.venv-vllm``, ``make vllm-env``) serve SmolLM2-135M: target-only, the 4-bit draft
-with k = 3, and the same draft with a seeded silent-greedy verify (fault (a): the verify commits
-the target's argmax for temperature requests while vLLM's sampling metadata still says random).
+with k = 3, and the same draft with k = 2 and a seeded silent-greedy verify (fault (a): the
+verify commits the target's argmax for temperature requests while vLLM's sampling metadata still
+says random; its own k keeps it a label set of its own in the collector's series).
 specscope's plugin inside each sends its records to an in-process collector (and writes traces);
 each server's own ``/metrics`` is scraped beside it (runs ``vllm-metrics-<name>``), so the
 dashboard shows vLLM's acceptance figures next to specscope's verdicts: vLLM's acceptance looks
@@ -22,9 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-#: (name, speculative?, seeded fault)
-CONFIGS = (("target-only", False, ""), ("draft-k3", True, ""),
-           ("draft-k3-silent_greedy", True, "silent_greedy"))
+#: (name, k (0: target-only), seeded fault)
+CONFIGS = (("target-only", 0, ""), ("draft-k3", 3, ""), ("draft-k2-silent_greedy", 2, "silent_greedy"))
 SAMPLING = ({"temperature": 0.7}, {"temperature": 0.7, "top_p": 0.9}, {"temperature": 1.0})
 
 
@@ -35,12 +35,12 @@ def _servers(opts: Any, endpoint: str) -> dict[str, Any]:
     target, draft = smollm2_dir(), smollm2_draft_dir("int:4")
     out = Path(opts.out_dir)
     servers = {}
-    for name, speculative, fault in CONFIGS:
+    for name, k, fault in CONFIGS:
         env = {"SPECSCOPE_RUN_ID": f"demo-vllm-{name}", "SPECSCOPE_TEST_FIX": "cpu_expand",
                "SPECSCOPE_RUN_FAULT": fault, "VLLM_LOG_STATS_INTERVAL": "5"}
         if fault:
             env["SPECSCOPE_TEST_FAULT"] = fault
-        spec = speculative_config("draft_model", draft=draft, k=3) if speculative else None
+        spec = speculative_config("draft_model", draft=draft, k=k) if k else None
         servers[name] = VllmServer(model=target, spec=spec, collector=endpoint,
                                    trace_dir=out / f"vllm-{name}", log=out / f"vllm-{name}.log",
                                    stats_every=8, env=env)

@@ -68,8 +68,9 @@ def add_parsers(sub) -> None:
     m.add_argument("--model", default="smollm2")
     m.add_argument("--engine", choices=("reference", "vllm"), default="reference",
                    help="reference: specscope's own decoder (embedded, the default); vllm: three "
-                   "real vLLM servers (target-only, 4-bit draft k = 3, the same with a seeded "
-                   "silent-greedy verify) with specscope's plugin inside; needs `make vllm-env`")
+                   "real vLLM servers (target-only, 4-bit draft k = 3, the draft at k = 2 with a "
+                   "seeded silent-greedy verify) with specscope's plugin inside; needs `make "
+                   "vllm-env`")
     m.add_argument("--host", default="127.0.0.1")
     m.add_argument("--port", type=int, default=8050, help="dashboard port")
     m.add_argument("--metrics-port", type=int, default=9400)

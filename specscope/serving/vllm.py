@@ -76,9 +76,10 @@ class VllmServer(ServerProcess):
         cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model",
                str(self.model), "--enforce-eager", "--dtype", "bfloat16", "--max-model-len",
                str(self.max_model_len), "--host", "127.0.0.1", "--port", str(self.port),
-               "--per-request-spec-decode-metrics", "detailed", *self.extra_args]
-        if self.spec is not None:
-            cmd += ["--speculative-config", json.dumps(self.spec)]
+               *self.extra_args]
+        if self.spec is not None:  # vLLM refuses per-request metrics without speculation
+            cmd += ["--speculative-config", json.dumps(self.spec),
+                    "--per-request-spec-decode-metrics", "detailed"]
         return cmd
 
     def environment(self) -> dict[str, str]:
