@@ -24,17 +24,19 @@ from tests.hooks.fakes import install_modules
 WHEELS = Path(os.environ.get("SPECSCOPE_CACHE", Path.home() / ".cache" / "specscope")) / "wheels"
 
 
-def _wheel(engine: str) -> Path:
-    version = CONTRACT_RELEASES[engine]
-    found = sorted(WHEELS.glob(f"{engine}-{version}-*.whl"))
+def _wheel(requirement: str) -> Path:
+    """A released wheel, ``dist==version``, downloaded once without its dependencies."""
+    dist, version = requirement.split("==")
+    pattern = f"{dist.replace('-', '_')}-{version}-*.whl"
+    found = sorted(WHEELS.glob(pattern))
     if not found:
         WHEELS.mkdir(parents=True, exist_ok=True)
         got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                              f"{engine}=={version}", "-d", str(WHEELS)], capture_output=True,
+                              requirement, "-d", str(WHEELS)], capture_output=True,
                              text=True, timeout=900)
-        found = sorted(WHEELS.glob(f"{engine}-{version}-*.whl"))
+        found = sorted(WHEELS.glob(pattern))
         if got.returncode != 0 or not found:
-            pytest.skip(f"cannot download the {engine} {version} wheel (no package registry?)")
+            pytest.skip(f"cannot download the {requirement} wheel (no package registry?)")
     return found[0]
 
 
@@ -51,18 +53,22 @@ def _find(tree: ast.Module, qualname: str):
     return node
 
 
-@pytest.mark.parametrize("engine,point", [(e, p) for e, ps in PATCH_POINTS.items() for p in ps],
+@pytest.mark.parametrize("engine,point,release",
+                         [(e, p, r) for e, ps in PATCH_POINTS.items() for p in ps
+                          for r in CONTRACT_RELEASES[e]],
                          ids=lambda v: v if isinstance(v, str) else v.qualname)
-def test_patch_point_exists_with_the_expected_signature(engine, point):
-    tree = _source(_wheel(engine), point.module)
+def test_patch_point_exists_with_the_expected_signature(engine, point, release):
+    tree = _source(_wheel(release), point.module)
     fn = _find(tree, point.qualname)
     params = [a.arg for a in fn.args.args] + [a.arg for a in fn.args.kwonlyargs]
     assert params[:len(point.params)] == list(point.params), params
-    assert covered(engine, CONTRACT_RELEASES[engine])
+    assert covered(engine, release.split("==")[1])
 
 
-def test_the_fields_the_adapters_read_exist_in_the_releases():
-    sg = _wheel("sglang")
+@pytest.mark.parametrize("vllm_release", CONTRACT_RELEASES["vllm"])
+def test_the_fields_the_adapters_read_exist_in_the_releases(vllm_release):
+    (sglang_release,) = CONTRACT_RELEASES["sglang"]
+    sg = _wheel(sglang_release)
     eagle_utils = _source(sg, "sglang.srt.speculative.eagle_utils")
     names = {t.id for n in eagle_utils.body if isinstance(n, ast.Assign) for t in n.targets
              if isinstance(t, ast.Name)}
@@ -70,7 +76,7 @@ def test_the_fields_the_adapters_read_exist_in_the_releases():
     info = _find(_source(sg, "sglang.srt.speculative.eagle_info"), "EagleVerifyInput")
     fields = {n.target.id for n in info.body if isinstance(n, ast.AnnAssign)}
     assert {"spec_steps", "topk", "draft_token_num"} <= fields
-    vl = _wheel("vllm")
+    vl = _wheel(vllm_release)
     meta = _find(_source(vl, "vllm.v1.spec_decode.metadata"), "SpecDecodeMetadata")
     assert {"num_draft_tokens"} <= {n.target.id for n in meta.body
                                                     if isinstance(n, ast.AnnAssign)}

