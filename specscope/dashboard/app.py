@@ -97,11 +97,15 @@ def _banner(views: Sequence[RunView]) -> Any:
                          html.Ul(gates, style={"margin": "4px 0"})],
                         className="banner unsure", id="banner-inconclusive")
     items = []
-    for a in found:
-        ev = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                       for k, v in a["evidence"].items())
+    for a in found:  # the message is the sentence; the evidence a table, folded
+        rows = [html.Tr([html.Td(k.replace("_", " ")),
+                         html.Td(f"{v:.4g}" if isinstance(v, float) else str(v))])
+                for k, v in a["evidence"].items()]
+        details = html.Details([html.Summary("evidence"), html.Table(rows, className="ev")],
+                               style={"display": "inline-block", "marginLeft": "6px"}) \
+            if rows else ""
         items.append(html.Li([html.B(f"{a['kind']} ({a['severity']})"), f" in {a['run']}: ",
-                              a["message"], html.Span(f" [{ev}]" if ev else "", className="ev")]))
+                              a["message"], details]))
     return html.Div([html.B(f"{len(found)} active anomal{'y' if len(found) == 1 else 'ies'}"),
                      html.Ul(items + gates, style={"margin": "4px 0"})], className="banner",
                     id="banner-anomalies")

@@ -109,6 +109,8 @@ def test_anomaly_banner_appears_for_the_faulted_run(server, browser):
     banner = browser.find_element(By.ID, "banner-anomalies").text
     browser.save_screenshot(str(ARTIFACTS / "banner-faulted.png"))
     assert "silent_greedy" in banner and "faulted-s2" in banner
+    # a sentence, and the evidence folded into a table (not a raw [key value, ...] dump)
+    assert "evidence" in banner and "[mode_requested" not in banner
     select_runs(browser, ["clean-s3"])
     # no anomaly; its gate passes, or says what its 16 requests are too few to show
     assert browser.find_elements(By.ID, "banner-ok") or browser.find_elements(By.ID, "banner-inconclusive")

@@ -111,3 +111,19 @@ def test_advisor_offers_no_speculation_where_a_target_only_step_was_timed():
     # k 1: 0.05 s of draft per token (0.1 s per step over 2 drafted) + 0.15 s verify
     assert rows[1]["predicted_tok_s"] == pytest.approx(1.5 / 0.2)
     assert max(rows, key=lambda r: r["predicted_tok_s"] or 0)["num_steps"] == 0
+
+
+def test_requests_table_and_picker_open_on_speculative_requests_not_target_only():
+    """A target-only request has no acceptance length: it goes after every speculative request,
+    which are ordered flagged first, then by acceptance length, lowest first."""
+    from specscope.collector.requests import RequestRow
+    from specscope.dashboard.figures.requests import request_rows
+
+    def row(run, rid, steps, accepted, flags=()):
+        return RequestRow(run, rid, "", steps, None if steps is None else 3 * steps, accepted, 32,
+                          3 if steps else None, 1.0, 0.03, False, list(flags))
+
+    rows = [row("target-only", "t0", None, None), row("spec", "high", 10, 20),
+            row("spec", "low", 10, 2), row("spec", "pinned", 10, 30,
+                                            [{"flag": "pinned", "evidence": "x"}])]
+    assert [r["request"] for r in request_rows(rows)] == ["pinned", "low", "high", "t0"]

@@ -12,8 +12,10 @@ from .. import figures
 
 
 def request_rows(rows: Sequence[RequestRow]) -> list[dict[str, Any]]:
-    """The table: flagged requests first, then by acceptance length."""
-    ordered = sorted(rows, key=lambda r: (not r.flags, r.acceptance_length or 0))
+    """The table: flagged requests first, then speculative ones by acceptance length (lowest
+    first), then requests without one (target-only runs)."""
+    ordered = sorted(rows, key=lambda r: (not r.flags, r.acceptance_length is None,
+                                          r.acceptance_length or 0))
     return [{"run": r.run_id, "request": r.request_id, "category": r.category or "—",
              "steps": r.steps, "drafted": r.drafted, "accepted": r.accepted,
              "acceptance length": None if r.acceptance_length is None else round(r.acceptance_length, 2),
@@ -29,12 +31,14 @@ def distribution_figure(rows: Sequence[RequestRow]) -> go.Figure:
     d = distribution(rows)
     fig = go.Figure(go.Histogram(x=known, nbinsx=30, name="requests",
                                  marker={"color": figures.COLORS[0]}))
-    for key, label, dash, where in (
-            ("request_weighted_mean_acceptance_length", "request-weighted mean", "dot", "top left"),
-            ("token_weighted_mean_acceptance_length", "token-weighted mean", "dash", "top right")):
+    for key, label, dash, where, shift in (
+            ("request_weighted_mean_acceptance_length", "request-weighted mean", "dot",
+             "top left", 0),
+            ("token_weighted_mean_acceptance_length", "token-weighted mean", "dash", "top right",
+             -18)):  # one line below the other: the two means are often close
         if d[key] is not None:
             fig.add_vline(x=d[key], line={"dash": dash}, annotation_text=f"{label} {d[key]:.2f}",
-                          annotation_position=where)
+                          annotation_position=where, annotation_yshift=shift)
     fig.update_xaxes(title_text="acceptance length per request (bonus token included)")
     fig.update_yaxes(title_text="requests")
     return figures.styled(fig, f"{len(known)} requests; flagged: {d['num_flagged']}")
