@@ -31,7 +31,9 @@ def sweep_points(views: Sequence[Any]) -> list[dict[str, Any]]:
                            "concurrency": cfg.get("concurrency", ""),
                            "temperature": cfg.get("temperature", ""),
                            "lengths": f"{cfg.get('input_len', '?')}:{cfg.get('output_len', '?')}",
-                           "gate": gate or "missing", "fault": cfg.get("fault", ""),
+                           # target-only decoding is the reference itself: nothing to gate
+                           "gate": gate or ("n/a: target-only" if off else "missing"),
+                           "fault": cfg.get("fault", ""),
                            "trusted": off or gate == "pass",
                            "inconclusive": not off and gate == "inconclusive"})
     return points

@@ -20,7 +20,7 @@ def layout() -> html.Div:
                         term("interactivity"), " (all runs with benchmark figures; the run "
                         "selector does not filter this page)"]), graph(ids.SWEEP_FIGURE)),
         card(html.Span(["Points and their ", term("eval gate")]), table(ids.SWEEP_TABLE, 30)),
-        row(card("Config advisor (base: the first selected run with phase timings)",
+        row(card("Config advisor (base: the first healthy selected run with phase timings)",
                  graph(ids.ADVISOR_FIGURE), html.P(id=ids.ADVISOR_NOTE, className="note"),
                  table(ids.ADVISOR_TABLE))),
     ])
@@ -47,7 +47,10 @@ def register(app, ctx) -> None:
             empty = fig.advisor_figure({"rows": []})
             return (fig.pareto_figure(points), render_table(rows), empty, render_table([]),
                     "Select a speculative run with phase timings.")
-        base = chosen[0]
+        # the base is a healthy run: no seeded fault, no active anomaly, its gate not failed
+        healthy = [v for v in chosen if not v.run.fault and v.gate != "fail"
+                   and not v.view.anomalies]
+        base = (healthy or chosen)[0]
         # runs of the same model and workload at other depths, and without speculation (k = 0)
         same = [v.section for v in everything if v.run and v.run.model == base.run.model
                 and (v.run.topk == 1 or not v.run.num_steps) and v.view.phases
