@@ -21,11 +21,12 @@ FLOORS: dict[str, int] = {
     "engine": 4,
     "serving": 5,
     "dashboard": 5,
-    "demo": 6,
+    "demo_vllm": 6,  #: the demo on real vLLM servers
     "notebook": 6,
-    "cli": 7,
-    "__main__": 8,
-    "__init__": 8,  #: the public API re-exports lazily from anywhere
+    "demo": 7,  #: the embedded demo, and the switch to demo_vllm
+    "cli": 8,
+    "__main__": 9,
+    "__init__": 9,  #: the public API re-exports lazily from anywhere
 }
 
 
