@@ -15,7 +15,7 @@ from .detectors import (DRAFT_CHECK, TRUTH_CHECK, AcceptanceRegressionDetector, 
                         SamplingTruthDetector, detectors_for, evaluate)
 from .evalgate import check_text, eval_gate, gate_text
 from .exact import PER_REQUEST_ALPHA, fmt_p
-from .stats import SpecStats, TruthStats
+from .stats import SpecStats, TruthStats, token_times
 from .verdict import Assessment
 
 #: Definitions printed with the figures (and reused by the dashboard's hovers).
@@ -78,8 +78,14 @@ def window_figures(t_s: float | None, window_s: float | None, s: SpecStats) -> d
             "mean_draft_depth": s.mean_draft_depth, "off_steps": s.depth_steps.get(0, 0)}
 
 
-def _windows(records: Sequence[Any], window_s: float | None) -> list[dict[str, Any]]:
+def _windows(records: Sequence[Any], window_s: float | None,
+             target_only: bool = False) -> list[dict[str, Any]]:
     times = [r.t_ns for r in records if isinstance(r, _WINDOWED) and r.t_ns]
+    if not times and target_only:  # no verify steps: each emitted token is one decode step
+        emitted = [tn for r in records if isinstance(r, schema.RequestRecord)
+                   for tn in token_times(r)]
+        if emitted:
+            return _token_windows(emitted, window_s)
     if not times:  # a source without times (a log captured from stdout): its own lines, in order
         return [{**window_figures(None, None, SpecStats().observe_all([r])), "index": i}
                 for i, r in enumerate(x for x in records if isinstance(x, schema.SpecCountsRecord))]
@@ -92,6 +98,18 @@ def _windows(records: Sequence[Any], window_s: float | None) -> list[dict[str, A
     for r in records:
         if isinstance(r, _WINDOWED) and r.t_ns:
             buckets.setdefault((r.t_ns - t0) // width, SpecStats()).observe(r)
+    return [window_figures((t0 + k * width) / 1e9, window_s, buckets[k]) for k in sorted(buckets)]
+
+
+def _token_windows(emitted: list[tuple[int, int]], window_s: float | None) -> list[dict[str, Any]]:
+    """A target-only run's windows: committed tokens when they were emitted."""
+    t0, t1 = min(t for t, _ in emitted), max(t for t, _ in emitted)
+    if window_s is None:
+        window_s = max(0.001, max(1e-9, (t1 - t0) / 1e9) / 10)
+    width = int(window_s * 1e9)
+    buckets: dict[int, SpecStats] = {}
+    for t, n in emitted:
+        buckets.setdefault((t - t0) // width, SpecStats()).undrafted_request_steps += n
     return [window_figures((t0 + k * width) / 1e9, window_s, buckets[k]) for k in sorted(buckets)]
 
 
@@ -178,7 +196,8 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
     s = SpecStats().observe_all(records)
     ref_stats = SpecStats().observe_all(reference) if reference else None
     health = [r for r in records if isinstance(r, schema.HookHealthRecord)]
-    return stats_section(s, run, _windows(records, window_s), reference=ref_stats,
+    target_only = run is not None and not run.num_steps
+    return stats_section(s, run, _windows(records, window_s, target_only), reference=ref_stats,
                          baseline=baseline, health=health,
                          per_request=request_truth(records, run.run_id if run else ""))
 

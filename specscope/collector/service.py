@@ -22,7 +22,7 @@ from .. import schema
 from .columns import VerifyColumns, observe_columns
 from .detectors import (DEFAULT_DETECTORS, AcceptanceLengthBoundsDetector,
                         AcceptanceRegressionDetector, evaluate)
-from .stats import SpecStats
+from .stats import SpecStats, token_times
 
 LABELS = ("algorithm", "num_steps", "topk", "num_draft_tokens", "backend", "model", "rank")
 OTHER = ("other",) * (len(LABELS) - 1) + ("",)
@@ -115,6 +115,12 @@ class Collector:
                     or getattr(r, "t_start_ns", None)
                 if t_ns:
                     self._window(self._key(run_id, getattr(r, "rank", 0)), t_ns).observe(r)
+                run = self._runs.get(run_id)
+                if isinstance(r, schema.RequestRecord) and run is not None and not run.num_steps:
+                    # target-only: no verify steps; its tokens count when they were emitted
+                    key = self._key(run_id, r.rank)
+                    for t, n in token_times(r):
+                        self._window(key, t).undrafted_request_steps += n
             self.health["records_observed"] += len(records) - len(columns)
         for sink in self.sinks:
             try:

@@ -53,6 +53,15 @@ class TruthStats:
         return excess / math.sqrt(self.var_top1)
 
 
+def token_times(r: schema.RequestRecord) -> list[tuple[int, int]]:
+    """(time, tokens) of a request's output as it was emitted: its chunks, else all of its
+    tokens at its finish; a target-only run's committed tokens, one decode step each."""
+    if r.chunk_times_ns:
+        sizes = list(r.chunk_num_tokens) or [1] * len(r.chunk_times_ns)
+        return [(t, max(0, n)) for t, n in zip(r.chunk_times_ns, sizes) if t]
+    return [(r.t_finish_ns, r.num_output_tokens)] if r.t_finish_ns and r.num_output_tokens else []
+
+
 @dataclass
 class SpecStats:
     """Cumulative counters of verify steps, requests, phases, fallbacks and evals."""
