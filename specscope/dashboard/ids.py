@@ -44,6 +44,7 @@ PROFILE_DOWNLOAD = "profile-download"
 
 ACCURACY_REFERENCE = "accuracy-reference"
 ACCURACY_TABLE = "accuracy-table"
+ACCURACY_GATES = "accuracy-gates"
 
 REQUESTS_FIGURE = "requests-distribution"
 REQUESTS_TABLE = "requests-table"

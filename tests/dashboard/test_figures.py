@@ -127,3 +127,22 @@ def test_requests_table_and_picker_open_on_speculative_requests_not_target_only(
             row("spec", "low", 10, 2), row("spec", "pinned", 10, 30,
                                             [{"flag": "pinned", "evidence": "x"}])]
     assert [r["request"] for r in request_rows(rows)] == ["pinned", "low", "high", "t0"]
+
+
+def test_accuracy_page_lists_every_selected_runs_gate_with_its_checks():
+    from types import SimpleNamespace
+
+    from specscope.dashboard.pages.accuracy import gate_rows
+
+    gate = {"verdict": "fail", "checks": [
+        {"check": "sampling truth (speculative-sampling)", "state": "fail", "value": 0.984},
+        {"check": "greedy exact match vs target-only", "state": "pass", "value": 1.0}]}
+    views = [SimpleNamespace(label="faulted", section={"eval": {"gate": gate}},
+                             view=SimpleNamespace(gate_text="FAIL")),
+             SimpleNamespace(label="target-only", section={"eval": {}},
+                             view=SimpleNamespace(gate_text="N/A"))]
+    ctx = SimpleNamespace(views=lambda selected: views)
+    rows = gate_rows(ctx, None)
+    assert [r["run"] for r in rows] == ["faulted", "target-only"]
+    assert rows[0]["gate"] == "FAIL" and "sampling truth (speculative-sampling): FAIL (0.984)" \
+        in rows[0]["checks"] and rows[1]["gate"] == "no checks"

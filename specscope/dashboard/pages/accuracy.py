@@ -23,6 +23,8 @@ def layout() -> html.Div:
                     "for each run its eval records: 'correct' (expected answer in the output), "
                     "'exact_match' (greedy output == target-only), 1 - 'invalid'.",
                     className="note")),
+        card("Eval gates: each selected run's checks (PASS only where the data could have "
+             "failed)", table(ids.ACCURACY_GATES, 40)),
     ])
 
 
@@ -40,11 +42,26 @@ def scores(ctx, selected) -> dict[str, dict[str, float]]:
     return {k: v for k, v in out.items() if v}
 
 
+def gate_rows(ctx, selected) -> list[dict[str, str]]:
+    """One row per selected run: its gate's verdict and every check with its state and value."""
+    rows = []
+    for v in ctx.views(selected):
+        gate = (v.section.get("eval") or {}).get("gate") or {}
+        checks = gate.get("checks") or []
+        rows.append({"run": v.label, "gate": v.view.gate_text if gate else "no checks",
+                     "checks": "; ".join(
+                         f"{c['check']}: {str(c.get('state', '')).upper()}"
+                         + (f" ({c['value']:.3f})" if isinstance(c.get("value"), float) else "")
+                         for c in checks) or "—"})
+    return rows
+
+
 def register(app, ctx) -> None:
     @app.callback(Output(ids.ACCURACY_TABLE, "children"),
-                  Output(ids.ACCURACY_REFERENCE, "options"), Input(ids.RUNS, "value"),
-                  Input(ids.ACCURACY_REFERENCE, "value"))
+                  Output(ids.ACCURACY_REFERENCE, "options"), Output(ids.ACCURACY_GATES, "children"),
+                  Input(ids.RUNS, "value"), Input(ids.ACCURACY_REFERENCE, "value"))
     def update(selected, reference):
         table_scores = scores(ctx, selected)
         rows = runs.accuracy_rows(table_scores, reference)
-        return render_table(rows), [{"label": k, "value": k} for k in table_scores]
+        return (render_table(rows), [{"label": k, "value": k} for k in table_scores],
+                render_table(gate_rows(ctx, selected)))
