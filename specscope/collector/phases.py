@@ -15,12 +15,16 @@ DRAFT_PHASES = ("draft", "draft_extend", "draft_per_token")
 
 def phase_breakdown(records: Iterable[Any]) -> dict[str, Any]:
     """Per phase: total and mean seconds and share of phase time; time per committed token
-    (accepted drafts plus the bonus token); draft overhead share; idle gaps inside steps
+    (accepted drafts plus the bonus token; a target-only run's output tokens); draft overhead
+    share; idle gaps inside steps
     (a step's span from its first phase start to its last phase end, minus its phases)."""
     records = list(records)
     phases = [r for r in records if isinstance(r, schema.PhaseRecord)]
-    committed = sum(e.num_accepted + 1 for r in records if isinstance(r, schema.VerifyStepRecord)
-                    for e in r.entries)
+    verify = [r for r in records if isinstance(r, schema.VerifyStepRecord)]
+    committed = sum(e.num_accepted + 1 for r in verify for e in r.entries)
+    if not verify:  # target-only: every output token is one decode step's
+        committed = sum(max(0, r.num_output_tokens) for r in records
+                        if isinstance(r, schema.RequestRecord))
     total_ns = sum(p.duration_ns for p in phases)
     by_name: dict[str, list[int]] = defaultdict(list)
     by_step: dict[tuple, list[schema.PhaseRecord]] = defaultdict(list)

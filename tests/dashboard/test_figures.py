@@ -146,3 +146,34 @@ def test_accuracy_page_lists_every_selected_runs_gate_with_its_checks():
     assert [r["run"] for r in rows] == ["faulted", "target-only"]
     assert rows[0]["gate"] == "FAIL" and "sampling truth (speculative-sampling): FAIL (0.984)" \
         in rows[0]["checks"] and rows[1]["gate"] == "no checks"
+
+
+def test_profile_draws_target_only_beside_speculative_runs(tiny, tmp_path):
+    """A target-only run has decode steps, not verify steps: its bar and its time per committed
+    token (its output tokens) stand beside the speculative run's."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from specscope import schema
+    from specscope.collector.report import build_report
+    from specscope.dashboard.figures.runs import profile_figure, profile_rows
+    from specscope.dashboard.view import Section
+    from tests.conftest import run_cli
+
+    trace = tmp_path / "t.jsonl"
+    assert run_cli("record", "--model", "tiny", "--requests", "4", "--max-new-tokens", "12",
+                   "--quiet", "-o", str(trace)).returncode == 0
+    from specscope.io.trace import read_trace
+
+    records = read_trace(trace).records
+    views = []
+    for run in [r for r in records if isinstance(r, schema.RunRecord)]:
+        own = [dataclasses.replace(r, labels={}) if r is run else r for r in records
+               if getattr(r, "run_id", "") == run.run_id]
+        (sec,) = build_report(own)["runs"]
+        views.append(SimpleNamespace(run_id=run.run_id, label=run.run_id, section=sec,
+                                     view=Section.from_report(sec), breakdown=None))
+    fig = profile_figure(views)
+    assert len({x for bar in fig.data for x in bar.x}) == 2  # both runs drawn
+    rows = profile_rows(views)
+    assert len(rows) == 2 and all(r["time per committed token (ms)"] for r in rows)

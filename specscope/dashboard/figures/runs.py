@@ -76,8 +76,10 @@ def regression_figure(series: Sequence[dict[str, Any]]) -> go.Figure:
 
 
 def profile_figure(views: Sequence[Any]) -> go.Figure:
-    """Mean time per verify step by phase, stacked, one bar per run."""
-    rows = [(v, v.view.phases, v.view.totals.num_verify_steps) for v in views]
+    """Mean time per step by phase, stacked, one bar per run: per verify step, and for a
+    target-only run per decode step (beside them: what a speculative step costs over one)."""
+    rows = [(v, v.view.phases, v.view.totals.num_verify_steps
+             or (v.view.phases["decode"].n if "decode" in v.view.phases else 0)) for v in views]
     rows = [r for r in rows if r[1] and r[2]]
     if not rows:
         return empty("no phase timings in these runs (record with the phase timer on)")
@@ -89,8 +91,8 @@ def profile_figure(views: Sequence[Any]) -> go.Figure:
                                 for _, ph, steps in rows],
                              name=n, marker_color=COLORS[i % len(COLORS)]))
     fig.update_layout(barmode="stack")
-    fig.update_yaxes(title_text="ms per verify step")
-    return styled(fig, "Where a speculative step's time goes (mean per step, prefill excluded)")
+    fig.update_yaxes(title_text="ms per step (verify; target-only: decode)")
+    return styled(fig, "Where a step's time goes (mean per step, prefill excluded)")
 
 
 def profile_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
@@ -108,7 +110,7 @@ def profile_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
             continue
         ph, t = v.view.phases, v.view.totals
         total = sum(p.total_s or 0.0 for name, p in ph.items() if name != "prefill")
-        committed = (t.accepted_tokens or 0) + t.num_drafts
+        committed = (t.accepted_tokens or 0) + t.num_drafts or t.output_tokens  # target-only
         if not total or not committed:
             continue
         draft = sum(ph[n].total_s or 0.0 for n in ("draft", "draft_extend") if n in ph)
