@@ -206,8 +206,8 @@ EXTRACT = {"vllm-responses": ("vllm", vllm), "sglang-responses": ("sglang", sgla
 
 def shape(obj: Any) -> str | None:
     """Which engine's response this object is, or None."""
-    if isinstance(obj, list):
-        return shape(obj[0]) if obj and isinstance(obj[0], dict) else None
+    if isinstance(obj, list):  # the first item that says (a response without a draft may not)
+        return next((k for k in (shape(x) for x in obj[:64] if isinstance(x, dict)) if k), None)
     if not isinstance(obj, dict):
         return None
     if isinstance(obj.get("data"), dict) and "choices" in obj["data"]:

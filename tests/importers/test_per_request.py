@@ -157,6 +157,26 @@ def test_trtllm_iteration_stats(tmp_path):
     assert "trtllm-drained" in res.traps and not res.problems
 
 
+def test_a_json_list_whose_first_response_drafted_nothing_still_imports(tmp_path):
+    """llama.cpp's /v1/completions responses saved as one JSON list: a response that drafted
+    nothing carries timings without draft_n; the list is still llama.cpp's, and that request's
+    counts stay unknown rather than 0."""
+    import json
+
+    plain = {"id": "cmpl-0", "choices": [{"text": "4", "index": 0}],
+             "timings": {"prompt_n": 9, "predicted_n": 1, "predicted_ms": 20.0}}
+    drafted = {"id": "cmpl-1", "choices": [{"text": "a b c", "index": 0}],
+               "timings": {"prompt_n": 9, "predicted_n": 30, "predicted_ms": 300.0,
+                           "draft_n": 24, "draft_n_accepted": 17}}
+    p = tmp_path / "completions.json"
+    p.write_text(json.dumps([plain, drafted]))
+    res = import_file(p)
+    assert res.format == "llamacpp-responses"
+    by_id = {r.request_id: r for r in _requests(res)}
+    assert (by_id["cmpl-1"].num_draft_tokens, by_id["cmpl-1"].num_accepted_tokens) == (24, 17)
+    assert by_id["cmpl-0"].num_draft_tokens is None
+
+
 def test_llamacpp_newer_request_line_derives_steps_only_where_exact(tmp_path):
     """llama.cpp PR #24536's print_timing line: 167 accepted at mean length 2.92 fits only 87
     steps; its per-position rates already sum to accepted / steps (not multiplied again)."""
