@@ -80,36 +80,24 @@ def window_figures(t_s: float | None, window_s: float | None, s: SpecStats) -> d
 
 def _windows(records: Sequence[Any], window_s: float | None,
              target_only: bool = False) -> list[dict[str, Any]]:
-    times = [r.t_ns for r in records if isinstance(r, _WINDOWED) and r.t_ns]
-    if not times and target_only:  # no verify steps: each emitted token is one decode step
-        emitted = [tn for r in records if isinstance(r, schema.RequestRecord)
-                   for tn in token_times(r)]
-        if emitted:
-            return _token_windows(emitted, window_s)
-    if not times:  # a source without times (a log captured from stdout): its own lines, in order
+    timed = [(r.t_ns, r) for r in records if isinstance(r, _WINDOWED) and r.t_ns]
+    if not timed and target_only:  # no verify steps: each emitted token is one decode step
+        timed = [(t, n) for r in records if isinstance(r, schema.RequestRecord)
+                 for t, n in token_times(r)]
+    if not timed:  # a source without times (a log captured from stdout): its own lines, in order
         return [{**window_figures(None, None, SpecStats().observe_all([r])), "index": i}
                 for i, r in enumerate(x for x in records if isinstance(x, schema.SpecCountsRecord))]
-    t0, t1 = min(times), max(times)
-    if window_s is None:
-        span = max(1e-9, (t1 - t0) / 1e9)
-        window_s = max(0.001, span / 10)
-    width = int(window_s * 1e9)
-    buckets: dict[int, SpecStats] = {}
-    for r in records:
-        if isinstance(r, _WINDOWED) and r.t_ns:
-            buckets.setdefault((r.t_ns - t0) // width, SpecStats()).observe(r)
-    return [window_figures((t0 + k * width) / 1e9, window_s, buckets[k]) for k in sorted(buckets)]
-
-
-def _token_windows(emitted: list[tuple[int, int]], window_s: float | None) -> list[dict[str, Any]]:
-    """A target-only run's windows: committed tokens when they were emitted."""
-    t0, t1 = min(t for t, _ in emitted), max(t for t, _ in emitted)
+    t0, t1 = min(t for t, _ in timed), max(t for t, _ in timed)
     if window_s is None:
         window_s = max(0.001, max(1e-9, (t1 - t0) / 1e9) / 10)
     width = int(window_s * 1e9)
     buckets: dict[int, SpecStats] = {}
-    for t, n in emitted:
-        buckets.setdefault((t - t0) // width, SpecStats()).undrafted_request_steps += n
+    for t, item in timed:
+        s = buckets.setdefault((t - t0) // width, SpecStats())
+        if isinstance(item, int):  # a target-only request's tokens emitted at t
+            s.undrafted_request_steps += item
+        else:
+            s.observe(item)
     return [window_figures((t0 + k * width) / 1e9, window_s, buckets[k]) for k in sorted(buckets)]
 
 
