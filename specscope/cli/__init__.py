@@ -28,7 +28,8 @@ def _cmd_record(args: argparse.Namespace) -> int:
     spec = WorkloadSpec(requests=args.requests, concurrency=args.concurrency,
                         max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                         top_p=args.top_p, top_k=args.top_k, seed=args.seed,
-                        stats_every=args.stats_every, reference=not args.no_reference)
+                        stats_every=args.stats_every, reference=not args.no_reference,
+                        categories=tuple(c for c in args.categories.split(",") if c))
     pair = load_pair(args.model, args.draft, seed=args.seed)
     sinks, server = [], None
     if args.collector:
@@ -279,7 +280,7 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default="int:4", help="draft for smollm2/PATH: int:N (N-bit "
                    "rounded copy), layers:K (first K layers, shared head), bf16 or none "
                    "(default: int:4)")
-    p.add_argument("--spec-algorithm", default="draft-model", help="label: eagle, mtp, draft-model")
+    p.add_argument("--spec-algorithm", default="draft-model", help="eagle, mtp, draft-model (labels on the draft model) or ngram (prompt lookup: no draft model, depth up to --spec-steps)")
     p.add_argument("--spec-steps", type=int, default=3, help="draft depth (default 3)")
     p.add_argument("--spec-topk", type=int, default=1, help="draft branching; >1 drafts a tree")
     p.add_argument("--spec-draft-tokens", type=int, default=None, help="tokens per verify pass, "
@@ -306,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--top-p", type=float, default=1.0)
     r.add_argument("--top-k", type=int, default=0)
     r.add_argument("--requests", type=int, default=16)
+    r.add_argument("--categories", default="", metavar="A,B,...",
+                   help="only these prompt categories, taken round-robin in this order (e.g. "
+                   "copy,edit,refactor,math); default: every prompt in file order")
     r.add_argument("--concurrency", type=int, default=4, help="requests decoded as one batch")
     r.add_argument("--max-new-tokens", type=int, default=64)
     r.add_argument("--fault", choices=["silent_greedy", "topk_fallback", "draft_prob_shortcut"],

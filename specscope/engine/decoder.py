@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from .. import schema
-from . import sampling
+from . import ngram, sampling
 from .kv import BatchKV, causal, feed_pending
 from .policy import parse_policy
 from .tree import draft_tree, walk_tree
@@ -27,7 +27,9 @@ FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut")
 class SpecConfig:
     """A speculative-decoding configuration, named as engines name theirs."""
 
-    algorithm: str = "draft-model"  #: label only: "eagle", "mtp", "draft-model"
+    #: "ngram" drafts by prompt lookup (engine/ngram.py, no draft model, depth varies per
+    #: request); any other name ("eagle", "mtp", "draft-model") is a label on the draft model
+    algorithm: str = "draft-model"
     num_steps: int = 3  #: draft depth (0 = no speculation)
     topk: int = 1  #: draft branching (1 = chain)
     #: tokens in one verify pass, the root (last committed token) included, as SGLang counts
@@ -57,6 +59,9 @@ class SpecConfig:
         if self.topk > 1 and self.verify_mode == schema.SPECULATIVE_SAMPLING:
             raise ValueError("speculative sampling needs a chain (topk 1); trees verify with "
                              "target-only temperature sampling")
+        if self.algorithm == "ngram" and (self.topk != 1 or self.fault == "draft_prob_shortcut"):
+            raise ValueError("an n-gram draft is a chain of looked-up tokens: --spec-topk 1, "
+                             "and it has no draft probabilities to shortcut")
         if self.fault == "topk_fallback":
             self.renorm_kernels = False
         self.policy = self.policy or "fixed"
@@ -72,6 +77,10 @@ class SpecConfig:
             return "no-spec"
         tail = "" if self.policy == "fixed" else "-" + self.policy.replace(":", "").replace(",", "_").replace("=", "k")
         return f"{self.algorithm}-s{self.num_steps}-k{self.topk}-d{self.num_draft_tokens}{tail}"
+
+    @property
+    def uses_draft_model(self) -> bool:
+        return bool(self.num_steps) and self.algorithm != "ngram"
 
     @property
     def budget(self) -> int:
@@ -108,7 +117,7 @@ class SpeculativeDecoder:
     def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | None, config: SpecConfig,
                  *, recorder=None, eos_ids: tuple[int, ...] = (), seed: int = 0,
                  device: str | torch.device = "cpu", run_id: str = "", policy=None) -> None:
-        if config.num_steps and draft is None:
+        if config.uses_draft_model and draft is None:
             raise ValueError("speculation needs a draft model")
         #: k per step (engine/policy.py): the config's, unless one is given
         self.policy = policy if policy is not None else parse_policy(config.policy, config.num_steps)
@@ -165,7 +174,7 @@ class SpeculativeDecoder:
         """An empty running batch; requests join it with ``admit`` and leave when finished."""
         dev = self.device
         return Batch(BatchKV(self.target, 0, dev),
-                     BatchKV(self.draft, 0, dev) if self.cfg.num_steps else None)
+                     BatchKV(self.draft, 0, dev) if self.cfg.uses_draft_model else None)
 
     @torch.inference_mode()
     def admit(self, batch: "Batch", requests: list[Request],
@@ -327,18 +336,29 @@ class SpeculativeDecoder:
         mode = torch.tensor(codes, device=dev)
         base = torch.tensor([len(row.committed) for row in rows], device=dev)  # first draft pos
         last_tok = torch.tensor([row.committed[-1] for row in rows], device=dev)
-        # draft extend: the draft catches up on tokens committed since its last step (all of
-        # them after steps with speculation off: the catch-up is this step's)
-        with self._phase("draft_extend"):
-            lg = feed_pending(kv_d, [row.committed[row.cached_d:] for row in rows],
-                              [row.cached_d for row in rows])
-        for row in rows:
-            row.cached_d = len(row.committed)
-        with self._phase("draft"):
-            if cfg.topk == 1:
-                draft, q, top1 = self._draft_chain(kv_d, lg, base, mode, temp, top_p, top_k, trunc, d)
-            else:
-                tree = draft_tree(kv_d, lg, last_tok, base, d, cfg.topk, cfg.budget)
+        lengths = None
+        if kv_d is None:  # n-gram: look the drafts up; a step where none matched decodes plainly
+            with self._phase("draft"):
+                draft, q, lens = ngram.draft_batch([row.committed for row in rows], d,
+                                                   self.target.config.vocab_size, dev)
+            if not draft.shape[1]:
+                return self._decode_step(batch, on_chunk, policy_off=True, why=why), ()
+            d, top1, lengths = draft.shape[1], None, torch.tensor(lens, device=dev)
+        else:
+            # draft extend: the draft catches up on tokens committed since its last step (all
+            # of them after steps with speculation off: the catch-up is this step's)
+            with self._phase("draft_extend"):
+                lg = feed_pending(kv_d, [row.committed[row.cached_d:] for row in rows],
+                                  [row.cached_d for row in rows])
+            for row in rows:
+                row.cached_d = len(row.committed)
+            lens = [d] * b
+            with self._phase("draft"):
+                if cfg.topk == 1:
+                    draft, q, top1 = self._draft_chain(kv_d, lg, base, mode, temp, top_p, top_k,
+                                                       trunc, d)
+                else:
+                    tree = draft_tree(kv_d, lg, last_tok, base, d, cfg.topk, cfg.budget)
         with self._phase("verify_forward"):
             if cfg.topk == 1:
                 tokens = torch.cat([last_tok[:, None], draft], dim=1)
@@ -350,22 +370,26 @@ class SpeculativeDecoder:
         with self._phase("verify_sample"):
             p = sampling.process_probs(logits, temp, top_p, top_k, trunc)
             if cfg.topk == 1:
-                num_acc, fixed = sampling.verify_chain(draft, p, q, mode, self.gen)
+                num_acc, fixed = sampling.verify_chain(draft, p, q, mode, self.gen, lengths)
                 path_logits, keep_idx = logits, None
             else:
                 num_acc, fixed, path_logits, keep_idx, top1 = self._verify_tree(tree, logits, p, mode)
             if self.recorder is not None:
                 self.recorder.record_verify(
-                    request_ids=[r.request_id for r in rs], num_accepted=num_acc, num_drafted=d,
-                    num_draft_tokens=cfg.budget if cfg.topk > 1 else d, temperature=[r.temperature for r in rs],
+                    request_ids=[r.request_id for r in rs], num_accepted=num_acc,
+                    num_drafted=d if lengths is None else lens,
+                    num_draft_tokens=cfg.budget if cfg.topk > 1 else (d if lengths is None else lens),
+                    temperature=[r.temperature for r in rs],
                     top_p=[r.top_p for r in rs], top_k=[r.top_k for r in rs], mode_used=used,
                     committed_tokens=fixed, target_logits=path_logits, draft_top1_probs=top1,
                     step=self.step_index, draft_depth=d, depth_reason=why)
             acc = num_acc.tolist()  # the engine's own readback: it must know what to commit
             toks = fixed.tolist()
-        for row, a in zip(rows, acc):  # the request's own figures, from the host copy above
+        for row, a, n in zip(rows, acc, lens):  # the request's own figures, from the host copy
+            if not n:  # an n-gram row that drafted nothing: no draft of its own, as engines count
+                continue
             row.verify_steps += 1
-            row.drafted += d
+            row.drafted += n
             row.accepted += a
             hist = row.accept_len_hist
             hist.extend([0] * (a + 2 - len(hist)))

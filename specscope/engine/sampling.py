@@ -57,6 +57,7 @@ def verify_chain(
     draft_probs: torch.Tensor,
     row_mode: torch.Tensor,
     generator: torch.Generator | None,
+    lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Verify a chain of D draft tokens per row; returns (num_accepted ``[B]``, committed ``[B, D+1]``).
 
@@ -65,6 +66,8 @@ def verify_chain(
     1 = target-only temperature sampling (commit y ~ p, accept a draft iff it equals y),
     2 = speculative sampling (accept with min(1, p/q), else resample from norm(max(0, p - q))).
     ``committed[:, :num_accepted + 1]`` are the tokens to commit; later columns are don't-care.
+    ``lengths`` ``[B]``: drafts shorter than D (an n-gram proposer's); a row accepts at most its
+    own length, and the token after a fully accepted short draft is a sample of p there.
     """
     b, d = draft.shape
     argmax = target_probs.argmax(dim=-1)  # [B, D+1]
@@ -76,10 +79,15 @@ def verify_chain(
     u = torch.rand(b, d, generator=generator, device=draft.device)
     spec = (row_mode == 2)[:, None]
     accept = torch.where(spec, u * q_d < p_d, match)
+    if lengths is not None:
+        accept = accept & (torch.arange(d, device=draft.device)[None, :] < lengths[:, None])
     num_accepted = torch.cumprod(accept.long(), dim=1).sum(dim=1)
     residual = sample_from((target_probs[:, :d] - draft_probs).clamp_min(0.0), generator)
     # the token committed after the accepted prefix: bonus (all accepted) or correction
     spec_fix = torch.cat([residual, sampled[:, d:]], dim=1)  # [B, D+1]
+    if lengths is not None:  # past a row's own draft: the bonus, a sample of p
+        past = torch.arange(d + 1, device=draft.device)[None, :] >= lengths[:, None]
+        spec_fix = torch.where(past, sampled, spec_fix)
     fix = torch.where(spec, spec_fix, y)
     committed = torch.cat([draft, draft[:, :1]], dim=1).clone()
     committed.scatter_(1, num_accepted[:, None], fix.gather(1, num_accepted[:, None]))

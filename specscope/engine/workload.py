@@ -29,7 +29,10 @@ from .models import ModelPair
 def load_prompts() -> list[dict[str, Any]]:
     """The prompt set shipped with specscope, each with a workload category: math (arithmetic
     and word problems), qa, chat (open questions and multi-turn ``messages``), translation,
-    summarization, code and rag (a question over a given context)."""
+    summarization, code, rag (a question over a given context), and the repetitive-text
+    categories copy, edit and refactor (the answer repeats most of the prompt: where prompt
+    lookup drafts well). A prompt's own ``temperature`` (copy, edit and refactor: 0, decoded
+    greedily as editing tools ask for them) overrides the workload's."""
     text = resources.files("specscope.engine").joinpath("data/prompts.json").read_text("utf-8")
     return json.loads(text)
 
@@ -61,6 +64,8 @@ class WorkloadSpec:
     reference: bool = True  #: also decode without speculation, as the eval gate's baseline
     first: int = 0  #: the index of the first prompt taken (a demo's waves walk the set)
     mix: bool = False  #: take the prompts round-robin across categories, not in file order
+    #: only these categories, round-robin in this order (implies mix); () = all, in file order
+    categories: tuple[str, ...] = ()
 
 
 def _encode(pair: ModelPair, prompt: str, messages: list[dict] | None = None) -> list[int]:
@@ -84,18 +89,25 @@ def _decode(pair: ModelPair, tokens: list[int]) -> str:
 
 def build_requests(pair: ModelPair, spec: WorkloadSpec) -> tuple[list[Request], dict[str, dict]]:
     prompts = load_prompts()
-    if spec.mix:
+    if spec.mix or spec.categories:
         by_cat: dict[str, list[dict]] = {}
         for p in prompts:
             by_cat.setdefault(p.get("category", ""), []).append(p)
-        queues = list(by_cat.values())
+        unknown = [c for c in spec.categories if c not in by_cat]
+        if unknown:
+            raise ValueError(f"unknown categories {', '.join(unknown)}; the prompt set has "
+                             f"{', '.join(sorted(by_cat))}")
+        queues = [by_cat[c] for c in spec.categories] if spec.categories else list(by_cat.values())
         prompts = [q[i] for i in range(max(map(len, queues))) for q in queues if i < len(q)]
     reqs, by_id = [], {}
     for i in range(spec.requests):
         p = prompts[(spec.first + i) % len(prompts)]
         by_id[p["id"]] = p
+        # a prompt may set its own temperature: copying and editing are decoded greedily
+        temp = float(p.get("temperature", spec.temperature))
         reqs.append(Request(f"req-{i:05d}", _encode(pair, p["prompt"], p.get("messages")),
-                            spec.max_new_tokens, spec.temperature, spec.top_p, spec.top_k,
+                            spec.max_new_tokens, temp, spec.top_p if temp > 0 else 1.0,
+                            spec.top_k if temp > 0 else 0,
                             prompt_id=p["id"], category=p.get("category", "")))
     return reqs, by_id
 
@@ -107,11 +119,12 @@ def run_record(run_id: str, pair: ModelPair, cfg: SpecConfig, role: str,
         run_id=run_id, config_id=cfg.config_id,
         algorithm=cfg.algorithm if cfg.num_steps else "none", num_steps=cfg.num_steps,
         topk=cfg.topk if cfg.num_steps else 0, num_draft_tokens=cfg.num_draft_tokens,
-        backend="cpu", model=pair.name, draft_model=pair.draft_name if cfg.num_steps else "",
+        backend="cpu", model=pair.name,
+        draft_model=pair.draft_name if cfg.uses_draft_model else "",
         engine="specscope-reference", engine_version=_version(), verify_mode=cfg.verify_mode,
         fault=cfg.fault, started_ns=time.time_ns(), env_flags=env, host=host_facts(),
         # the decoder takes the draft's probabilities through a float32 softmax
-        labels={"role": role, **({"draft_dtype": "float32"} if cfg.num_steps else {}),
+        labels={"role": role, **({"draft_dtype": "float32"} if cfg.uses_draft_model else {}),
                 **({"spec_policy": cfg.policy} if cfg.policy != "fixed" else {}), **labels})
 
 
@@ -137,7 +150,7 @@ def _decode_all(pair: ModelPair, cfg: SpecConfig, spec: WorkloadSpec, reqs: list
     return outs
 
 
-def _evals(run_id: str, pair: ModelPair, outs: list[Output], prompts: dict[str, dict],
+def eval_records(run_id: str, pair: ModelPair, outs: list[Output], prompts: dict[str, dict],
            reqs: list[Request], ref: list[Output] | None) -> list[schema.EvalRecord]:
     records = []
     for k, (req, out) in enumerate(zip(reqs, outs)):
@@ -149,8 +162,8 @@ def _evals(run_id: str, pair: ModelPair, outs: list[Output], prompts: dict[str, 
         records.append(schema.EvalRecord(
             run_id=run_id, request_id=req.request_id, prompt_id=req.prompt_id, exact_match=exact,
             repetition_loop=evalgate.repetition_loop(out.token_ids),
-            invalid=evalgate.invalid_output(text, p["answer_format"]) if text else None,
-            correct=evalgate.correct_output(text, p["answer"]) if text else None))
+            invalid=evalgate.invalid_output(text, p.get("answer_format")) if text else None,
+            correct=evalgate.correct_output(text, p.get("answer")) if text else None))
     return records
 
 
@@ -181,10 +194,10 @@ def run_workload(pair: ModelPair, cfg: SpecConfig, spec: WorkloadSpec, out_path:
                                        {"reference_for": run_id}), sinks=out_sinks).start()
             ref_outs = _decode_all(pair, ref_cfg, spec, reqs, ref, bar)
             ref.close(close_sinks=False)
-            evals = _evals(ref_id, pair, ref_outs, prompts, reqs, None)
+            evals = eval_records(ref_id, pair, ref_outs, prompts, reqs, None)
         else:
             evals = []
-        evals += _evals(run_id, pair, outs, prompts, reqs, ref_outs)
+        evals += eval_records(run_id, pair, outs, prompts, reqs, ref_outs)
         for sink in out_sinks:
             sink.write(evals)
     finally:

@@ -24,7 +24,8 @@ def _requests(n, vocab, max_new=40, **kw):
 
 @pytest.mark.parametrize("cfg", [SpecConfig(num_steps=1), SpecConfig(num_steps=4),
                                  SpecConfig(num_steps=3, topk=2, num_draft_tokens=6),
-                                 SpecConfig(num_steps=4, topk=3, num_draft_tokens=10)],
+                                 SpecConfig(num_steps=4, topk=3, num_draft_tokens=10),
+                                 SpecConfig(algorithm="ngram", num_steps=4)],
                          ids=lambda c: c.config_id)
 def test_greedy_speculative_equals_greedy_target_only(pair64, cfg):
     reqs = _requests(6, 256)
@@ -121,6 +122,53 @@ def _chi2(counts, probs):
 def test_sampling_verify_reproduces_the_target_distribution(small_pair, mode):
     cfg = SpecConfig(num_steps=3, verify_mode=mode)
     assert _chi2(*_second_tokens(small_pair, cfg, 0.9)) < CHI2_CRIT_DF7_ALPHA001
+
+
+def test_ngram_speculative_sampling_reproduces_the_target_distribution(small_pair):
+    """Prompt lookup drafts a one-hot: accepted with probability p(x), else a token of p with x
+    taken out. Every (3, x) pair is in the prompt, so the second token is verified against a
+    looked-up draft whatever the first was (except 3, whose row drafts nothing)."""
+    prompt = [3, 0, 3, 1, 3, 2, 3, 4, 3, 5, 3, 6, 3, 7, 3]
+    reqs = [Request(f"r{i}", prompt, max_new_tokens=2, temperature=0.9) for i in range(N)]
+    dec = SpeculativeDecoder(small_pair.target, None, SpecConfig(algorithm="ngram", num_steps=4))
+    outs = dec.generate(reqs)
+    counts = torch.zeros(VOCAB, dtype=torch.float64)
+    for o in outs:
+        counts[o.token_ids[1]] += 1
+    drafted = [o.record.num_draft_tokens for o in outs]
+    assert sum(d > 0 for d in drafted) > N * 0.7  # most second tokens were verified drafts
+    assert _chi2(counts, _exact_marginal(small_pair.target, prompt, 0.9)) < CHI2_CRIT_DF7_ALPHA001
+
+
+def test_ngram_drafts_vary_per_request_and_count_only_where_drafted(small_pair, run_record):
+    from specscope.engine import ngram
+
+    assert ngram.propose([1, 2, 3, 9, 1, 2], 4) == [3, 9, 1, 2]  # the most recent match
+    assert ngram.propose([1, 2, 7, 1, 2, 8, 1, 2], 1) == [8]
+    assert ngram.propose([5, 6, 7, 8], 4) == []  # nothing repeats: no draft
+    rec = Recorder(run_record)
+    # every (3, x) pair is in the looping prompt: it drafts from its first step; the fresh one
+    # (no pair repeats) drafts nothing until its own output repeats
+    looping = Request("loop", [3, 0, 3, 1, 3, 2, 3, 4, 3, 5, 3, 6, 3, 7, 3], max_new_tokens=6,
+                      temperature=0.9)
+    fresh = Request("fresh", [0, 1, 2, 4, 5], max_new_tokens=6, temperature=0.9)
+    dec = SpeculativeDecoder(small_pair.target, None, SpecConfig(algorithm="ngram", num_steps=3),
+                             recorder=rec)
+    dec.generate([looping, fresh])
+    records = rec.drain()
+    steps = [r for r in records if isinstance(r, schema.VerifyStepRecord)]
+    entries = [e for s in steps for e in s.entries]
+    assert {e.num_drafted for e in entries} - {0, 1, 2, 3} == set()
+    assert any(e.num_drafted == 0 for e in entries) and any(e.num_drafted > 0 for e in entries)
+    assert {r.phase for r in records if isinstance(r, schema.PhaseRecord)} & {"draft_extend"} == set()
+    # a request's own figures count the steps it drafted in, as engines count drafts
+    for r in (x for x in records if isinstance(x, schema.RequestRecord)):
+        mine = [e for e in entries if e.request_id == r.request_id and e.num_drafted > 0]
+        assert r.num_verify_steps == len(mine) == sum(r.accept_len_hist)
+        assert r.num_draft_tokens == sum(e.num_drafted for e in mine)
+        assert r.num_accepted_tokens == sum(e.num_accepted for e in mine)
+    loop = next(x for x in records if isinstance(x, schema.RequestRecord) and x.request_id == "loop")
+    assert loop.num_draft_tokens > 0
 
 
 def test_tree_target_only_sampling_reproduces_the_target_distribution(small_pair):
