@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .. import schema
+from .busy import busy_seconds
 from .evalgate import eval_gate, gate_text
 from .detectors import detectors_for, evaluate
 from .stats import SpecStats
@@ -46,7 +47,7 @@ class RunSample:
     ttft_s: np.ndarray
     tpot_s: np.ndarray  #: NaN where a request has one token
     itl_s: np.ndarray  #: per-request mean per-token ITL, NaN where none
-    span_s: float  #: first arrival to last finish
+    span_s: float  #: busy time: seconds with one of its requests in flight (collector/busy.py)
     stats: SpecStats
     reference: SpecStats | None = None  #: the same workload without speculation, if recorded
     temperatures: tuple[float, ...] = ()  #: the sampling temperatures its requests asked for
@@ -81,10 +82,7 @@ def run_sample(records: Iterable[Any], run_id: str) -> RunSample:
         n = sum(r.chunk_num_tokens[1:]) if len(r.chunk_num_tokens) > 1 else 0
         return sum(gaps) / n if n else math.nan
 
-    span = 0.0
-    timed = [r for r in reqs if r.t_finish_ns]
-    if timed:
-        span = (max(r.t_finish_ns for r in timed) - min(r.t_arrival_ns for r in timed)) / 1e9
+    span = busy_seconds(reqs) or 0.0  # runs that take turns: not charged for their idle time
     runs = [r for r in records if isinstance(r, schema.RunRecord)]
     return RunSample(
         run_id=run_id, run=runs[0] if runs else None,

@@ -15,6 +15,7 @@ from .detectors import (DRAFT_CHECK, TRUTH_CHECK, AcceptanceRegressionDetector, 
                         SamplingTruthDetector, detectors_for, evaluate)
 from .evalgate import check_text, eval_gate, gate_text
 from .exact import PER_REQUEST_ALPHA, fmt_p
+from . import busy as _busy
 from .stats import SpecStats, TruthStats, token_times
 from .verdict import Assessment
 
@@ -238,14 +239,18 @@ def stats_section(s: SpecStats, run: schema.RunRecord | None, windows: list[dict
             anomalies += QualityDetector(baseline).check(s, run_id)
     anomalies = list(anomalies)
     span_s = ((s.t_last_ns - s.t_first_ns) / 1e9) if s.t_first_ns is not None else None
+    busy_s = _busy.seconds(s.busy) if s.busy else None
     return {
         "run": schema.to_dict(run) if run else None,
         "totals": {**spec_figures(s),
                    "accept_length_histogram": {str(k): v for k, v in sorted(s.accept_len_hist.items())},
                    "num_verify_steps": s.num_steps, "num_requests": s.num_requests,
                    "output_tokens": s.output_tokens,
-                   "output_tokens_per_s": (s.output_tokens / span_s)
-                   if span_s and s.num_requests else None,
+                   #: output tokens over the run's busy time (some request in flight), else
+                   #: over its span: runs that take turns are not charged for their idle time
+                   "output_tokens_per_s": (s.output_tokens / (busy_s or span_s))
+                   if (busy_s or span_s) and s.num_requests else None,
+                   "busy_s": busy_s, "span_s": span_s,
                    "num_clamped": s.num_clamped,
                    #: steps by the draft depth k they ran with (0: speculation off, as a
                    #: policy chose), steps where the policy changed k, times it went off

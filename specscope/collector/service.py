@@ -42,6 +42,7 @@ class Snapshot:
     processes: list[dict[str, Any]] = field(default_factory=list)  #: pid, role, cpu_s, rss
     #: label values -> check -> "pass" / "fail" / "inconclusive", as of the last tick
     checks: dict[tuple, dict[str, str]] = field(default_factory=dict)
+    window_s: float | None = None  #: the width of the windows' buckets
 
 
 class Collector:
@@ -256,7 +257,8 @@ class Collector:
             pids = dict(self._pids)
         return Snapshot(t_ns=self.clock_ns(), totals=totals, windows=windows, runs=runs,
                         anomalies=active, anomaly_counts=counts, health=health,
-                        processes=_process_facts(pids), checks=checks)
+                        processes=_process_facts(pids), checks=checks,
+                        window_s=self.window_ns / 1e9)
 
     def close(self) -> None:
         self._tick_stop.set()

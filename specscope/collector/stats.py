@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .. import schema
+from . import busy as _busy
 from .histogram import Histogram
 
 
@@ -92,6 +93,8 @@ class SpecStats:
     output_tokens: int = 0
     t_first_ns: int | None = None
     t_last_ns: int | None = None
+    #: disjoint (start, end) ns with a request in flight (collector/busy.py): the run's busy time
+    busy: tuple[tuple[int, int], ...] = ()
     phase_ns: dict[str, list[int]] = field(default_factory=dict)
     # evals: name -> [hits, applicable]
     evals: dict[str, list[int]] = field(default_factory=dict)
@@ -287,6 +290,9 @@ class SpecStats:
         self.output_tokens += max(0, r.num_output_tokens)
         if r.t_finish_ns:
             self._touch(r.t_finish_ns)
+        span = _busy.request_interval(r)
+        if span:
+            self.busy = _busy.add(self.busy, span)
         for name in ("ttft_s", "e2e_s", "tpot_s"):
             value = getattr(r, name)
             if value is not None:
@@ -357,7 +363,7 @@ class SpecStats:
             num_requests=self.num_requests + other.num_requests,
             output_tokens=self.output_tokens + other.output_tokens,
             t_first_ns=min(firsts) if firsts else None, t_last_ns=max(lasts) if lasts else None,
-            phase_ns=phases, evals=evals, hists=hists,
+            busy=_busy.union(self.busy + other.busy), phase_ns=phases, evals=evals, hists=hists,
             keep_samples=self.keep_samples and other.keep_samples,
             reported_al_sum=self.reported_al_sum + other.reported_al_sum,
             reported_al_n=self.reported_al_n + other.reported_al_n,

@@ -203,7 +203,7 @@ def snapshot_views(snap, source: str, max_windows: int = 240) -> list[RunView]:
     for key, stats in sorted(snap.totals.items()):
         labels = dict(zip(LABELS, key))
         run = _run_for(labels, snap.runs.values())
-        windows = _coarsen(snap.windows.get(key, []), max_windows)
+        windows = _coarsen(snap.windows.get(key, []), max_windows, snap.window_s)
         anomalies = [a for k, a in snap.anomalies if k == key]
         sec = stats_section(stats, run, windows, anomalies=anomalies)
         rid = run.run_id if run else "/".join(f"{k}={v}" for k, v in labels.items() if v)
@@ -219,19 +219,24 @@ def _run_for(labels: dict[str, str], runs: Iterable[schema.RunRecord]) -> schema
     return max(match, key=lambda r: r.started_ns) if match else None
 
 
-def _coarsen(windows: list[tuple[int, SpecStats]], max_windows: int) -> list[dict[str, Any]]:
+def _coarsen(windows: list[tuple[int, SpecStats]], max_windows: int,
+             width_s: float | None = None) -> list[dict[str, Any]]:
+    """At most about ``max_windows`` windows, each ``group`` buckets of ``width_s`` wide by
+    time. A run that idled (between its waves) has no buckets there, and none are made up."""
     if not windows:
         return []
-    group = max(1, -(-len(windows) // max_windows))
-    width = (windows[1][0] - windows[0][0]) / 1e9 if len(windows) > 1 else 1.0
-    out = []
-    for i in range(0, len(windows), group):
-        chunk = windows[i:i + group]
-        merged = SpecStats()
-        for _, s in chunk:
-            merged = merged.merge(s)
-        out.append(window_figures(chunk[0][0] / 1e9, width * group, merged))
-    return out
+    if not width_s:  # an old snapshot: the narrowest gap between buckets
+        gaps = [b[0] - a[0] for a, b in zip(windows, windows[1:]) if b[0] > a[0]]
+        width_s = min(gaps) / 1e9 if gaps else 1.0
+    width_ns = int(width_s * 1e9)
+    t0 = windows[0][0]
+    group = max(1, -(-((windows[-1][0] - t0) // width_ns + 1) // max_windows))
+    merged: dict[int, SpecStats] = {}
+    for t, s in windows:
+        k = (t - t0) // (width_ns * group)
+        merged[k] = merged[k].merge(s) if k in merged else s
+    return [window_figures((t0 + k * width_ns * group) / 1e9, width_s * group, merged[k])
+            for k in sorted(merged)]
 
 
 class LiveSource:

@@ -72,13 +72,29 @@ def throughput_over_time(views: Sequence[Any]) -> go.Figure:
         return empty("no verify steps yet")
     fig = go.Figure()
     for i, v in enumerate(views):
-        w = [x for x in v.view.windows if x.window_s]
-        t0 = w[0].time if w else 0
-        fig.add_trace(go.Scatter(x=[x.time - t0 for x in w],
-                                 y=[x.committed_tokens / x.window_s for x in w],
-                                 mode="lines", name=short(v.label), line={"color": COLORS[i % len(COLORS)]}))
+        xs, ys, busy = idle_gaps([x for x in v.view.windows if x.window_s])
+        name = short(v.label) + (f" ({busy:.1f} tok/s busy)" if busy is not None else "")
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, connectgaps=False,
+                                 line={"color": COLORS[i % len(COLORS)]}))
     fig.update_yaxes(title_text="committed tokens/s")
-    return styled(fig, "Throughput (tokens committed per second: verify steps, and steps with speculation off)")
+    return styled(fig, "Throughput (tokens committed per second: verify steps, and steps with "
+                       "speculation off; a break in a line: the run was idle, its windows empty)")
+
+
+def idle_gaps(windows: Sequence[Any]) -> tuple[list[float | None], list[float | None], float | None]:
+    """x (seconds since the first window), y (committed tokens/s) with a None where the run
+    had no window (idle: other runs' turn), and its rate over its busy windows alone."""
+    if not windows:
+        return [], [], None
+    t0, xs, ys = windows[0].time, [], []
+    for prev, w in zip([None, *windows], windows):
+        if prev is not None and w.time - prev.time > 1.5 * prev.window_s:
+            xs.append(prev.time + prev.window_s - t0)
+            ys.append(None)
+        xs.append(w.time - t0)
+        ys.append(w.committed_tokens / w.window_s)
+    busy_s = sum(w.window_s for w in windows)
+    return xs, ys, sum(w.committed_tokens for w in windows) / busy_s if busy_s else None
 
 
 def per_position(views: Sequence[Any]) -> go.Figure:
