@@ -13,10 +13,12 @@ run's batch size:
 
 The predicted time of each run is its prefill plus its steps at those step times, all from the
 phases' own clocks; the predicted speedup is the ratio of tokens per predicted second, set
-beside the speedup measured from the two runs' wall-clock throughput (first arrival to last
-finish), which none of the factors uses. Tokens per step are the acceptance length less what a
-request's end discards (accepted tokens past EOS or max tokens are verified, then dropped). For other draft
-depths k (up to the measured one) it models AL(k) = 1 + sum of the first k per-position rates,
+beside the speedup measured from the two runs' wall-clock throughput (output tokens over busy
+time: seconds with one of the run's requests in flight), which none of the factors uses. Tokens
+per step are the acceptance length less what a request's end discards (accepted tokens past EOS
+or max tokens are verified, then dropped). For other draft depths k (up to the measured one) it
+models AL(k) = 1 + s x the sum of the first k per-position rates (s: the share of request-steps
+that drafted at all, 1 for a draft model, less for prompt lookup),
 the draft cost as linear in k and the verify forward as linear in tokens between the
 target-only step (1 token) and the measured k + 1: the break-even acceptance length of each k
 and a verdict per batch size, for throughput and for a TPOT target. Factors a source does not
@@ -30,6 +32,7 @@ from collections import defaultdict
 from typing import Any, Iterable, Sequence
 
 from .. import schema
+from .busy import busy_seconds
 from .stats import SpecStats
 
 SPEC_PHASES = ("draft_extend", "draft", "verify_forward", "verify_sample")
@@ -48,11 +51,32 @@ def _span_ms(phases: list[schema.PhaseRecord]) -> float:
 
 
 def _wall(records: Sequence[Any]) -> tuple[int, float | None]:
+    """Output tokens and busy seconds (some request in flight: a run that takes turns with
+    others is not charged for the time it waited)."""
     reqs = [r for r in records if isinstance(r, schema.RequestRecord) and r.t_finish_ns]
     if not reqs:
         return 0, None
-    span = (max(r.t_finish_ns for r in reqs) - min(r.t_arrival_ns for r in reqs)) / 1e9
-    return sum(r.num_output_tokens for r in reqs), span
+    return sum(r.num_output_tokens for r in reqs), busy_seconds(reqs)
+
+
+def _cycles(records: Sequence[Any], steps: dict[int, list[schema.PhaseRecord]]) -> dict[int, float]:
+    """step -> ms from its first phase's start to the next step's start: the host work between
+    steps (commit, scheduling) is the step's idle time, measured from the phases' own clocks,
+    not from the run's wall clock. A step followed by a prefill (a wave's end, a new request)
+    keeps its own span: the gap is not its."""
+    starts = sorted([(min(p.t_start_ns for p in ph), n) for n, ph in steps.items()] +
+                    [(p.t_start_ns, None) for p in records if isinstance(p, schema.PhaseRecord)
+                     and p.phase == "prefill"])
+    return {n: (t1 - t0) / 1e6 for (t0, n), (t1, n1) in zip(starts, starts[1:])
+            if n is not None and n1 is not None}
+
+
+def step_spans(records: Sequence[Any]) -> dict[int, tuple[int, float]]:
+    """step -> (its start ns, its span ms: to the next step's start, else its phases' own)."""
+    steps = _steps(records)
+    cycle = _cycles(records, steps)
+    return {n: (min(p.t_start_ns for p in ph), max(cycle.get(n, _span_ms(ph)), _span_ms(ph)))
+            for n, ph in steps.items()}
 
 
 def run_factors(records: Sequence[Any], only: set[int] | None = None) -> dict[str, Any]:
@@ -62,16 +86,7 @@ def run_factors(records: Sequence[Any], only: set[int] | None = None) -> dict[st
     prefill_ms = sum(p.duration_ns for p in records if isinstance(p, schema.PhaseRecord)
                      and p.phase == "prefill") / 1e6
     phases: dict[str, list[float]] = defaultdict(list)
-    # a step lasts from its first phase's start to the next step's start: the host work
-    # between steps (commit, scheduling) is the step's idle time, measured from the phases' own
-    # clocks, not from the run's wall clock
-    starts = sorted([(min(p.t_start_ns for p in ph), n) for n, ph in steps.items()] +
-                    [(p.t_start_ns, None) for p in records if isinstance(p, schema.PhaseRecord)
-                     and p.phase == "prefill"])
-    cycle: dict[int, float] = {}
-    for (t0, n), (t1, n1) in zip(starts, starts[1:]):
-        if n is not None and n1 is not None:  # a step followed by a prefill (a wave's end, a
-            cycle[n] = (t1 - t0) / 1e6  # new request) keeps its own span: the gap is not its
+    cycle = _cycles(records, steps)
     if only is not None:
         steps = {n: ph for n, ph in steps.items() if n in only}
         records = [r for r in records if not isinstance(r, (schema.VerifyStepRecord, schema.PhaseRecord))
@@ -104,6 +119,8 @@ def run_factors(records: Sequence[Any], only: set[int] | None = None) -> dict[st
         entries = sum(len(v.entries) for v in verify)
         out["delivered_per_step"] = (tokens - n_req) / entries if entries and tokens else None
         out["per_position"] = stats.per_position_acceptance
+        # request-steps that drafted at all: a prompt-lookup drafter finds no match in many
+        out["draft_share"] = stats.num_drafts / entries if entries else None
         out["k"] = max((e.num_drafted for v in verify for e in v.entries), default=0)
     else:  # target-only: tokens per decode step = its mean batch
         out["batch"] = (tokens - n_req) / len(steps) if steps else None
@@ -170,6 +187,57 @@ def by_batch(spec: Sequence[Any], base: Sequence[Any], *, tpot_ms: float | None 
     return out
 
 
+def _category_sums(records: Sequence[Any], prompts: set[str] | None) -> dict[str, list[float]]:
+    """category -> [requests, output tokens, steps it took part in, their ms, TTFT ms, E2E ms]
+    over the run's requests (of ``prompts`` only, where given). A request takes part in the
+    steps that start after its first token and before its finish."""
+    import bisect
+
+    spans = sorted(step_spans(records).values())
+    starts = [t for t, _ in spans]
+    cum = [0.0]
+    for _, ms in spans:
+        cum.append(cum[-1] + ms)
+    out: dict[str, list[float]] = {}
+    for r in records:
+        if not (isinstance(r, schema.RequestRecord) and r.category and r.t_first_token_ns
+                and r.t_finish_ns and r.t_arrival_ns) or (prompts is not None and r.prompt_id not in prompts):
+            continue
+        i, j = bisect.bisect_right(starts, r.t_first_token_ns), bisect.bisect_left(starts, r.t_finish_ns)
+        row = out.setdefault(r.category, [0, 0, 0, 0.0, 0.0, 0.0])
+        for k, v in enumerate((1, r.num_output_tokens, max(0, j - i), cum[max(j, i)] - cum[i],
+                               (r.t_first_token_ns - r.t_arrival_ns) / 1e6,
+                               (r.t_finish_ns - r.t_arrival_ns) / 1e6)):
+            row[k] += v
+    return out
+
+
+def by_category(spec: Sequence[Any], base: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """Per workload category, over the prompts both runs decoded: tokens a request-step
+    delivered and the step time its requests saw (phase clocks), in both runs; the speedup they
+    predict, TTFT included, beside the one measured from the requests' own E2E times (the
+    category matrix's). In a mixed batch every request pays the batch's step; a category gains
+    by its tokens per step alone."""
+    def ids(records):
+        return {r.prompt_id for r in records if isinstance(r, schema.RequestRecord) and r.prompt_id}
+
+    both = ids(spec) & ids(base)
+    s_sums, b_sums = _category_sums(spec, both), _category_sums(base, both)
+    out: dict[str, dict[str, Any]] = {}
+    for cat in sorted(set(s_sums) & set(b_sums)):
+        (n, tok, steps, ms, ttft, e2e), (bn, btok, bsteps, bms, bttft, be2e) = s_sums[cat], b_sums[cat]
+        if not (steps and bsteps and tok and btok and e2e and be2e):
+            continue
+        pred = (tok / (ttft + ms)) / (btok / (bttft + bms))
+        meas = (tok / e2e) / (btok / be2e)
+        out[cat] = {"requests": n, "baseline_requests": bn,
+                    "delivered_per_step": (tok - n) / steps, "step_ms": ms / steps,
+                    "baseline_step_ms": bms / bsteps, "ttft_share": ttft / (ttft + ms),
+                    "predicted_speedup": pred, "measured_speedup": meas,
+                    "prediction_error": pred / meas - 1}
+    return out
+
+
 def _predicted_s(f: dict[str, Any]) -> float | None:
     """Prefill plus the run's steps at its step time (phase clocks only)."""
     if not f["step_ms"] or not f["steps"]:
@@ -201,6 +269,9 @@ def explain_pair(spec: Sequence[Any], base: Sequence[Any], *, tpot_ms: float | N
         out["measured_speedup"] = s["tok_s"] / b["tok_s"]
     if out.get("predicted_speedup") and out.get("measured_speedup"):
         out["prediction_error"] = out["predicted_speedup"] / out["measured_speedup"] - 1
+    cats = by_category(spec, base)
+    if cats:
+        out["by_category"] = cats
     classes = by_batch(spec, base, tpot_ms=tpot_ms)
     if len(classes) > 1:  # a run at one batch size is explained above as a whole
         out["by_batch"] = classes
@@ -216,7 +287,8 @@ def per_k(s: dict[str, Any], b: dict[str, Any], k_m: int) -> list[dict[str, Any]
     ratio = (s["batch"] or 1) / (b["batch"] or 1)
     rows = []
     for k in range(1, k_m + 1):
-        al = 1 + sum(p or 0 for p in s["per_position"][:k])
+        # tokens per request-step: the request-steps that drafted nothing commit one
+        al = 1 + (s.get("draft_share") or 1.0) * sum(p or 0 for p in s["per_position"][:k])
         step = fixed + ph["draft"] * k / k_m + t1 + (ph["verify_forward"] - t1) * k / k_m
         rows.append({"k": k, "acceptance_length": al, "step_ms": step,
                      "speedup": al * ratio * t1 / step, "break_even_acceptance_length": step / (t1 * ratio),
@@ -330,6 +402,14 @@ def format_explain(run_id: str, e: dict[str, Any]) -> str:
                          f"{x['step_ms']:.1f} ms vs target-only {x['baseline_step_ms']:.1f} ms, "
                          f"steady state {x['steady_state_speedup']:.2f}x; "
                          f"{x['verdict'].get('throughput', '')}")
+    if e.get("by_category"):
+        lines.append("  per category (its requests' tokens per request-step, bonus included, and "
+                     "the step time they saw; TTFT included; measured: the requests' own E2E):")
+        for c, x in e["by_category"].items():
+            lines.append(f"    {c:<14} {x['requests']:>3} req: {x['delivered_per_step']:.2f} tokens/step, "
+                         f"step {x['step_ms']:.1f} ms vs target-only {x['baseline_step_ms']:.1f} ms: "
+                         f"predicted {x['predicted_speedup']:.2f}x, measured "
+                         f"{x['measured_speedup']:.2f}x ({x['prediction_error']:+.1%})")
     if e["not_measured"]:
         lines.append("  not measured: " + "; ".join(e["not_measured"]))
     return "\n".join(lines)

@@ -23,6 +23,6 @@ def test_profile_trace_reads_back_to_the_same_phase_totals(tmp_path):
         a, b = sum(ours[phase]), sum(theirs[phase])
         # the profiler's range encloses the recorder's timer: a little longer, never shorter
         # (per range up to 2 ms on a loaded 2-core machine, plus the profiler's one-off cost of
-        # opening its very first range, seen up to ~4 ms on a fresh process)
-        slack = 0.10 * a + 2_000_000 * len(ours[phase]) + 6_000_000
+        # opening its very first range, seen up to ~9 ms on a fresh process under load)
+        slack = 0.10 * a + 2_000_000 * len(ours[phase]) + 12_000_000
         assert b >= a * 0.98 and b - a <= slack, (phase, a, b)
