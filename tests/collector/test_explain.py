@@ -111,3 +111,37 @@ def test_a_run_at_several_batch_sizes_is_explained_per_batch_size(tiny, tmp_path
     data = explain_all(records)
     assert data["runs"][rid]["by_batch"].keys() == classes.keys()
     assert set(data["engine_configs"]["k_by_batch_size"]) == {round(x["batch"]) for x in classes.values()}
+
+
+def test_explain_per_category_from_tokens_per_step_and_the_steps_each_request_saw():
+    """Two requests in one batch: a copy request that commits 4 tokens a step and a math one
+    that commits 1. Speculative steps cost 200 ms, target-only ones 100 ms: the copy request
+    gains, the math request pays for the batch's longer steps."""
+    from specscope import schema as s
+    from specscope.collector.explain import by_category
+
+    t0, ms = 1_700_000_000_000_000_000, 1_000_000
+
+    def run(run_id, step_ms, steps, finish):
+        recs = [s.PhaseRecord(run_id=run_id, rank=0, step=-1, phase="prefill", t_start_ns=t0, device="cpu",
+                              duration_ns=100 * ms)]
+        recs += [s.PhaseRecord(run_id=run_id, rank=0, step=i, phase="verify_forward",
+                               t_start_ns=t0 + 100 * ms + i * step_ms * ms, device="cpu",
+                               duration_ns=(step_ms - 10) * ms) for i in range(steps)]
+        for rid, cat, tokens in (("a", "copy", 21), ("b", "math", 11)):
+            recs.append(s.RequestRecord(
+                run_id=run_id, rank=0, request_id=rid, prompt_id=f"{cat}-00", category=cat,
+                t_arrival_ns=t0, t_first_token_ns=t0 + 90 * ms, t_finish_ns=t0 + finish[rid] * ms,
+                num_prompt_tokens=8, num_output_tokens=tokens))
+        return recs
+
+    spec = run("spec", 200, 11, {"a": 1100, "b": 2100})  # one step more: each has a successor
+    base = run("base", 100, 21, {"a": 2100, "b": 1100})
+    cats = by_category(spec, base)
+    assert cats["copy"]["delivered_per_step"] == 4.0 and cats["math"]["delivered_per_step"] == 1.0
+    assert cats["copy"]["step_ms"] == 200.0 and cats["copy"]["baseline_step_ms"] == 100.0
+    # TTFT 90 ms plus the steps each saw: 5 x 200 vs 20 x 100 (copy), 10 x 200 vs 10 x 100
+    assert round(cats["copy"]["predicted_speedup"], 4) == round(2090 / 1090, 4)
+    assert round(cats["math"]["predicted_speedup"], 4) == round(1090 / 2090, 4)
+    for c in cats.values():  # the requests' own E2E times (10 ms more each) say nearly the same
+        assert abs(c["prediction_error"]) < 0.01
