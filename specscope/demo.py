@@ -1,5 +1,7 @@
-"""``make demo``: the reference decoder on SmolLM2 with three configurations (EAGLE-style
-k = 3 with k = 2 at a full batch, k = 2 with a seeded silent-greedy fault, and target-only), an
+"""``make demo``: the reference decoder on SmolLM2 with four configurations (EAGLE-style
+k = 3 with k = 2 at a full batch, k = 2 with a seeded silent-greedy fault, target-only, and
+prompt lookup (n-gram, k up to 4), the cheap drafter that wins on the copy, edit and refactor
+prompts), an
 in-process collector with its /metrics, a Prometheus server scraping it (when installed), a
 small sweep of the ``tiny`` model in a background process (niced by 5: the Sweep page, the
 config advisor and ``explain`` fill from it), and the dashboard over the live collector, which
@@ -37,6 +39,11 @@ class DemoOptions:
     temperature: float = 0.7
     sweep: bool = True  #: run the tiny-model sweep in the background
     engine: str = "reference"  #: "reference" (the embedded decoder) or "vllm" (demo_vllm)
+    waves: int | None = None  #: stop decoding after this many waves (the servers stay up)
+
+
+DEMO_CATEGORIES = ("copy", "edit", "refactor", "math", "qa", "chat", "translation",
+                   "summarization", "code", "rag")
 
 
 def _configs():
@@ -46,7 +53,9 @@ def _configs():
     # 3 once requests finish (the Live page draws k over time under acceptance)
     return [SpecConfig(algorithm="eagle", num_steps=3, policy="batch:1=3,8=2"),
             SpecConfig(algorithm="eagle", num_steps=2, fault="silent_greedy"),
-            SpecConfig(num_steps=0)]  # target-only: the baseline of speedups and categories
+            SpecConfig(num_steps=0),  # target-only: the baseline of speedups and categories
+            # no draft model: drafting costs a lookup, so speculation pays where text repeats
+            SpecConfig(algorithm="ngram", num_steps=4)]
 
 
 def _engine_loop(opts: DemoOptions, collector: Any, stop: threading.Event,
@@ -54,15 +63,17 @@ def _engine_loop(opts: DemoOptions, collector: Any, stop: threading.Event,
     """Waves of requests, alternating configurations, until ``stop``; checks it every step."""
     from .engine.decoder import SpeculativeDecoder
     from .engine.models import load_pair
-    from .engine.workload import WorkloadSpec, build_requests, run_record
+    from .engine.workload import WorkloadSpec, build_requests, eval_records, run_record
     from .io.trace import TraceWriter
     from .hooks import Recorder
 
     pair = load_pair(opts.model)
     out = Path(opts.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # every category in turn, the repetitive ones (where prompt lookup pays) first, so that
+    # each of them has two requests to compare after two waves
     spec = WorkloadSpec(requests=opts.requests, max_new_tokens=opts.max_new_tokens,
-                        temperature=opts.temperature, mix=True)
+                        temperature=opts.temperature, mix=True, categories=DEMO_CATEGORIES)
     decoders = []
     for cfg in _configs():
         name = cfg.config_id + (f"-{cfg.fault}" if cfg.fault else "")
@@ -74,17 +85,31 @@ def _engine_loop(opts: DemoOptions, collector: Any, stop: threading.Event,
     status["ready"] = True
     try:
         for wave in itertools.count():
+            outs = []
             for dec, _, _ in decoders:  # each wave: the next prompts, every category in turn
-                reqs, _ = build_requests(pair, dataclasses.replace(spec, first=wave * spec.requests))
+                reqs, prompts = build_requests(pair, dataclasses.replace(spec, first=wave * spec.requests))
                 for r in reqs:
                     r.request_id = f"w{wave}-{r.request_id}"
                 batch = dec.new_batch()
-                dec.admit(batch, reqs)
+                done = {o.request_id: o for o in dec.admit(batch, reqs)}
                 while batch.rows and not stop.is_set():
-                    dec.step(batch)
+                    done.update((o.request_id, o) for o in dec.step(batch))
                 if stop.is_set():
                     return
+                outs.append([done[r.request_id] for r in reqs])
+            # the wave's eval records: format, answer and repetition per request; greedy
+            # requests' exact match against the target-only run's output of the same prompt
+            ref = next(o for (dec, _, _), o in zip(decoders, outs) if not dec.cfg.num_steps)
+            for (dec, rec, writer), o in zip(decoders, outs):
+                evals = eval_records(rec.run.run_id, pair, o, prompts, reqs,
+                                     ref if dec.cfg.num_steps else None)
+                for sink in (collector, writer):
+                    sink.write(evals)
             status["waves"] = wave + 1
+            if opts.waves is not None and wave + 1 >= opts.waves:
+                print(f"decoded {wave + 1} waves; the dashboard stays up (Ctrl-C stops it)",
+                      flush=True)
+                return
     except Exception as exc:  # shown by the main thread
         status["error"] = repr(exc)
     finally:
@@ -181,7 +206,7 @@ def run_demo(opts: DemoOptions) -> int:
           "prometheus  not started (not installed, or --no-prometheus)", flush=True)
     swept = f"; a tiny-model sweep into {opts.out_dir}/sweep/" if sweep else ""
     print(f"traces      {opts.out_dir}/ ; decoding {opts.model}: k = 3 (2 at a full batch), k = 2 "
-          f"with a seeded silent-greedy fault, and target-only{swept}. Ctrl-C stops everything.",
+          f"with a seeded silent-greedy fault, target-only, and n-gram prompt lookup (k <= 4){swept}. Ctrl-C stops everything.",
           flush=True)
     t0 = time.monotonic()
     flagged = False

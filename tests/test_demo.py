@@ -1,4 +1,4 @@
-"""make demo's engine: three configurations (one with a seeded fault, one target-only), the collector, /metrics and
+"""make demo's engine: four configurations (one with a seeded fault, one target-only, one n-gram), the collector, /metrics and
 the dashboard; the fault is flagged; Ctrl-C stops everything cleanly."""
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def test_demo_flags_the_fault_and_stops_cleanly(tmp_path, free_port):
             proc.kill()
             proc.wait()
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [
-        "eagle-s2-k1-d3-silent_greedy.jsonl", "eagle-s3-k1-d4-batch1k3_8k2.jsonl", "no-spec.jsonl"]
+        "eagle-s2-k1-d3-silent_greedy.jsonl", "eagle-s3-k1-d4-batch1k3_8k2.jsonl", "ngram-s4-k1-d5.jsonl",
+        "no-spec.jsonl"]
 
 
 def test_stopping_the_background_sweep_stops_its_servers_too(tmp_path):

@@ -32,7 +32,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                                 dashboard_port=args.port, metrics_port=args.metrics_port,
                                 duration_s=args.duration, requests=args.requests,
                                 max_new_tokens=args.max_new_tokens, prometheus=not args.no_prometheus,
-                                sweep=not args.no_sweep, engine=args.engine))
+                                sweep=not args.no_sweep, engine=args.engine, waves=args.waves))
 
 
 def add_parsers(sub) -> None:
@@ -80,6 +80,9 @@ def add_parsers(sub) -> None:
                    help="do not start a Prometheus server even if one is installed")
     m.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     m.add_argument("--requests", type=int, default=8, help="requests per wave")
+    m.add_argument("--waves", type=int, default=None,
+                   help="stop decoding after this many waves; the dashboard, /metrics and "
+                   "Prometheus stay up until --duration or Ctrl-C")
     m.add_argument("--max-new-tokens", type=int, default=48)
     m.add_argument("-o", "--output", default="demo", help="traces are written here")
     m.set_defaults(func=_cmd_demo)

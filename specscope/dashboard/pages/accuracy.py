@@ -12,6 +12,11 @@ from .common import card, render_table, table
 PATH = "/accuracy"
 TITLE = "Accuracy"
 
+#: what the page shows, per component, for the selected runs it applies to: "all", the
+#: "speculative" ones, every "sweep" point, or "any" (data, whichever runs). The content
+#: test (tests/dashboard/test_demo_pages.py) holds every page to it over make demo.
+SHOWS = {ids.ACCURACY_TABLE: "all", ids.ACCURACY_GATES: "all"}
+
 
 def layout() -> html.Div:
     return html.Div([
@@ -21,7 +26,8 @@ def layout() -> html.Div:
              table(ids.ACCURACY_TABLE, 40),
              html.P("Scores: the accuracy file's rows (configuration, benchmark, score), and "
                     "for each run its eval records: 'correct' (expected answer in the output), "
-                    "'exact_match' (greedy output == target-only), 1 - 'invalid'.",
+                    "'exact_match' (greedy output == target-only), 1 - 'invalid', 1 - 'repetition_loop' "
+                    "(an output that repeats its own n-grams).",
                     className="note")),
         card("Eval gates: each selected run's checks (PASS only where the data could have "
              "failed)", table(ids.ACCURACY_GATES, 40)),
@@ -39,6 +45,8 @@ def scores(ctx, selected) -> dict[str, dict[str, float]]:
                 col[bench] = rates[name]
         if rates.get("invalid") is not None:
             col["prompt set: valid format"] = 1 - rates["invalid"]
+        if rates.get("repetition_loop") is not None:
+            col["prompt set: no repetition loop"] = 1 - rates["repetition_loop"]
     return {k: v for k, v in out.items() if v}
 
 

@@ -15,6 +15,13 @@ from .common import card, render_table, graph, row, table, term
 PATH = "/compare"
 TITLE = "Compare"
 
+#: what the page shows, per component, for the selected runs it applies to: "all", the
+#: "speculative" ones, every "sweep" point, or "any" (data, whichever runs). The content
+#: test (tests/dashboard/test_demo_pages.py) holds every page to it over make demo.
+SHOWS = {ids.COMPARE_TABLE: "speculative", ids.COMPARE_POSITION: "speculative",
+         ids.COMPARE_CDF_TTFT: "all", ids.COMPARE_CDF_TPOT: "all",
+         ids.COMPARE_CATEGORIES: "speculative"}
+
 
 def layout() -> html.Div:
     return html.Div([

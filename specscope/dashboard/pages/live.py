@@ -12,6 +12,12 @@ from .common import card, render_table, graph, row, table, term
 PATH = "/"
 TITLE = "Live overview"
 
+#: what the page shows, per component, for the selected runs it applies to: "all", the
+#: "speculative" ones, every "sweep" point, or "any" (data, whichever runs). The content
+#: test (tests/dashboard/test_demo_pages.py) holds every page to it over make demo.
+SHOWS = {ids.LIVE_ACCEPTANCE: "speculative", ids.LIVE_POSITION: "speculative",
+         ids.LIVE_HIST: "speculative", ids.LIVE_THROUGHPUT: "all", ids.LIVE_LATENCY: "all"}
+
 
 def layout() -> html.Div:
     return html.Div([

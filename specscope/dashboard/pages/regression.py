@@ -13,6 +13,11 @@ from .common import card, render_table, graph, table, term
 PATH = "/regression"
 TITLE = "Regression"
 
+#: what the page shows, per component, for the selected runs it applies to: "all", the
+#: "speculative" ones, every "sweep" point, or "any" (data, whichever runs). The content
+#: test (tests/dashboard/test_demo_pages.py) holds every page to it over make demo.
+SHOWS = {ids.REGRESSION_FIGURE: "any", ids.REGRESSION_TABLE: "all"}
+
 
 def layout() -> html.Div:
     return html.Div([

@@ -13,6 +13,12 @@ from .common import card, graph, render_table, table
 PATH = "/requests"
 TITLE = "Requests"
 
+#: what the page shows, per component, for the selected runs it applies to: "all", the
+#: "speculative" ones, every "sweep" point, or "any" (data, whichever runs). The content
+#: test (tests/dashboard/test_demo_pages.py) holds every page to it over make demo.
+SHOWS = {ids.REQUESTS_FIGURE: "any", ids.REQUESTS_TABLE: "speculative",
+         ids.REQUESTS_TIMELINE: "any"}
+
 
 def layout() -> html.Div:
     return html.Div([

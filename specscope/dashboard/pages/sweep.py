@@ -13,6 +13,12 @@ from .common import card, render_table, graph, row, table, term
 PATH = "/sweep"
 TITLE = "Sweep"
 
+#: what the page shows, per component, for the selected runs it applies to: "all", the
+#: "speculative" ones, every "sweep" point, or "any" (data, whichever runs). The content
+#: test (tests/dashboard/test_demo_pages.py) holds every page to it over make demo.
+SHOWS = {ids.SWEEP_FIGURE: "any", ids.SWEEP_TABLE: "sweep", ids.ADVISOR_FIGURE: "any",
+         ids.ADVISOR_TABLE: "any"}
+
 
 def layout() -> html.Div:
     return html.Div([
@@ -30,6 +36,10 @@ def _workload(view) -> tuple:
     """What must match for two runs' costs to be comparable: the sweep labels but the setting."""
     labels = view.run.labels if view.run else {}
     return tuple(labels.get(k) for k in ("temperature", "concurrency", "input_len", "output_len"))
+
+
+def _drafter(v) -> tuple:
+    return v.run.algorithm, v.run.draft_model
 
 
 def register(app, ctx) -> None:
@@ -51,9 +61,12 @@ def register(app, ctx) -> None:
         healthy = [v for v in chosen if not v.run.fault and v.gate != "fail"
                    and not v.view.anomalies]
         base = (healthy or chosen)[0]
-        # runs of the same model and workload at other depths, and without speculation (k = 0)
+        # runs of the same model, drafter and workload at other depths, and without
+        # speculation (k = 0): another drafter (prompt lookup beside a draft model) has
+        # acceptance and costs of its own
         same = [v.section for v in everything if v.run and v.run.model == base.run.model
-                and (v.run.topk == 1 or not v.run.num_steps) and v.view.phases
+                and (not v.run.num_steps or (v.run.topk == 1 and _drafter(v) == _drafter(base)))
+                and v.view.phases
                 and not v.run.fault and _workload(v) == _workload(base)]
         advice = advise(base.section, same)
         arows = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}

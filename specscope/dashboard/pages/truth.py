@@ -12,6 +12,11 @@ from .common import card, render_table, graph, row, table, term
 PATH = "/truth"
 TITLE = "Sampling truth"
 
+#: what the page shows, per component, for the selected runs it applies to: "all", the
+#: "speculative" ones, every "sweep" point, or "any" (data, whichever runs). The content
+#: test (tests/dashboard/test_demo_pages.py) holds every page to it over make demo.
+SHOWS = {ids.TRUTH_FIGURE: "speculative", ids.TRUTH_MODES: "speculative"}
+
 
 def layout() -> html.Div:
     return html.Div([
