@@ -53,7 +53,7 @@ def bench_ngram_categories(reps: int) -> list[Row]:
     pair = load_pair("smollm2", "int:4")
     tmp = tempfile.mkdtemp(prefix="specscope-ngram-")
     path = run_workload(pair, SpecConfig(algorithm="ngram", num_steps=4),
-                        WorkloadSpec(requests=30, concurrency=8, max_new_tokens=48, temperature=0.7,
+                        WorkloadSpec(requests=60, concurrency=8, max_new_tokens=48, temperature=0.7,
                                      categories=DEMO_CATEGORIES),
                         os.path.join(tmp, "ngram.jsonl"), progress=False)
     ((_, spec, base),) = pairs(read_trace(path).records)
@@ -67,7 +67,7 @@ def bench_ngram_categories(reps: int) -> list[Row]:
         should_win = c.category in wins
         met = (c.ci[0] > 1) if should_win else (c.ci[1] < 1)
         rows.append(Row(
-            f"prompt lookup (n-gram, k <= 4) vs target-only, SmolLM2, 30 requests x 48 tokens in "
+            f"prompt lookup (n-gram, k <= 4) vs target-only, SmolLM2, 60 requests x 48 tokens in "
             f"mixed batches of 8, category {c.category} ({c.matched} requests, "
             f"{'greedy' if should_win else 'temperature 0.7'}): speedup from the requests' own "
             "tokens / E2E (bootstrap 95% CI over prompts), explain's prediction (tokens per "
