@@ -160,6 +160,8 @@ def _report_by(args: argparse.Namespace, records: list, baseline: list | None) -
         else:
             print(rq.format_requests(rows))
         return 0
+    if baseline is None:  # a trace with its own reference run compares against it
+        records, baseline = rq.own_reference(records)
     cats = rq.category_rows(records, baseline)
     if args.json:
         print(json.dumps({"baseline": bool(baseline), "categories": [rq.cat_dict(c) for c in cats]},
@@ -399,7 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--baseline", nargs="+", default=None, metavar="TRACE",
                      help="an earlier run: flag acceptance regressions and worse output quality; "
                      "with --by category, the run without speculation of the same prompts "
-                     "(speedup per category, with a bootstrap interval)")
+                     "(speedup per category, with a bootstrap interval; default: the trace's "
+                     "own reference run, where it has one)")
     rep.add_argument("--by", choices=("run", "request", "category"), default="run",
                      help="run: the figures per run (default); request: every request's steps, "
                      "drafted, accepted, acceptance length and flags, with request- and "

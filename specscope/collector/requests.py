@@ -160,6 +160,17 @@ def _key(r: RequestRow, by_prompt: dict[tuple[str, str], str]) -> str:
     return by_prompt.get((r.run_id, r.request_id)) or r.request_id
 
 
+def own_reference(records: Sequence[Any]) -> tuple[list[Any], list[Any] | None]:
+    """A trace recorded with its reference run (``record``'s default): (the other runs'
+    records, the reference run's), else (the records, None)."""
+    refs = {r.run_id for r in records if isinstance(r, schema.RunRecord)
+            and r.labels.get("role") == "reference"}
+    if not refs:
+        return list(records), None
+    return ([r for r in records if getattr(r, "run_id", None) not in refs],
+            [r for r in records if getattr(r, "run_id", None) in refs])
+
+
 def category_rows(records: Iterable[Any], baseline: Iterable[Any] | None = None, *,
                   n_boot: int = 2000, seed: int = 0) -> list[CategoryRow]:
     """Per workload category (uncategorised requests under ""), with the speedup over a

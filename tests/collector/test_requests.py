@@ -98,3 +98,20 @@ def test_category_interval_from_a_bootstrap_over_prompts():
     assert row.matched == 6 and row.speedup == pytest.approx(2.5 * 6 / sum(1 + 0.1 * i for i in range(6)))
     lo, hi = row.ci
     assert lo < row.speedup < hi and hi - lo < 0.6
+
+
+def test_categories_against_the_traces_own_reference_run(tiny, tmp_path):
+    """`record` writes a reference run beside the measured one: `report --by category` compares
+    against it without --baseline, each category its own speedup from matched prompts."""
+    path = run_workload(tiny, SpecConfig(algorithm="ngram", num_steps=3),
+                        WorkloadSpec(requests=6, concurrency=3, max_new_tokens=12,
+                                     categories=("copy", "math")), tmp_path / "t.jsonl",
+                        progress=False)
+    out = run_cli("report", str(path), "--by", "category", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["baseline"] is True
+    cats = {c["category"]: c for c in data["categories"]}
+    assert set(cats) == {"copy", "math"}
+    assert all(c["matched_requests"] == 3 and c["speedup"] > 0 for c in cats.values())
+    assert all(c["speedup_ci95"] for c in cats.values())

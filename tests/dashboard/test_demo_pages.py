@@ -77,13 +77,16 @@ def demo(tmp_path_factory):
                              "--metrics-port", str(metrics_port), "-o", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
-    threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
+    pump = threading.Thread(target=_pump, args=(proc, lines), daemon=True)
+    pump.start()
     try:
         yield f"http://127.0.0.1:{port}", out, lines, proc
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        pump.join(timeout=10)
+        proc.stdout.close()
 
 
 def _wait_for_data(out, lines, deadline_s: float = 240.0) -> None:

@@ -77,8 +77,8 @@ def throughput_over_time(views: Sequence[Any]) -> go.Figure:
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, connectgaps=False,
                                  line={"color": COLORS[i % len(COLORS)]}))
     fig.update_yaxes(title_text="committed tokens/s")
-    return styled(fig, "Throughput (tokens committed per second: verify steps, and steps with "
-                       "speculation off; a break in a line: the run was idle, its windows empty)")
+    return styled(fig, "Committed tokens/s per window (a break: the run idled; legend: over "
+                       "its busy windows)")
 
 
 def idle_gaps(windows: Sequence[Any]) -> tuple[list[float | None], list[float | None], float | None]:

@@ -84,7 +84,9 @@ def category_heatmap(columns: Sequence[tuple[str, Sequence[Any]]]) -> go.Figure:
             r = next((x for x in rows if x.category == cat), None)
             value = None if r is None else (r.speedup if speed else r.acceptance_length)
             zr.append(value)
-            tr.append("" if value is None else (f"{value:.2f}x" if speed else f"{value:.2f}"))
+            tr.append("" if value is None else (f"{value:.2f}x" if speed else f"{value:.2f}")
+                      + (f"<br>[{r.ci[0]:.2f}, {r.ci[1]:.2f}]" if speed and r is not None and r.ci
+                         and value is not None else ""))
             if r is None:
                 hr.append(f"{cat or '(none)'} · {label}: no requests")
                 continue

@@ -27,7 +27,8 @@ def layout() -> html.Div:
                  graph(ids.LIVE_POSITION), width="40%")),
         row(card(term("acceptance length", "Accept-length histogram"), graph(ids.LIVE_HIST),
                  width="40%"),
-            card("Throughput", graph(ids.LIVE_THROUGHPUT), width="60%")),
+            card("Throughput (accepted + bonus tokens, verify steps and steps with speculation off)",
+                 graph(ids.LIVE_THROUGHPUT), width="60%")),
         card(html.Span(["Latency percentiles (ms): ", term("TTFT"), ", ", term("TPOT"), ", ",
                         term("ITL/chunk"), ", ", term("ITL/token")]), table(ids.LIVE_LATENCY)),
     ])
