@@ -5,6 +5,7 @@ no traceback in the demo's output."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -72,8 +73,10 @@ def demo(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("demo") / "demo"
     port, metrics_port = free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "specscope", "demo", "--model", "tiny",
-                             "--duration", "900", "--waves", "2", "--no-prometheus", "--port", str(port),
+    # SPECSCOPE_DEMO_TEST_MODEL=smollm2 runs it over the demo's own model (minutes longer)
+    model = os.environ.get("SPECSCOPE_DEMO_TEST_MODEL", "tiny")
+    proc = subprocess.Popen([sys.executable, "-m", "specscope", "demo", "--model", model,
+                             "--duration", "1800", "--waves", "2", "--no-prometheus", "--port", str(port),
                              "--metrics-port", str(metrics_port), "-o", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
@@ -89,7 +92,7 @@ def demo(tmp_path_factory):
         proc.stdout.close()
 
 
-def _wait_for_data(out, lines, deadline_s: float = 240.0) -> None:
+def _wait_for_data(out, lines, deadline_s: float = 900.0) -> None:
     """Until the demo has decoded its two waves and the sweep has finished, and the dashboard's
     trace refresh (every 30 s) has read them."""
     t0 = time.time()
