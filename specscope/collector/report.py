@@ -31,7 +31,12 @@ DEFINITIONS = {
     "itl_chunk_s": "gap between consecutive streamed chunks (one chunk per verify step)",
     "itl_token_s": "chunk gap divided over the tokens the chunk carries",
     "reported_mean_acceptance_length": "mean of the acceptance lengths a source logged itself "
-                                       "(sources with no counts, e.g. SGLang logs); not pooled",
+                                       "(sources with no counts, e.g. SGLang logs); not pooled; "
+                                       "a cumulative source's (vLLM V0) latest value; null in "
+                                       "totals over several runs",
+    "reported_acceptance_rate": "the source's own acceptance rate, its definition: mean of "
+                                "its values, a cumulative source's latest value; null in "
+                                "totals over several runs",
 }
 
 
@@ -56,11 +61,14 @@ def spec_figures(s: SpecStats) -> dict[str, Any]:
         "mean_acceptance_length": s.mean_acceptance_length,
         "acceptance_rate": s.acceptance_rate,
         "per_position_acceptance": s.per_position_acceptance,
-        "reported_mean_acceptance_length": (s.reported_al_sum / s.reported_al_n
+        #: a cumulative source's latest value (its own total), else the mean of the values
+        "reported_mean_acceptance_length": (s.reported_al_last[1] if s.reported_al_last else
+                                            s.reported_al_sum / s.reported_al_n
                                             if s.reported_al_n else None),
         #: the source's own acceptance rate (its definition, e.g. SGLang's gauge), averaged
         #: over the values it reported; never mixed into the pooled rate above
-        "reported_acceptance_rate": (s.reported_rate_sum / s.reported_rate_n
+        "reported_acceptance_rate": (s.reported_rate_last[1] if s.reported_rate_last else
+                                     s.reported_rate_sum / s.reported_rate_n
                                      if s.reported_rate_n else None),
     }
 
@@ -306,6 +314,10 @@ def build_report(records: Iterable[Any], *, window_s: float | None = None,
                              base_stats) for rid in measured]
     pooled = [r for rid in measured for r in by_run[rid]]
     top = _run_section(pooled, None, None, window_s) if len(sections) != 1 else sections[0]
+    if len(sections) > 1:  # over several runs only counts pool: a source's own figures (an
+        # SGLang gauge, a V0 total) belong to their run and label set, never averaged across
+        for part in (top["totals"], *top["windows"]):
+            part["reported_mean_acceptance_length"] = part["reported_acceptance_rate"] = None
     return {
         "schema_version": schema.SCHEMA_VERSION,
         "definitions": DEFINITIONS,

@@ -54,6 +54,18 @@ class TruthStats:
         return excess / math.sqrt(self.var_top1)
 
 
+#: sources whose reported figures are totals since the engine started (vLLM V0's "Draft
+#: acceptance rate" and "System efficiency"): the latest value is the engine's own figure
+CUMULATIVE_SOURCES = frozenset({"vllm-v0"})
+
+
+def _later(a: tuple[int, float] | None, b: tuple[int, float] | None) -> tuple[int, float] | None:
+    """The later of two (t_ns, value) figures (b on a tie: it was read after a)."""
+    if a is None or (b is not None and b[0] >= a[0]):
+        return b
+    return a
+
+
 def token_times(r: schema.RequestRecord) -> list[tuple[int, int]]:
     """(time, tokens) of a request's output as it was emitted: its chunks, else all of its
     tokens at its finish; a target-only run's committed tokens, one decode step each."""
@@ -119,6 +131,10 @@ class SpecStats:
     #: sources that report an acceptance rate of their own (SGLang gauges, V0, benchmarks)
     reported_rate_sum: float = 0.0
     reported_rate_n: int = 0
+    #: a cumulative source's (CUMULATIVE_SOURCES) latest reported figures, (t_ns, value): its
+    #: own total since the engine started, never averaged with its earlier values
+    reported_al_last: tuple[int, float] | None = None
+    reported_rate_last: tuple[int, float] | None = None
     #: engine gauges (SampleRecord): name -> [sum, count]
     gauges: dict[str, list[float]] = field(default_factory=dict)
     benchmarks: list[Any] = field(default_factory=list)
@@ -198,12 +214,21 @@ class SpecStats:
     def _observe_counts(self, r: schema.SpecCountsRecord) -> None:
         if r.t_ns:
             self._touch(r.t_ns)
+        cumulative = r.source in CUMULATIVE_SOURCES
         if r.reported_mean_acceptance_length is not None and math.isfinite(r.reported_mean_acceptance_length):
-            self.reported_al_sum += r.reported_mean_acceptance_length
-            self.reported_al_n += 1
+            if cumulative:
+                self.reported_al_last = _later(self.reported_al_last,
+                                               (r.t_ns, r.reported_mean_acceptance_length))
+            else:
+                self.reported_al_sum += r.reported_mean_acceptance_length
+                self.reported_al_n += 1
         if r.reported_acceptance_rate is not None and math.isfinite(r.reported_acceptance_rate):
-            self.reported_rate_sum += r.reported_acceptance_rate
-            self.reported_rate_n += 1
+            if cumulative:
+                self.reported_rate_last = _later(self.reported_rate_last,
+                                                 (r.t_ns, r.reported_acceptance_rate))
+            else:
+                self.reported_rate_sum += r.reported_acceptance_rate
+                self.reported_rate_n += 1
         if r.accepted_tokens is None and (r.num_drafts or r.draft_tokens):
             # drafts and drafted tokens without the accepted count (a vLLM page missing its
             # accepted counter): they are known and shown, and enter no rate or length
@@ -372,6 +397,8 @@ class SpecStats:
             draft_tokens_unmatched=self.draft_tokens_unmatched + other.draft_tokens_unmatched,
             reported_rate_sum=self.reported_rate_sum + other.reported_rate_sum,
             reported_rate_n=self.reported_rate_n + other.reported_rate_n, gauges=gauges,
+            reported_al_last=_later(self.reported_al_last, other.reported_al_last),
+            reported_rate_last=_later(self.reported_rate_last, other.reported_rate_last),
             num_counted=self.num_counted + other.num_counted,
             benchmarks=self.benchmarks + other.benchmarks)
 

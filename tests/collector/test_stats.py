@@ -68,3 +68,30 @@ def _key(s: SpecStats):
 def test_merge_is_associative_with_identity(a, b, c):
     assert _key(a.merge(b).merge(c)) == _key(a.merge(b.merge(c)))
     assert _key(a.merge(SpecStats())) == _key(a) == _key(SpecStats().merge(a))
+
+
+def test_a_cumulative_sources_figure_is_its_latest_value_and_runs_never_average_theirs():
+    """vLLM V0 logs its acceptance rate since start: the engine's own total is the last value,
+    not the mean of 0.200 and 0.067. Over several runs the report's totals pool counts only: two
+    SGLang runs' own acceptance lengths (2.5 and 3.0) are not averaged into a 2.75."""
+    from specscope.collector.report import build_report
+
+    def run(rid, algorithm="eagle"):
+        return schema.RunRecord(run_id=rid, config_id=rid, algorithm=algorithm, num_steps=3, topk=1,
+                                num_draft_tokens=4, backend="cuda", model="m")
+
+    v0 = [run("v0"), *(schema.SpecCountsRecord(run_id="v0", t_ns=t, reported_acceptance_rate=rate,
+                                               source="vllm-v0")
+                       for t, rate in ((2, 0.067), (1, 0.200)))]
+    (sec,) = build_report(v0)["runs"]
+    assert sec["totals"]["reported_acceptance_rate"] == 0.067
+    merged = SpecStats().observe_all(v0[:2]).merge(SpecStats().observe_all(v0[2:]))
+    assert merged.reported_rate_last == (2, 0.067)
+    sglang = [run("a"), schema.SpecCountsRecord(run_id="a", t_ns=1, reported_mean_acceptance_length=2.5,
+                                                source="sglang"),
+              run("b"), schema.SpecCountsRecord(run_id="b", t_ns=1, reported_mean_acceptance_length=3.0,
+                                                source="sglang")]
+    rep = build_report(sglang)
+    assert [s["totals"]["reported_mean_acceptance_length"] for s in rep["runs"]] == [2.5, 3.0]
+    assert rep["totals"]["reported_mean_acceptance_length"] is None
+    assert all(w["reported_mean_acceptance_length"] is None for w in rep["windows"])
