@@ -352,7 +352,7 @@ def from_dict(data: Mapping[str, Any]) -> Any:
     if not isinstance(data, Mapping):
         raise SchemaError(f"expected an object, got {type(data).__name__}")
     kind = data.get("kind")
-    cls = RECORD_TYPES.get(kind)  # type: ignore[arg-type]
+    cls = RECORD_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise SchemaError(f"unknown record kind {kind!r}; known: {', '.join(RECORD_TYPES)}")
     kwargs: dict[str, Any] = {}

@@ -11,6 +11,10 @@ source and documentation:
 | llamacpp-responses | ``timings.draft_n`` / ``timings.draft_n_accepted`` | drafted, accepted (no steps) |
 | trtllm-requests | ``perf_metrics.speculative_decoding`` (``total_draft_tokens``, ``total_accepted_draft_tokens``) and ``timing_metrics`` | drafted, accepted, TTFT, E2E |
 
+A spec object on its own — one choice, the bare stats object, SGLang's spec details, a
+llama.cpp ``timings`` object as ``jq .timings`` prints it — is recognised by the keys only it has
+together and read as if it sat in its response; the import says so, with the file.
+
 Histograms are indexed by accepted draft tokens in every engine; specscope's
 ``accept_len_hist`` is indexed by tokens committed (bonus included), one place further on.
 Each file also yields one SpecCountsRecord, the sum over the requests that gave counts, so the
@@ -204,8 +208,33 @@ EXTRACT = {"vllm-responses": ("vllm", vllm), "sglang-responses": ("sglang", sgla
            "llamacpp-responses": ("llama.cpp", llamacpp), "trtllm-requests": ("tensorrt-llm", trtllm)}
 
 
+#: a spec-decoding object on its own (one choice, the bare stats object, ``jq .timings``), by
+#: keys only it has together: its format and how it sits in a whole response
+BARE = (
+    ("llamacpp-responses", ("draft_n", "draft_n_accepted"), lambda o: {"timings": o}, "timings"),
+    ("vllm-responses", ("speculative_decoding_stats",), lambda o: {"choices": [o]}, "a choice"),
+    ("vllm-responses", ("num_drafted_tokens", "num_accepted_tokens"),
+     lambda o: {"choices": [{"speculative_decoding_stats": o}]}, "speculative_decoding_stats"),
+    ("vllm-responses", ("num_spec_steps", "num_draft_tokens"),
+     lambda o: {"metrics": {"speculative_decoding": o}}, "metrics.speculative_decoding"),
+    ("sglang-responses", ("spec_verify_ct",), lambda o: {"meta_info": o}, "meta_info / sglext spec details"),
+)
+
+
+def bare(obj: Any) -> tuple[str, dict, str] | None:
+    """(format, the object as a whole response, where it sits in one) for a spec object on its
+    own, or None."""
+    if not isinstance(obj, dict):
+        return None
+    for fmt, keys, wrap, where in BARE:
+        if all(k in obj for k in keys):
+            return fmt, wrap(obj), where
+    return None
+
+
 def shape(obj: Any) -> str | None:
-    """Which engine's response this object is, or None."""
+    """Which engine's response this object is (or which engine's spec object on its own), or
+    None."""
     if isinstance(obj, list):  # the first item that says (a response without a draft may not)
         return next((k for k in (shape(x) for x in obj[:64] if isinstance(x, dict)) if k), None)
     if not isinstance(obj, dict):
@@ -223,7 +252,8 @@ def shape(obj: Any) -> str | None:
         return "llamacpp-responses"
     if isinstance(obj.get("perf_metrics"), dict) and "request_id" in obj:
         return "trtllm-requests"
-    return None
+    found = bare(obj)
+    return found[0] if found else None
 
 
 # ---------------------------------------------------------------- reading
@@ -268,6 +298,11 @@ def parse(path: str | os.PathLike, run_id: str, fmt: str) -> ImportResult:
         if not isinstance(obj, dict):
             res.problems.append(Problem(name, where, f"expected a response object, got {type(obj).__name__}"))
             continue
+        found = bare(obj) if shape(obj) == fmt else None
+        if found and not extract(obj, f"line-{where}"):  # the spec object on its own
+            obj = found[1]
+            res.trap("bare-object", f"{name}: spec objects on their own (as they sit at "
+                     f"'{found[2]}' in a whole response), first at item/line {where}")
         try:
             got = extract(obj, f"line-{where}")
         except (TypeError, ValueError, AttributeError) as exc:

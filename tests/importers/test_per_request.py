@@ -115,6 +115,29 @@ def test_sglang_meta_info_and_sglext(tmp_path):
     assert res.identities["SGLang spec_accept_length = completion tokens / verify steps"].failed == 0
 
 
+@pytest.mark.parametrize("name,obj,expect", [
+    # `jq .timings` of a llama.cpp response: the timings object alone
+    ("timings.json", {"prompt_n": 9, "predicted_n": 30, "predicted_ms": 300.0, "draft_n": 24,
+                      "draft_n_accepted": 17}, ("llamacpp-responses", None, 24, 17)),
+    # one choice of a vLLM response, and its stats object alone
+    ("choice.json", _vllm_choice(250, 413, {"0": 27, "1": 33, "2": 190}, [0.892, 0.76])["choices"][0],
+     ("vllm-responses", 250, 500, 413)),
+    ("stats.json", _vllm_choice(250, 413, {"0": 27, "1": 33, "2": 190}, [0.892, 0.76])
+     ["choices"][0]["speculative_decoding_stats"], ("vllm-responses", 250, 500, 413)),
+    # SGLang's spec details as `sglext.spec_tokens_details` holds them
+    ("details.json", SGLANG_OPENAI["sglext"]["spec_tokens_details"], ("sglang-responses", 3, 9, 5)),
+])
+def test_a_spec_object_on_its_own_imports_and_says_where_it_sits(tmp_path, name, obj, expect):
+    fmt, steps, drafted, accepted = expect
+    p = tmp_path / name
+    p.write_text(json.dumps(obj))
+    assert detect(p) == fmt
+    res = import_file(p)
+    (r,) = _requests(res)
+    assert (r.num_verify_steps, r.num_draft_tokens, r.num_accepted_tokens) == (steps, drafted, accepted)
+    assert str(p) in res.traps["bare-object"] and not res.problems
+
+
 def test_llamacpp_timings_and_trtllm_perf_metrics(tmp_path):
     # llama.cpp server PR #12603: timings.draft_n / draft_n_accepted (no verify steps)
     llama = {"id": "chatcmpl-x", "usage": {"prompt_tokens": 1, "completion_tokens": 200},
