@@ -271,6 +271,9 @@ class SpecCountsRecord:
     accepted_per_pos: tuple[int, ...] = ()  #: accepted count per draft position
     reported_mean_acceptance_length: float | None = None  #: the source's figure (see its docs)
     reported_acceptance_rate: float | None = None  #: the source's figure, as a fraction
+    #: what one reported figure averages over (SGLang's ``accept len``: the running requests
+    #: of its line), so figures of several lines are weighted by it; None: one each
+    reported_weight: float | None = None
     source: str = ""
 
 

@@ -119,9 +119,10 @@ class SpecStats:
     #: records that gave draft/accepted counts without verify steps (imported counters); with
     #: ``num_steps`` it says whether a count of 0 is measured or merely unknown
     num_counted: int = 0
-    #: sources that report only a mean acceptance length: sum and number of reported values
+    #: sources that report only a mean acceptance length: the sum of the reported values times
+    #: their weights (``reported_weight``, else 1) and the sum of the weights
     reported_al_sum: float = 0.0
-    reported_al_n: int = 0
+    reported_al_n: float = 0
     #: drafts / drafted tokens a source gave without the accepted count (shown, never in a rate)
     drafts_unmatched: int = 0
     #: intervals that gave drafted and accepted tokens but not their number of drafts (a log
@@ -130,7 +131,7 @@ class SpecStats:
     draft_tokens_unmatched: int = 0
     #: sources that report an acceptance rate of their own (SGLang gauges, V0, benchmarks)
     reported_rate_sum: float = 0.0
-    reported_rate_n: int = 0
+    reported_rate_n: float = 0
     #: a cumulative source's (CUMULATIVE_SOURCES) latest reported figures, (t_ns, value): its
     #: own total since the engine started, never averaged with its earlier values
     reported_al_last: tuple[int, float] | None = None
@@ -215,20 +216,22 @@ class SpecStats:
         if r.t_ns:
             self._touch(r.t_ns)
         cumulative = r.source in CUMULATIVE_SOURCES
+        w = r.reported_weight if r.reported_weight is not None and math.isfinite(r.reported_weight) \
+            and r.reported_weight >= 0 else 1.0
         if r.reported_mean_acceptance_length is not None and math.isfinite(r.reported_mean_acceptance_length):
             if cumulative:
                 self.reported_al_last = _later(self.reported_al_last,
                                                (r.t_ns, r.reported_mean_acceptance_length))
             else:
-                self.reported_al_sum += r.reported_mean_acceptance_length
-                self.reported_al_n += 1
+                self.reported_al_sum += r.reported_mean_acceptance_length * w
+                self.reported_al_n += w
         if r.reported_acceptance_rate is not None and math.isfinite(r.reported_acceptance_rate):
             if cumulative:
                 self.reported_rate_last = _later(self.reported_rate_last,
                                                  (r.t_ns, r.reported_acceptance_rate))
             else:
-                self.reported_rate_sum += r.reported_acceptance_rate
-                self.reported_rate_n += 1
+                self.reported_rate_sum += r.reported_acceptance_rate * w
+                self.reported_rate_n += w
         if r.accepted_tokens is None and (r.num_drafts or r.draft_tokens):
             # drafts and drafted tokens without the accepted count (a vLLM page missing its
             # accepted counter): they are known and shown, and enter no rate or length

@@ -84,7 +84,8 @@ def parse(path: str | os.PathLike, run_id: str, emit=None) -> ImportResult:
             res.add(schema.SpecCountsRecord(
                 run_id=run_id, rank=rank, t_ns=t_ns,
                 reported_mean_acceptance_length=values.pop("accept_len"),
-                reported_acceptance_rate=values.pop("accept_rate", None), source="sglang"))
+                reported_acceptance_rate=values.pop("accept_rate", None),
+                reported_weight=values.get("running_req"), source="sglang"))
         prefix = "decode_" if k.group(1) == "Decode" else "prefill_"
         res.add(schema.SampleRecord(
             run_id=run_id, rank=rank, t_ns=t_ns,
@@ -142,7 +143,8 @@ def _dense(res: ImportResult, run_id: str, stamps: dict[str, int], text: str, ba
     kept = [i for i, name in enumerate(keys) if name not in spec]
     res.add(CountsColumns.of_arrays(
         run_id, "sglang", rank=rank, t_ns=t, reported_mean_acceptance_length=spec["accept_len"],
-        reported_acceptance_rate=spec.get("accept_rate")))
+        reported_acceptance_rate=spec.get("accept_rate"),
+        reported_weight=values[:, keys.index("running_req")] if "running_req" in keys else None))
     res.add(SampleColumns(run_id, "sglang", rank, t, ["decode_" + keys[i] for i in kept],
                           np.ascontiguousarray(values[:, kept])))
     return True

@@ -21,14 +21,16 @@ import numpy as np
 
 from .. import schema
 
-_FLOAT = ("interval_s", "reported_mean_acceptance_length", "reported_acceptance_rate")
+_FLOAT = ("interval_s", "reported_mean_acceptance_length", "reported_acceptance_rate",
+          "reported_weight")
 
 
 class CountsColumns:
     """N spec-decode counter intervals of one (run, source) as columns."""
 
     FIELDS = ("rank", "t_ns", "interval_s", "num_drafts", "draft_tokens", "accepted_tokens",
-              "accepted_per_pos", "reported_mean_acceptance_length", "reported_acceptance_rate")
+              "accepted_per_pos", "reported_mean_acceptance_length", "reported_acceptance_rate",
+              "reported_weight")
     record_type = schema.SpecCountsRecord
 
     __slots__ = ("run_id", "source", "cols", "dense", "texts")
@@ -117,14 +119,14 @@ class CountsColumns:
         return _join_rows(parts, len(self))
 
     def _row_lines(self, head: str, tail: str) -> list[str]:
-        rank, t, iv, nd, dt, at, pp, al, rate = self.cols
+        rank, t, iv, nd, dt, at, pp, al, rate, w = self.cols
         pp_s = [str(x).replace(" ", "") if type(x) is list else "[" + ",".join(map(str, x)) + "]"
                 for x in pp]
         return [f'{head}{a},"t_ns":{b},"interval_s":{c},"num_drafts":{d},"draft_tokens":{e},'
                 f'"accepted_tokens":{f},"accepted_per_pos":{g},"reported_mean_acceptance_length":'
-                f'{h},"reported_acceptance_rate":{i}{tail}'
-                for a, b, c, d, e, f, g, h, i in zip(rank, t, _j(iv), _j(nd), _j(dt), _j(at), pp_s,
-                                                     _j(al), _j(rate))]
+                f'{h},"reported_acceptance_rate":{i},"reported_weight":{j}{tail}'
+                for a, b, c, d, e, f, g, h, i, j in zip(rank, t, _j(iv), _j(nd), _j(dt), _j(at), pp_s,
+                                                        _j(al), _j(rate), _j(w))]
 
     def table(self, pa: Any) -> Any:
         """The spec_counts Parquet table, laid out as the record path lays out the records."""

@@ -151,7 +151,8 @@ def counts_blocks(draw) -> CountsColumns:
         st.lists(pool, min_size=n, max_size=n))
     arrays = {"rank": np.array(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), np.int64),
               "t_ns": np.array(draw(ints), np.int64)}
-    for name in ("interval_s", "reported_mean_acceptance_length", "reported_acceptance_rate"):
+    for name in ("interval_s", "reported_mean_acceptance_length", "reported_acceptance_rate",
+                 "reported_weight"):
         if draw(st.booleans()):
             arrays[name] = np.array(draw(floats))
     for name in ("num_drafts", "draft_tokens", "accepted_tokens"):
@@ -192,3 +193,19 @@ def test_sample_block_writes_what_its_records_write():
         assert block.table(pa).to_pylist() == _rows(records)["sample"]
     assert collections.Counter(len(r.values) for r in SampleColumns(
         "r", "s", np.arange(3), np.arange(3), ["a", "b"], values).to_records()) == {2: 2, 1: 1}
+
+
+def test_sglang_accept_len_is_weighted_by_its_lines_running_requests(tmp_path, monkeypatch):
+    """An ``accept len`` averages over the line's running requests: 56 requests at 3.00 and 13
+    at 1.50 give 2.72, not the 2.25 of two equal lines (the block and the line path alike)."""
+    from specscope.collector.report import build_report
+
+    lines = []
+    for i in range(40):
+        t = f"2025-06-15 10:{i // 60:02d}:{i % 60:02d}"
+        lines.append(f"[{t} TP0] Decode batch. #running-req: 56, accept len: 3.00, #queue-req: 0\n")
+        lines.append(f"[{t} TP0] Decode batch. #running-req: 13, accept len: 1.50, #queue-req: 0\n")
+    fast = _same(sglang_log, "".join(lines), tmp_path, monkeypatch)
+    assert any(isinstance(r, CountsColumns) for r in fast.records)  # the block path ran
+    (sec,) = build_report(expand(fast.records))["runs"]
+    assert sec["totals"]["reported_mean_acceptance_length"] == pytest.approx((56 * 3 + 13 * 1.5) / 69)
