@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 #: Written into every trace file; readers refuse any version not in READABLE_VERSIONS.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: 2 added spec_counts, sample and benchmark records; 3 added per-request speculative figures
-#: and categories on request records, and the draft depth each verify step used.
-READABLE_VERSIONS = (1, 2, 3)
+#: and categories on request records, and the draft depth each verify step used; 4 added the
+#: weight of a source's reported figures on spec_counts records (``reported_weight``).
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 # Sampling modes. "Requested" is what the request and the engine's configuration call for;
 # "used" is what the verify code path says it ran. The sampling-truth statistics check the
