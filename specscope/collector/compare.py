@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import schema
 from .busy import busy_seconds
+from .configured import kind_of
 from .evalgate import eval_gate, gate_text
 from .detectors import detectors_for, evaluate
 from .stats import SpecStats
@@ -136,6 +137,7 @@ def compare(a: RunSample, b: RunSample, *, n_boot: int = 2000, seed: int = 0,
                     draws[m].append((fb[m] - fa[m]) / fa[m] * 100)
     rows = []
     lo_q, hi_q = (1 - level) / 2 * 100, (1 + level) / 2 * 100
+    forced = [s.run_id for s in (a, b) if kind_of(s.run, s.stats)[0] == "forced"]
     for m, (label, higher_better) in METRICS.items():
         va, vb = base_a[m], base_b[m]
         delta = (vb - va) / va * 100 if va and not math.isnan(va) and not math.isnan(vb) else None
@@ -150,6 +152,8 @@ def compare(a: RunSample, b: RunSample, *, n_boot: int = 2000, seed: int = 0,
                 verdict = "no significant difference"
             else:
                 verdict = "better" if (delta > 0) == higher_better else "worse"
+        if forced and m in ("mean_acceptance_length", "acceptance_rate"):
+            verdict = f"n/a: acceptance forced in {', '.join(forced)} (a speed-only run)"
         rows.append({"metric": m, "label": label, "a": _clean(va), "b": _clean(vb),
                      "delta_pct": delta, "ci_pct": ci, "level": level, "verdict": verdict})
     for name, s in (("a", a), ("b", b)):

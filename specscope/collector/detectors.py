@@ -410,11 +410,14 @@ DEFAULT_DETECTORS = (SamplingTruthDetector(), FallbackDetector(), DraftHealthDet
 
 
 def detectors_for(run: schema.RunRecord | None) -> tuple:
-    """The default detectors, told what the run says of itself (its draft's dtype)."""
+    """The default detectors, told what the run says of itself (its draft's dtype), the
+    acceptance- and distribution-based ones run only where the run measures them
+    (``configured.py``: forced acceptance, lossy verification)."""
+    from .configured import ConfiguredVerification
+
     dtype = (run.labels.get("draft_dtype", "") if run is not None else "") or ""
-    if not dtype:
-        return DEFAULT_DETECTORS
-    return (SamplingTruthDetector(), FallbackDetector(), DraftHealthDetector(draft_dtype=dtype),
+    health = DraftHealthDetector(draft_dtype=dtype) if dtype else DraftHealthDetector()
+    return (ConfiguredVerification(run, (SamplingTruthDetector(), health)), FallbackDetector(),
             SpeculationOffDetector())
 
 

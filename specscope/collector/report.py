@@ -16,6 +16,7 @@ from .detectors import (DRAFT_CHECK, TRUTH_CHECK, AcceptanceRegressionDetector, 
 from .evalgate import check_text, eval_gate, gate_text
 from .exact import PER_REQUEST_ALPHA, fmt_p
 from . import busy as _busy
+from .configured import kind_of
 from .stats import SpecStats, TruthStats, token_times
 from .verdict import Assessment
 
@@ -194,9 +195,10 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
     ref_stats = SpecStats().observe_all(reference) if reference else None
     health = [r for r in records if isinstance(r, schema.HookHealthRecord)]
     target_only = run is not None and not run.num_steps
+    # per-request sampling truth only where the run's verification is per-token and measured
+    per_request = [] if kind_of(run, s)[0] else request_truth(records, run.run_id if run else "")
     return stats_section(s, run, _windows(records, window_s, target_only), reference=ref_stats,
-                         baseline=baseline, health=health,
-                         per_request=request_truth(records, run.run_id if run else ""))
+                         baseline=baseline, health=health, per_request=per_request)
 
 
 def _latency(s: SpecStats, name: str) -> dict[str, Any]:
@@ -243,13 +245,18 @@ def stats_section(s: SpecStats, run: schema.RunRecord | None, windows: list[dict
     if anomalies is None:
         anomalies = raised + _request_summary(per_request, {a.kind for a in raised}, run_id)
         if baseline is not None:
-            anomalies += AcceptanceRegressionDetector(baseline).check(s, run_id)
+            if not kind_of(run, s)[0] == "forced":  # a set acceptance regresses nothing
+                anomalies += AcceptanceRegressionDetector(baseline).check(s, run_id)
             anomalies += QualityDetector(baseline).check(s, run_id)
     anomalies = list(anomalies)
+    kind, kind_why = kind_of(run, s)
     span_s = ((s.t_last_ns - s.t_first_ns) / 1e9) if s.t_first_ns is not None else None
     busy_s = _busy.seconds(s.busy) if s.busy else None
     return {
         "run": schema.to_dict(run) if run else None,
+        #: "measured", "forced" (acceptance is a setting: a speed-only run) or "lossy"
+        #: (verification not per-token by configuration), and why (collector/configured.py)
+        "verification": {"kind": kind or "measured", "why": kind_why or None},
         "totals": {**spec_figures(s),
                    "accept_length_histogram": {str(k): v for k, v in sorted(s.accept_len_hist.items())},
                    "num_verify_steps": s.num_steps, "num_requests": s.num_requests,
@@ -344,6 +351,11 @@ def format_report(report: dict[str, Any]) -> str:
         t = sec["totals"]
         lines.append(f"== run {run.get('run_id', '?')}  config {run.get('config_id', '?')}  "
                      f"model {run.get('model', '?')}  fault {run.get('fault') or 'none'}")
+        ver = sec.get("verification") or {}
+        if ver.get("kind") == "forced":
+            lines.append(f"  SPEED-ONLY RUN: {ver['why']}; acceptance below is as set, not measured")
+        elif ver.get("kind") == "lossy":
+            lines.append(f"  {ver['why']}: sampling truth does not apply; output quality decides")
         lines.append(f"  acceptance length  {_f(t['mean_acceptance_length'])}  "
                      "(tokens per request-step, bonus token included)")
         lines.append(f"  acceptance rate    {_f(t['acceptance_rate'])}  "

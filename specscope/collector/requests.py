@@ -18,6 +18,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .. import schema
+from .configured import configured
 from .evalgate import repetition_loop
 
 #: a request pinned at k+1 accepts (nearly) every draft: with repetition it is a loop
@@ -85,7 +86,8 @@ def request_rows(records: Iterable[Any]) -> list[RequestRow]:
             rep = repetition_loop(r.output_token_ids)
         row = RequestRow(r.run_id, r.request_id, r.category, steps, drafted, accepted,
                          r.num_output_tokens, k, r.e2e_s, r.tpot_s, rep)
-        row.flags = flags(row)
+        # a run whose acceptance is forced by configuration flags nothing on acceptance
+        row.flags = [] if configured(run)[0] == "forced" else flags(row)
         rows.append(row)
     return rows
 

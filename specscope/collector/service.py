@@ -20,8 +20,9 @@ from typing import Any, Iterable, Sequence
 
 from .. import schema
 from .columns import VerifyColumns, observe_columns
+from .configured import kind_of
 from .detectors import (DEFAULT_DETECTORS, AcceptanceLengthBoundsDetector,
-                        AcceptanceRegressionDetector, evaluate)
+                        AcceptanceRegressionDetector, detectors_for, evaluate)
 from .stats import SpecStats, token_times
 
 LABELS = ("algorithm", "num_steps", "topk", "num_draft_tokens", "backend", "model", "rank")
@@ -207,9 +208,13 @@ class Collector:
             windows = {k: [s for _, s in sorted(b.items())] for k, b in self._windows.items()}
         active, checks = [], {}
         for key, stats in totals.items():
-            found, raised = evaluate(stats, detectors=self.detectors)
+            run = self._run_of(key)
+            detectors = detectors_for(run) if self.detectors is DEFAULT_DETECTORS else self.detectors
+            found, raised = evaluate(stats, detectors=detectors)
             checks[key] = {a.check: a.state for a in found}
             active.extend((key, a) for a in raised)
+            if kind_of(run, stats)[0] == "forced":  # its acceptance is a setting: no alarm on it
+                continue
             # the latest window against the windows before it
             for a in self.trailing.check_windows(windows.get(key, [])):
                 active.append((key, a))
@@ -226,6 +231,14 @@ class Collector:
             self._checks = checks
             self.num_ticks += 1
         return active
+
+    def _run_of(self, key: tuple) -> schema.RunRecord | None:
+        """The latest run whose configuration a label set names."""
+        with self._lock:
+            runs = list(self._runs.values())
+        match = [r for r in runs if (r.algorithm, str(r.num_steps), str(r.topk),
+                                     str(r.num_draft_tokens), r.backend, r.model) == tuple(key[:6])]
+        return max(match, key=lambda r: r.started_ns) if match else None
 
     def start(self) -> "Collector":
         """Run ``tick()`` every ``tick_s`` seconds on a daemon thread."""

@@ -58,7 +58,9 @@ class RunView:
         if r is None:
             return f"{self.run_id} (?)"
         fault = f" [fault {r.fault}]" if r.fault else ""
-        return f"{self.run_id} ({r.config_id}{fault})"
+        kind = (self.section.get("verification") or {}).get("kind")
+        kind = {"forced": " [forced: speed-only]", "lossy": " [lossy verification]"}.get(kind, "")
+        return f"{self.run_id} ({r.config_id}{fault}{kind})"
 
     @property
     def gate(self) -> str | None:

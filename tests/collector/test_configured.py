@@ -1,0 +1,84 @@
+"""Forced acceptance and lossy verification by configuration (or, for forced, by its
+fingerprint): such runs raise no acceptance or sampling-truth alarm, say why, and a clean run is
+never labelled."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from specscope import schema
+from specscope.collector.configured import configured, looks_forced
+from specscope.collector.report import build_report
+from specscope.collector.service import Collector
+
+
+def _run(rid, **labels):
+    return schema.RunRecord(run_id=rid, config_id=rid, algorithm="eagle", num_steps=3, topk=1,
+                            num_draft_tokens=4, backend="cuda", model=f"m-{rid}", labels=labels)
+
+
+def _counts(rid, per_pos, drafts=400, t=1):
+    acc = [round(p * drafts) for p in per_pos]
+    return schema.SpecCountsRecord(run_id=rid, t_ns=t, num_drafts=drafts, draft_tokens=3 * drafts,
+                                   accepted_tokens=sum(acc), accepted_per_pos=tuple(acc),
+                                   source="test")
+
+
+def test_configuration_and_fingerprint_say_forced_and_a_clean_run_is_never_labelled():
+    assert configured(_run("a", rejection_sample_method="synthetic"))[0] == "forced"
+    assert configured(_run("b", rejection_sample_method="block"))[0] == "lossy"
+    env = dataclasses.replace(_run("c"), env_flags={"SGLANG_SIMULATE_ACC_LEN": "2.5"})
+    assert "SGLANG_SIMULATE_ACC_LEN=2.5" in configured(env)[1]
+    assert configured(_run("d", rejection_sample_method="standard")) == ("", "")
+    # vLLM's minimum-variance schedule for acceptance length 2.5 at k = 3: [1, 0.5, 0]
+    assert looks_forced([1.0, 0.5, 0.0], 400) and looks_forced([0.5, 0.0, 0.0], 400)
+    assert not looks_forced([1.0, 0.5, 0.0], 50)  # too few drafts to tell
+    assert not looks_forced([0.81, 0.55, 0.31], 10_000)  # a draft model against its target
+    assert not looks_forced([1.0, 1.0, 1.0], 10_000)  # a draft identical to its target
+    assert not looks_forced([0.9, 0.4, 0.0], 10_000)  # two fractions
+
+
+def test_a_forced_run_is_speed_only_in_the_report_and_raises_no_acceptance_alarm():
+    records = [_run("forced", rejection_sample_method="synthetic"), _counts("forced", [1.0, 1.0, 0.97]),
+               _run("printed"), _counts("printed", [1.0, 0.5, 0.0]),
+               _run("clean"), _counts("clean", [0.8, 0.5, 0.3])]
+    secs = {s["run"]["run_id"]: s for s in build_report(records)["runs"]}
+    assert secs["forced"]["verification"]["kind"] == "forced"
+    assert "rejection_sample_method: synthetic" in secs["forced"]["verification"]["why"]
+    assert secs["printed"]["verification"]["kind"] == "forced"  # by its fingerprint
+    assert secs["clean"]["verification"] == {"kind": "measured", "why": None}
+    # live: acceptance length 3.97 of k + 1 = 4 alarms on a measured run, not on a forced one
+    from specscope.collector.detectors import AcceptanceLengthBoundsDetector
+
+    collector = Collector(window_s=1.0, bounds=AcceptanceLengthBoundsDetector())
+    collector.observe([_run("forced", rejection_sample_method="synthetic"),
+                       _counts("forced", [1.0, 1.0, 0.97]),
+                       _run("measured"), _counts("measured", [1.0, 1.0, 0.97])])
+    kinds = {(key[5], a.kind) for key, a in collector.tick()}
+    assert ("m-measured", "acceptance_length_near_max") in kinds
+    assert not any(model == "m-forced" for model, _ in kinds)
+
+
+def test_lossy_verification_turns_sampling_truth_inconclusive_with_its_reason(tiny, tmp_path):
+    """The silent-greedy fault fails sampling truth; the same run configured for block
+    verification says the check does not apply instead of FAIL."""
+    from specscope.engine.decoder import SpecConfig
+    from specscope.engine.workload import WorkloadSpec, run_workload
+    from specscope.io.trace import read_trace
+
+    path = run_workload(tiny, SpecConfig(num_steps=3, fault="silent_greedy"),
+                        WorkloadSpec(requests=4, max_new_tokens=24, temperature=0.8, reference=False),
+                        tmp_path / "t.jsonl", progress=False)
+    records = read_trace(path).records
+
+    def truth(recs):
+        (sec,) = build_report(recs)["runs"]
+        return {t["mode_requested"]: t["state"] for t in sec["sampling_truth"]}
+
+    assert truth(records)["speculative-sampling"] == "fail"
+    block = [dataclasses.replace(r, labels={**r.labels, "rejection_sample_method": "block"})
+             if isinstance(r, schema.RunRecord) else r for r in records]
+    assert truth(block)["speculative-sampling"] == "inconclusive"
+    (sec,) = build_report(block)["runs"]
+    assert sec["verification"]["kind"] == "lossy" and not [
+        a for a in sec["anomalies"] if a["kind"] == "silent_greedy"]
