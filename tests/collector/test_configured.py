@@ -82,3 +82,25 @@ def test_lossy_verification_turns_sampling_truth_inconclusive_with_its_reason(ti
     (sec,) = build_report(block)["runs"]
     assert sec["verification"]["kind"] == "lossy" and not [
         a for a in sec["anomalies"] if a["kind"] == "silent_greedy"]
+
+
+def test_vllms_synthetic_configuration_reaches_the_run_record_and_labels_it():
+    """The vLLM adapter's run record from vLLM's own config objects (the shape of 0.32's
+    SpeculativeConfig): synthetic rejection sampling makes the run forced. (vLLM's CPU build
+    cannot decode in this mode — its CPU rejection kernels assert on it — so no real server.)"""
+    from types import SimpleNamespace
+
+    from specscope.hooks.engines.vllm import run_fields
+
+    def config(method):
+        spec = SimpleNamespace(num_speculative_tokens=3, method="ngram", model=None,
+                               draft_model_config=None, rejection_sample_method=method,
+                               draft_sample_method="greedy")
+        return SimpleNamespace(model_config=SimpleNamespace(model="/m/smollm2", dtype="bfloat16",
+                                                            served_model_name=None),
+                               speculative_config=spec)
+
+    forced = schema.RunRecord(run_id="v", **run_fields(config("synthetic")))
+    assert configured(forced)[0] == "forced"
+    shipped = schema.RunRecord(run_id="v", **run_fields(config("standard")))
+    assert configured(shipped) == ("", "")
