@@ -301,10 +301,11 @@ class SpeculativeDecoder:
         return [row.out for row in finished]
 
     def _decode_step(self, batch: "Batch", on_chunk, policy_off: bool = False,
-                     why: str = "") -> list[bool]:
+                     why: str = "", depth: int = 0) -> list[bool]:
         """Plain autoregressive decoding (no speculation): one token per request. With
-        ``policy_off`` (a speculative run whose policy chose k = 0) the step is recorded as a
-        verify step with nothing drafted, its depth 0 and, on a change, the reason."""
+        ``policy_off`` (a speculative run whose policy chose k = 0, or a prompt-lookup step
+        where no request found a match: ``depth`` is then the k it ran with) the step is
+        recorded as a verify step with nothing drafted, its depth and, on a change, the reason."""
         rows = batch.rows
         with self._phase("decode"):
             pending = [row.committed[row.cached_t:] for row in rows]
@@ -318,7 +319,7 @@ class SpeculativeDecoder:
                 request_ids=[r.request_id for r in rs], num_accepted=torch.zeros(len(rs), dtype=torch.long),
                 num_drafted=0, num_draft_tokens=0, temperature=[r.temperature for r in rs],
                 top_p=[r.top_p for r in rs], top_k=[r.top_k for r in rs], step=self.step_index,
-                draft_depth=0, depth_reason=why)
+                draft_depth=depth, depth_reason=why)
         for row in rows:
             row.cached_t = len(row.committed)
         return [self._commit(row, [tok], on_chunk) for row, tok in zip(rows, toks)]
@@ -341,8 +342,8 @@ class SpeculativeDecoder:
             with self._phase("draft"):
                 draft, q, lens = ngram.draft_batch([row.committed for row in rows], d,
                                                    self.target.config.vocab_size, dev)
-            if not draft.shape[1]:
-                return self._decode_step(batch, on_chunk, policy_off=True, why=why), ()
+            if not draft.shape[1]:  # speculation is on at depth d; nothing matched this step
+                return self._decode_step(batch, on_chunk, policy_off=True, why=why, depth=d), ()
             d, top1, lengths = draft.shape[1], None, torch.tensor(lens, device=dev)
         else:
             # draft extend: the draft catches up on tokens committed since its last step (all

@@ -161,6 +161,13 @@ def test_ngram_drafts_vary_per_request_and_count_only_where_drafted(small_pair, 
     assert {e.num_drafted for e in entries} - {0, 1, 2, 3} == set()
     assert any(e.num_drafted == 0 for e in entries) and any(e.num_drafted > 0 for e in entries)
     assert {r.phase for r in records if isinstance(r, schema.PhaseRecord)} & {"draft_extend"} == set()
+    # a step where nothing matched ran at depth 3 with nothing drafted: speculation was not off
+    assert {s.draft_depth for s in steps} == {3}
+    alone = Recorder(run_record)
+    SpeculativeDecoder(small_pair.target, None, SpecConfig(algorithm="ngram", num_steps=3),
+                       recorder=alone).generate([Request("only", [0, 1, 2, 4, 5], max_new_tokens=2)])
+    first = next(r for r in alone.drain() if isinstance(r, schema.VerifyStepRecord))
+    assert first.draft_depth == 3 and first.entries[0].num_drafted == 0  # no match at all
     # a request's own figures count the steps it drafted in, as engines count drafts
     for r in (x for x in records if isinstance(x, schema.RequestRecord)):
         mine = [e for e in entries if e.request_id == r.request_id and e.num_drafted > 0]
