@@ -8,7 +8,10 @@ of a draft against its target, and the checks built on them say so instead of al
   ``TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS``; where the configuration is not visible, the
   per-position fingerprint of the minimum-variance schedule these modes draw:
   ``[1, ..., 1, f, 0, ...]`` (exactly 1 and exactly 0 around at most one fraction) over
-  ``MIN_DRAFTS`` drafts or more, which no draft model against its target produces.
+  ``MIN_DRAFTS`` drafts or more, which no draft model against its target produces. Position 1
+  must be exactly 1: a broken draft also gives ``[f, 0, 0]`` (vLLM's CPU build, whose verify
+  defect rejects nearly everything, does), so a forced run set below acceptance length 2 is
+  recognised from its configuration only.
 - **lossy** or not per-token verification: vLLM ``rejection_sample_method: block`` (block
   verification judges the drafts jointly) and ``fly``: the sampling-truth check's per-position
   expectation does not apply; output-quality checks (the eval gate) carry the verdict.
@@ -52,10 +55,11 @@ def configured(run: schema.RunRecord | None) -> tuple[str, str]:
 
 
 def looks_forced(per_pos: Sequence[float | None], num_drafts: int) -> bool:
-    """The minimum-variance schedule of a forced run: rates exactly 1, then at most one
-    fraction, then exactly 0 (at least one), over ``MIN_DRAFTS`` drafts or more."""
+    """The minimum-variance schedule of a forced run: rates exactly 1 (at least the first),
+    then at most one fraction, then exactly 0 (at least one), over ``MIN_DRAFTS`` drafts or
+    more."""
     rates = [r for r in per_pos if r is not None]
-    if num_drafts < MIN_DRAFTS or len(rates) < 2 or len(rates) != len(per_pos):
+    if num_drafts < MIN_DRAFTS or len(rates) < 2 or len(rates) != len(per_pos) or rates[0] != 1.0:
         return False
     fractions = [r for r in rates if 0.0 < r < 1.0]
     if len(fractions) > 1 or rates[-1] != 0.0:
