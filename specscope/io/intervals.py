@@ -263,7 +263,11 @@ def _interleave(literals: list[str], texts: list, n: int, rows: bool = False) ->
 
 
 def _constant(col: np.ndarray) -> bool:
-    """Every value the same (NaN never equals itself, so a column with one is not)."""
+    """Every value the same, bit for bit (so -0.0 is not 0.0; a NaN column is not constant)."""
+    if col.dtype.kind == "f":
+        if len(col) == 0 or np.isnan(col[0]):
+            return False
+        col = np.ascontiguousarray(col, dtype=np.float64).view(np.int64)
     return len(col) > 0 and col[0] == col[-1] and bool((col == col[0]).all())
 
 
@@ -277,9 +281,11 @@ def _text(col: np.ndarray) -> list[str]:
     values, one repr each; a constant one (one rank, one second) as its one text."""
     n = len(col)
     if n > 64 and col.dtype.kind == "f":
-        distinct, index = np.unique(col, return_inverse=True)
-        if len(distinct) * 4 < n:
-            texts = ["null" if v != v else repr(v) for v in distinct.tolist()]
+        # distinct bit patterns, so -0.0 keeps its sign as ``json`` writes it
+        bits, index = np.unique(np.ascontiguousarray(col, dtype=np.float64).view(np.int64),
+                                return_inverse=True)
+        if len(bits) * 4 < n:
+            texts = ["null" if v != v else repr(v) for v in bits.view(np.float64).tolist()]
             return list(map(texts.__getitem__, index.tolist()))
     if n > 1 and _constant(col):
         return [_text(col[:1])[0]] * n

@@ -209,3 +209,17 @@ def test_sglang_accept_len_is_weighted_by_its_lines_running_requests(tmp_path, m
     assert any(isinstance(r, CountsColumns) for r in fast.records)  # the block path ran
     (sec,) = build_report(expand(fast.records))["runs"]
     assert sec["totals"]["reported_mean_acceptance_length"] == pytest.approx((56 * 3 + 13 * 1.5) / 69)
+
+
+def test_negative_zero_keeps_its_sign_through_the_block_path():
+    """A column of many equal values is written through its distinct ones: -0.0 stays -0.0, as
+    ``json`` writes the record (numpy's unique would fold it into 0.0)."""
+    np = pytest.importorskip("numpy")
+    rates = np.zeros(100)
+    rates[7] = -0.0
+    block = CountsColumns.of_arrays("r", "vllm-v1", rank=np.zeros(100, np.int64),
+                                    t_ns=np.arange(100, dtype=np.int64), reported_acceptance_rate=rates)
+    text = block.json_text()
+    assert text.count('"reported_acceptance_rate":-0.0') == 1
+    assert text == "".join(json.dumps(schema.to_dict(r), separators=(",", ":")) + "\n"
+                           for r in block.to_records())
