@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -71,8 +72,12 @@ def test_chat_accepts_parts_health_models_and_metrics(client):
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     got = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
     assert len(got.split()) == 8
-    metrics = client.get("/metrics").text
-    assert "specscope_accepted_tokens_total{" in metrics
+    # the recorder flushes every 0.25 s off the engine's thread: a scrape sees the request's
+    # counters within a few flushes, however loaded the machine (as a scraper's next interval)
+    deadline = time.monotonic() + 20
+    while "specscope_accepted_tokens_total{" not in (metrics := client.get("/metrics").text):
+        assert time.monotonic() < deadline, metrics[-2000:]
+        time.sleep(0.1)
 
 
 @pytest.mark.parametrize("body,message", [
