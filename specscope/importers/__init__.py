@@ -55,8 +55,28 @@ def _per_request_kind(obj: object) -> str | None:
     return None
 
 
+#: a stream's chunks before its last carry no figures: this many lines are looked at for one
+LINES_LOOKED_AT = 2000
+
+
+def _lines_kind(lines: list[str]) -> str | None:
+    """The per-request format of the first JSON line (of the first ``LINES_LOOKED_AT``) that
+    names one; a line cut at the head's end is skipped."""
+    for line in lines[:LINES_LOOKED_AT]:
+        try:
+            kind = _per_request_kind(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+        if kind:
+            return kind
+    return None
+
+
 def _json_kind(head: str, path: Path) -> str | None:
     text = head.lstrip()
+    if text.startswith("data: "):  # a saved server-sent-event stream: its events' JSON
+        return _lines_kind([line[6:] for line in text.splitlines()
+                            if line.startswith("data: ") and not line.startswith("data: [DONE]")])
     if not text.startswith(("{", "[")):
         return None
     first = text.split("\n", 1)[0]
@@ -72,21 +92,18 @@ def _json_kind(head: str, path: Path) -> str | None:
         obj = json.loads(path.read_text(encoding="utf-8", errors="replace"))
     except (json.JSONDecodeError, OSError, ValueError):
         obj = None
-    if obj is None:  # JSONL: look at the first line
+    if obj is None:  # JSONL: the first line, or the first that says (a stream's chunks)
         try:
             obj = json.loads(first)
         except json.JSONDecodeError:
             return None
         if isinstance(obj, dict) and obj.get("kind") == "header":
             return "specscope"
-        kind = _per_request_kind(obj)
-        if kind:
-            return kind
         if isinstance(obj, dict) and "metadata" in obj and "metrics" in obj:
             return "aiperf-records"
         if isinstance(obj, dict) and ("accept_length" in obj or "mean_ttft_ms" in obj):
             return "sglang-bench"
-        return None
+        return _lines_kind(text.splitlines())
     kind = _per_request_kind(obj)
     if kind:
         return kind

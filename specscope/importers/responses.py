@@ -172,14 +172,40 @@ def sglang(obj: dict, where: str) -> list[Req]:
 
 
 def llamacpp(obj: dict, where: str) -> list[Req]:
+    """OpenAI-compatible responses, their final stream chunks and the native ``/completion``.
+    ``timings`` carries ``draft_n`` / ``draft_n_accepted`` only when the request drafted
+    something; without them the counts stay unknown (a target-only server's responses look the
+    same), and a file where no response has them says so."""
     t = obj.get("timings")
     if not isinstance(t, dict):
         return []
     prompt, completion = _usage(obj)
-    return [Req(str(obj.get("id", where)), drafted=_int(t.get("draft_n")),
+    rid = obj.get("id")
+    if rid is None and obj.get("id_slot") is not None:  # the native /completion names no id
+        rid = f"slot{obj['id_slot']}-{where}"
+    return [Req(str(rid if rid is not None else where), drafted=_int(t.get("draft_n")),
                 accepted=_int(t.get("draft_n_accepted")),
-                prompt_tokens=_int(t.get("prompt_n")) or prompt,
-                output_tokens=_int(t.get("predicted_n")) or completion)]
+                prompt_tokens=_int(t.get("prompt_n")) or _int(obj.get("tokens_evaluated")) or prompt,
+                output_tokens=_int(t.get("predicted_n")) or completion,
+                finish_reason=_finish(obj), extra={} if "draft_n" in t else {"no_draft_n": True})]
+
+
+def _finish(obj: dict) -> str:
+    choices = [c for c in obj.get("choices") or [] if isinstance(c, dict)]
+    if choices and choices[0].get("finish_reason"):
+        return str(choices[0]["finish_reason"])
+    return str(obj.get("stop_type") or "")
+
+
+def stream_chunk(obj: dict) -> bool:
+    """A streamed chunk that carries text but no figures (every chunk but a stream's last):
+    an OpenAI ``delta`` chunk, a completions chunk of a stream, or a native ``/completion``
+    chunk with ``"stop": false``."""
+    if obj.get("object") in ("chat.completion.chunk",) or obj.get("stop") is False:
+        return True
+    choices = [c for c in obj.get("choices") or [] if isinstance(c, dict)]
+    return bool(choices) and all("delta" in c or c.get("finish_reason") is None for c in choices) \
+        and "usage" not in obj
 
 
 def trtllm(obj: dict, where: str) -> list[Req]:
@@ -248,7 +274,8 @@ def shape(obj: Any) -> str | None:
         return "vllm-responses"
     if "meta_info" in obj or "sglext" in obj or "sglext_spec" in obj or any("meta_info" in c for c in choices):
         return "sglang-responses"
-    if isinstance(obj.get("timings"), dict) and "draft_n" in obj["timings"]:
+    timings = obj.get("timings")
+    if isinstance(timings, dict) and ("draft_n" in timings or "predicted_n" in timings):
         return "llamacpp-responses"
     if isinstance(obj.get("perf_metrics"), dict) and "request_id" in obj:
         return "trtllm-requests"
@@ -292,6 +319,7 @@ def parse(path: str | os.PathLike, run_id: str, fmt: str) -> ImportResult:
     engine, extract = EXTRACT[fmt]
     name = str(path)
     reqs: list[Req] = []
+    chunks = 0
     for where, obj in iter_objects(path, res):
         if isinstance(obj, dict) and isinstance(obj.get("data"), dict):
             obj = obj["data"]
@@ -308,12 +336,23 @@ def parse(path: str | os.PathLike, run_id: str, fmt: str) -> ImportResult:
         except (TypeError, ValueError, AttributeError) as exc:
             res.problems.append(Problem(name, where, f"not a {fmt} object: {exc}"))
             continue
+        if not got and stream_chunk(obj):
+            chunks += 1  # a stream's chunks before its last carry text only
+            continue
         if not got:
             res.problems.append(Problem(name, where, f"no speculative-decoding figures in this {engine} response"))
         for r in got:
             check_request(res, r, fmt, name, where)
             res.add(to_record(r, run_id))
             reqs.append(r)
+    if chunks:
+        res.trap("stream-chunks", f"{name}: {chunks} streamed chunks before each stream's last "
+                 "carry text only; the figures are read from each stream's final chunk")
+    if fmt == "llamacpp-responses" and reqs and all(r.extra.get("no_draft_n") for r in reqs):
+        res.trap("nothing-drafted", f"{name}: no response drafted a token (llama.cpp omits "
+                 "draft_n when it is 0): speculation was off (-md without --spec-type leaves it "
+                 "off) or its drafter found nothing to propose (ngram-simple on prompts that do "
+                 "not repeat)")
     ks = {r.k for r in reqs if r.k}
     res.add(run_record(run_id, engine, fmt, path, num_steps=max(ks) if ks else 0))
     summed = pooled(reqs, run_id, fmt)

@@ -37,3 +37,29 @@ def prompts() -> list[str]:
     from specscope.engine.workload import load_prompts
 
     return [p["prompt"] for p in load_prompts()]
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Path:
+    """The llama-server binary built into .venv-llamacpp (``make llamacpp-env``)."""
+    from specscope.serving.llamacpp import llama_server_binary
+
+    try:
+        binary = llama_server_binary(os.environ.get("SPECSCOPE_LLAMACPP_PYTHON")
+                                     or (ROOT / ".venv-llamacpp" / "bin" / "python"))
+    except FileNotFoundError as exc:
+        binary, why = None, str(exc)
+    else:
+        why = "llama.cpp's environment is missing: `make llamacpp-env` builds .venv-llamacpp"
+    if binary is None:
+        if os.environ.get("CI") or os.environ.get("SPECSCOPE_REQUIRE_ENGINES"):
+            pytest.fail(f"{why} (in CI `make test` builds it)")
+        pytest.skip(why)
+    return binary
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf_file() -> Path:
+    from specscope.engine.models import smollm2_gguf
+
+    return smollm2_gguf()

@@ -1,0 +1,150 @@
+"""A real llama.cpp server (``llama-server``, built from source into .venv-llamacpp) serving the
+SmolLM2 GGUF as target and draft on 127.0.0.1; each test starts its server and stops it by its
+PID.
+
+One served workload seen four ways (a scrape of its /metrics, the live dashboard's poll of the
+same page, its ``-lv 5`` log imported, its saved responses imported); a forced-acceptance run
+(``--spec-synth-len``) labelled speed-only from its own log; and the two ways a configured
+speculation drafts nothing, each said.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from specscope import schema
+from specscope.collector.report import build_report
+from specscope.collector.views import format_views, views_agree
+from specscope.importers import import_file
+from specscope.io.trace import read_trace
+from specscope.scrape import scrape
+from specscope.serving.llamacpp import LlamaCppServer
+from specscope.serving.vllm import MIXED_SAMPLING, drive
+
+pytestmark = pytest.mark.slow
+
+
+def post(url: str, path: str, body: dict, timeout_s: float = 300) -> bytes:
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as r:
+        return r.read()
+
+
+def serve_workload(srv: LlamaCppServer, prompts: list[str], out: Path) -> dict[str, Path]:
+    """Chat completions at mixed temperatures (two in flight, as many as the server's slots),
+    /v1/completions and the native /completion (ignore_eos, so each runs its length) and one
+    streamed chat: each endpoint's responses saved as a client saves them."""
+    files = {name: out / f"{name}.json" for name in ("chat", "completions", "native")}
+    files["stream"] = out / "stream.txt"
+    chat = drive(srv.url, "smollm2", prompts[:8], concurrency=2, max_tokens=40,
+                 sampling=MIXED_SAMPLING + ({"temperature": 0.8, "top_k": 20},))
+    files["chat"].write_text(json.dumps(chat))
+    completions = [json.loads(post(srv.url, "/v1/completions", {
+        "prompt": p, "max_tokens": 24, "temperature": 0.0, "ignore_eos": True})) for p in prompts[8:10]]
+    files["completions"].write_text(json.dumps(completions))
+    native = [json.loads(post(srv.url, "/completion", {
+        "prompt": p, "n_predict": 24, "temperature": 0.7, "seed": 3, "ignore_eos": True}))
+        for p in prompts[10:12]]
+    files["native"].write_text(json.dumps(native, indent=1))  # pretty, as `jq .` saves it
+    files["stream"].write_bytes(post(srv.url, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": prompts[12]}], "max_tokens": 30, "stream": True}))
+    return files
+
+
+def test_four_views_of_one_llamacpp_run_agree(llama_server, smollm2_gguf_file, prompts, tmp_path):
+    """Drafts, drafted, accepted and per-position counts: the scrape, the live dashboard's poll,
+    the ``-lv 5`` log and the responses (chat, completions, native, stream) say the same, or
+    nothing where a source cannot know (responses carry no steps and no positions)."""
+    from specscope.dashboard.promsource import views_from_metrics
+
+    srv = LlamaCppServer(model=smollm2_gguf_file, draft=smollm2_gguf_file, k=3, binary=llama_server,
+                         verbosity=5, log=tmp_path / "server.log")
+    with srv:
+        views_from_metrics(srv.url + "/metrics")  # the dashboard's first poll, before any request
+        stop = threading.Event()
+        scraper = threading.Thread(target=scrape, args=([srv.url + "/metrics"], tmp_path / "scrape.jsonl"),
+                                   kwargs={"interval_s": 1.0, "stop": stop})
+        scraper.start()
+        files = serve_workload(srv, prompts, tmp_path)
+        time.sleep(2.5)  # the last scrape
+        stop.set()
+        scraper.join()
+        (live,) = views_from_metrics(srv.url + "/metrics")
+    log = import_file(tmp_path / "server.log")
+    assert not log.problems, log.problems[:3]
+    responses = [import_file(path) for path in files.values()]
+    assert {r.format for r in responses} == {"llamacpp-responses"}
+    assert all(not r.problems for r in responses), [r.problems[:2] for r in responses]
+    assert "stream-chunks" in responses[-1].traps
+    views = {"scrape": read_trace(tmp_path / "scrape.jsonl").records, "log": log.records,
+             "responses": [rec for r in responses for rec in r.records]}
+    agreement = views_agree(views)
+    print(format_views(agreement))
+    assert agreement.ok, format_views(agreement)
+    by_name = {v.name: v for v in agreement.views}
+    scraped, logged = by_name["scrape"], by_name["log"]
+    assert scraped.num_drafts and scraped.num_drafts == logged.num_drafts
+    assert scraped.accepted_per_pos == logged.accepted_per_pos and len(scraped.accepted_per_pos) == 3
+    assert by_name["responses"].num_drafts is None  # timings give no steps
+    assert by_name["responses"].draft_tokens == scraped.draft_tokens
+    # every request is in the log with its steps counted from its per-step lines
+    requests = [r for r in log.records if isinstance(r, schema.RequestRecord)]
+    assert len(requests) == 13 and sum(r.num_verify_steps for r in requests) == logged.num_drafts
+    t = live.section["totals"]
+    assert (t["num_drafts"], t["draft_tokens"], t["accepted_tokens"]) == \
+        (scraped.num_drafts, scraped.draft_tokens, scraped.accepted_tokens)
+    assert t["per_position_acceptance"] == pytest.approx(
+        [a / scraped.num_drafts for a in scraped.accepted_per_pos])
+    (section,) = build_report(log.records)["runs"]
+    assert section["verification"]["kind"] == "measured"  # a clean run is never labelled forced
+    assert section["run"]["labels"]["spec_type"] == "draft-simple"
+
+
+def test_forced_acceptance_is_labelled_speed_only_from_the_servers_own_log(
+        llama_server, smollm2_gguf_file, prompts, tmp_path):
+    """``--spec-synth-len 2.5``: llama.cpp accepts by a schedule, not by verification. Its log
+    says so; the import labels the run forced, the report says SPEED-ONLY, and no acceptance
+    anomaly is raised."""
+    srv = LlamaCppServer(model=smollm2_gguf_file, draft=smollm2_gguf_file, k=3, binary=llama_server,
+                         verbosity=3, log=tmp_path / "server.log", extra_args=["--spec-synth-len", "2.5"])
+    with srv:
+        drive(srv.url, "smollm2", prompts[:6], concurrency=2, max_tokens=48,
+              extra={"ignore_eos": True})
+    log = import_file(tmp_path / "server.log")
+    assert "forced" in log.traps
+    (run,) = [r for r in log.records if isinstance(r, schema.RunRecord)]
+    assert float(run.labels["spec_synth_len"]) == 2.5
+    report = build_report(log.records)
+    (section,) = report["runs"]
+    assert section["verification"]["kind"] == "forced", section["verification"]
+    assert "spec_synth_len" in section["verification"]["why"]
+    assert not [a for a in section["anomalies"] if "accept" in a["kind"]], section["anomalies"]
+    t = section["totals"]
+    assert t["num_drafts"] > 30
+    # the schedule's mean length is what was set, within its sampling noise over these drafts
+    assert abs(t["mean_acceptance_length"] - 2.5) < 0.5, t
+
+
+@pytest.mark.parametrize("args,trap", [
+    (["--spec-type", "ngram-simple"], "nothing-drafted"),  # its defaults find no repeats here
+    ([], "speculation-off"),  # -md without --spec-type: the draft loads, speculation stays off
+])
+def test_speculation_configured_but_nothing_drafted_is_said(llama_server, smollm2_gguf_file, prompts,
+                                                          tmp_path, args, trap):
+    draft = smollm2_gguf_file if trap == "speculation-off" else None
+    srv = LlamaCppServer(model=smollm2_gguf_file, draft=draft, spec_type="none", binary=llama_server,
+                         verbosity=4, log=tmp_path / "server.log", extra_args=args)
+    with srv:
+        chat = drive(srv.url, "smollm2", prompts[:3], concurrency=2, max_tokens=24)
+    (tmp_path / "chat.json").write_text(json.dumps(chat))
+    log = import_file(tmp_path / "server.log")
+    assert trap in log.traps, log.traps
+    responses = import_file(tmp_path / "chat.json")
+    assert responses.format == "llamacpp-responses" and "nothing-drafted" in responses.traps
