@@ -44,6 +44,9 @@ class Snapshot:
     #: label values -> check -> "pass" / "fail" / "inconclusive", as of the last tick
     checks: dict[tuple, dict[str, str]] = field(default_factory=dict)
     window_s: float | None = None  #: the width of the windows' buckets
+    #: label values -> how acceptance was obtained: "measured", "forced" (speed-only) or
+    #: "lossy", by the run's configuration or the forced fingerprint
+    verification: dict[tuple, str] = field(default_factory=dict)
 
 
 class Collector:
@@ -268,10 +271,11 @@ class Collector:
             counts = dict(self._anomaly_counts)
             health = dict(self.health)
             pids = dict(self._pids)
+        kinds = {key: kind_of(self._run_of(key), stats)[0] or "measured" for key, stats in totals.items()}
         return Snapshot(t_ns=self.clock_ns(), totals=totals, windows=windows, runs=runs,
                         anomalies=active, anomaly_counts=counts, health=health,
                         processes=_process_facts(pids), checks=checks,
-                        window_s=self.window_ns / 1e9)
+                        window_s=self.window_ns / 1e9, verification=kinds)
 
     def close(self) -> None:
         self._tick_stop.set()

@@ -73,6 +73,7 @@ METRICS: dict[str, Metric] = {
     "specscope_anomalies_total": Metric("counter", "Times a detector started firing, by kind."),
     "specscope_anomaly_active": Metric("gauge", "1 while a detector fires, by kind."),
     "specscope_check_state": Metric("gauge", "1 for the state a detector's check is in, by check: pass, fail, or inconclusive (too little data to fail yet)."),
+    "specscope_verification": Metric("gauge", "1 for how the label set's acceptance was obtained, by kind: measured (drafts verified against the target), forced (set by a benchmarking configuration: a speed-only run, its acceptance is not a measurement) or lossy (verification not per-token lossless by configuration)."),
     "specscope_draft_depth": Metric("gauge", "Draft depth k of the latest step (0: speculation off, as a speculation policy chose).", "last_depth"),
     "specscope_draft_depth_steps_total": Metric("counter", "Steps by the draft depth k they ran with (k = 0: speculation off).", "depth_steps", "k"),
     "specscope_draft_depth_changes_total": Metric("counter", "Steps where a speculation policy changed k (or confirmed it after a probe), with a reason in the trace.", "depth_changes"),
@@ -192,6 +193,9 @@ def render(snap: Snapshot) -> str:
                 out["specscope_check_state"].append(
                     f"specscope_check_state{_labels(_base(key), _lv(check=check, state=st))} "
                     f"{int(st == state)}")
+    for key, kind in sorted(snap.verification.items()):
+        out["specscope_verification"].append(
+            f"specscope_verification{_labels(_base(key), _lv(kind=kind))} 1")
     for event, n in sorted(snap.health.items()):
         out["specscope_collector_events_total"].append(
             f"specscope_collector_events_total{{{_lv(event=event)}}} {n}")

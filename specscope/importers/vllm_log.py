@@ -47,7 +47,12 @@ STAGES = re.compile(r"SpecDecodeWorker stage times: (.*)")
 ENGINE = re.compile(r"Engine (\d+): (.*)")
 GAUGE = re.compile(r"([A-Za-z][A-Za-z /]+?): ([\d.]+) ?(tokens/s|reqs|%)?(?:,|$)")
 MARKERS = ("SpecDecoding metrics", "Speculative metrics", "SpecDecodeWorker stage times",
-           "Engine 0")
+           "Engine 0", "non-default args")
+#: the speculative settings the server's ``non-default args`` line shows that change what its
+#: acceptance means (forced: ``synthetic``; lossy: ``block``, ``fly``): kept as run labels
+SPEC_SETTINGS = re.compile(r"'(rejection_sample_method|synthetic_acceptance_length|"
+                           r"synthetic_acceptance_rates|method|num_speculative_tokens)': "
+                           r"('[^']*'|\[[^\]]*\]|[\d.]+)")
 #: the current release's whole line, prefix, time and logger included, in one match
 LINE_V1 = re.compile(
     r"(?:\([A-Za-z][A-Za-z0-9]*(?:_TP(\d+))?(?:_\w+)?(?: pid=\d+)?\)[ \t]*)?"
@@ -178,6 +183,7 @@ class _Reader:
         self.res, self.run_id, self.year, self.name = res, run_id, year, name
         self.v0_prev: dict[int, tuple[int, int, int]] = {}  #: rank -> last cumulative counters
         self.k_seen = 0
+        self.labels: dict[str, str] = {}  #: speculative settings from the start-up line
         self.last_t: int | None = None
         self.stamps: dict[str, int] = {}  #: stamp text -> ns (a log repeats each second)
         self.cols = CountsColumns(run_id, "vllm-v1")
@@ -266,6 +272,10 @@ class _Reader:
                 self.k_seen = max(self.k_seen, int(mv.group(3)))
             elif "SpecDecodeWorker stage times" in body:
                 res.extend(_stages(body, run_id, rank, t_ns))
+            elif "non-default args" in body:
+                spec = body[body.find("'speculative_config'"):] if "'speculative_config'" in body else ""
+                for key, value in SPEC_SETTINGS.findall(spec[:spec.find("}") + 1]):
+                    self.labels.setdefault(key, value.strip("'").replace(" ", ""))
             else:
                 me = ENGINE.search(body)
                 if me:
@@ -282,7 +292,15 @@ class _Reader:
     def finish(self, path: str | os.PathLike) -> ImportResult:
         if len(self.cols):
             self.res.add(self.cols)
-        self.res.add(run_record(self.run_id, "vllm", "vllm-log", path, num_steps=self.k_seen))
+        self.res.add(run_record(self.run_id, "vllm", "vllm-log", path, num_steps=self.k_seen,
+                                labels=self.labels))
+        method = self.labels.get("rejection_sample_method", "")
+        if method == "synthetic":
+            self.res.trap("forced", "rejection_sample_method 'synthetic': acceptance follows "
+                          "the configured schedule (benchmarking), not the draft against its target")
+        elif method in ("block", "fly"):
+            self.res.trap("lossy", f"rejection_sample_method '{method}': verification is not "
+                          "per-token lossless by configuration; output-quality checks carry the verdict")
         return self.res
 
 

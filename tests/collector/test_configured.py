@@ -107,3 +107,31 @@ def test_vllms_synthetic_configuration_reaches_the_run_record_and_labels_it():
     assert configured(forced)[0] == "forced"
     shipped = schema.RunRecord(run_id="v", **run_fields(config("standard")))
     assert configured(shipped) == ("", "")
+
+
+def test_a_vllm_logs_start_up_arguments_label_the_imported_run(tmp_path):
+    """vLLM prints its non-default arguments once at start-up (``api_utils.py``), the speculative
+    config among them: a synthetic run's log imports as forced, a block-verified one as lossy,
+    a standard one as measured, whatever its windows say."""
+    from specscope.importers import import_file
+
+    window = ("(APIServer pid=7) INFO 06-01 10:00:{s:02d} [metrics.py:101] SpecDecoding metrics: "
+              "Mean acceptance length: 2.50, Accepted throughput: 15.00 tokens/s, Drafted "
+              "throughput: 30.00 tokens/s, Accepted: 150 tokens, Drafted: 300 tokens, Per-position "
+              "acceptance rate: 0.700, 0.500, 0.300, Avg Draft acceptance rate: 50.0%\n")
+    kinds = {}
+    for method in ("synthetic", "block", "standard"):
+        extra = ", 'synthetic_acceptance_length': 2.5" if method == "synthetic" else ""
+        head = ("(APIServer pid=7) INFO 06-01 09:59:58 [api_utils.py:286] non-default args: "
+                "{'model_tag': None, 'host': '127.0.0.1', 'speculative_config': {'method': "
+                f"'draft_model', 'model': '/m/draft', 'num_speculative_tokens': 3, "
+                f"'rejection_sample_method': '{method}'{extra}}}, 'enforce_eager': True}}\n")
+        path = tmp_path / f"{method}.log"
+        path.write_text(head + "".join(window.format(s=s) for s in range(10, 40, 10)))
+        res = import_file(path)
+        (run,) = [r for r in res.records if isinstance(r, schema.RunRecord)]
+        assert run.labels["rejection_sample_method"] == method and run.labels["method"] == "draft_model"
+        (section,) = build_report(res.records)["runs"]
+        kinds[method] = (section["verification"]["kind"], sorted(set(res.traps) & {"forced", "lossy"}))
+    assert kinds == {"synthetic": ("forced", ["forced"]), "block": ("lossy", ["lossy"]),
+                     "standard": ("measured", [])}

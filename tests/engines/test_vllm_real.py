@@ -184,6 +184,10 @@ def test_five_views_of_one_vllm_run_agree_and_vllm_cpu_verify_is_caught(
     assert agreement.ok, format_views(agreement)
     assert all(len(agreement.known_by[c]) == 4 for c in ("num_drafts", "draft_tokens",
                                                          "accepted_tokens"))
+    # the log's start-up arguments name its speculative config; a standard run is measured
+    (log_run,) = [r for r in views["log"] if isinstance(r, schema.RunRecord)]
+    assert log_run.labels.get("method") == "draft_model", log_run.labels
+    assert run_section(views["log"])["verification"]["kind"] == "measured"
     section = run_section(records)
     assert section["run"]["draft_model"] == "smollm2-135m-instruct-int4"
     # its near-zero acceptance, [~0.06, 0, 0], is a broken verify, not forced acceptance
