@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 #: Written into every trace file; readers refuse any version not in READABLE_VERSIONS.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: 2 added spec_counts, sample and benchmark records; 3 added per-request speculative figures
 #: and categories on request records, and the draft depth each verify step used; 4 added the
-#: weight of a source's reported figures on spec_counts records (``reported_weight``).
-READABLE_VERSIONS = (1, 2, 3, 4)
+#: weight of a source's reported figures on spec_counts records (``reported_weight``); 5 added
+#: the drafts that reached each position on spec_counts records (``drafted_per_pos``).
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 # Sampling modes. "Requested" is what the request and the engine's configuration call for;
 # "used" is what the verify code path says it ran. The sampling-truth statistics check the
@@ -275,6 +276,10 @@ class SpecCountsRecord:
     #: what one reported figure averages over (SGLang's ``accept len``: the running requests
     #: of its line), so figures of several lines are weighted by it; None: one each
     reported_weight: float | None = None
+    #: drafts that reached each draft position, where the source counts them (draft depth
+    #: varies: n-gram and suffix drafts, per-batch-size k, a draft cut short by the tokens
+    #: left); () = every draft reached every position of ``accepted_per_pos``
+    drafted_per_pos: tuple[int, ...] = ()
     source: str = ""
 
 

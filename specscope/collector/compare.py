@@ -156,6 +156,9 @@ def compare(a: RunSample, b: RunSample, *, n_boot: int = 2000, seed: int = 0,
             verdict = f"n/a: acceptance forced in {', '.join(forced)} (a speed-only run)"
         rows.append({"metric": m, "label": label, "a": _clean(va), "b": _clean(vb),
                      "delta_pct": delta, "ci_pct": ci, "level": level, "verdict": verdict})
+    al = next(r for r in rows if r["metric"] == "mean_acceptance_length")
+    if al["verdict"] == "worse":
+        al["verdict"] = _shallower(a, b, rows) or al["verdict"]
     for name, s in (("a", a), ("b", b)):
         checks, anomalies = evaluate(s.stats, s.run_id, detectors_for(s.run))
         gate = eval_gate(s.stats, s.reference, anomalies, run=s.run, assessments=checks)
@@ -164,6 +167,25 @@ def compare(a: RunSample, b: RunSample, *, n_boot: int = 2000, seed: int = 0,
                      "b": gate["verdict"] if name == "b" else None,
                      "delta_pct": None, "ci_pct": None, "level": level, "verdict": gate_text(gate)})
     return rows
+
+
+#: a verified depth this much lower (drafted tokens per draft) explains a lower acceptance length
+SHALLOWER = 0.95
+
+
+def _shallower(a: RunSample, b: RunSample, rows: list[dict[str, Any]]) -> str | None:
+    """The verdict for a lower acceptance length that comes with a lower verified depth (an
+    adaptive or n-gram drafter verifying fewer tokens per draft) while acceptance per verified
+    token is not worse: not a regression, and said so with both depths."""
+    da, db = a.drafts.sum(), b.drafts.sum()
+    if not da or not db:
+        return None
+    depth_a, depth_b = a.drafted.sum() / da, b.drafted.sum() / db
+    rate = next((r for r in rows if r["metric"] == "acceptance_rate"), None)
+    if depth_b >= depth_a * SHALLOWER or rate is None or rate["verdict"] == "worse":
+        return None
+    return (f"lower with a shallower verified depth ({depth_a:.2f} -> {depth_b:.2f} drafted tokens "
+            f"per draft): not a regression; acceptance per verified token: {rate['verdict']}")
 
 
 def _clean(v: float) -> float | None:

@@ -258,9 +258,12 @@ class SpecStats:
                 self.accepted_with_drafts += accepted
                 k = len(r.accepted_per_pos)
                 if k:
-                    per_drafted = [r.num_drafts] * k
+                    # the drafts that reached each position where the source counts them (the
+                    # depth varied), else every draft reached every position
+                    per_drafted = ([max(0, min(d, r.num_drafts)) for d in r.drafted_per_pos]
+                                   if len(r.drafted_per_pos) == k else [r.num_drafts] * k)
                     self.drafted_per_pos = _add_lists(self.drafted_per_pos, per_drafted)
-                    accepted_pp = [max(0, min(a, r.num_drafts)) for a in r.accepted_per_pos]
+                    accepted_pp = [max(0, min(a, d)) for a, d in zip(r.accepted_per_pos, per_drafted)]
                     self.accepted_per_pos = _add_lists(self.accepted_per_pos, accepted_pp)
                     self.accepted_per_pos += [0] * (len(self.drafted_per_pos) - len(self.accepted_per_pos))
 

@@ -188,13 +188,14 @@ def _pooled(res: ImportResult, log: _Log, run_id: str, stats: list) -> None:
             run_id=run_id, t_ns=0, num_drafts=sum(1 for d, _ in steps if d > 0),
             draft_tokens=sum(d for d, _ in steps), accepted_tokens=sum(a for _, a in steps),
             accepted_per_pos=tuple(per_pos),
+            drafted_per_pos=tuple(sum(1 for d, _ in steps if d > i) for i in range(k)),
             source=f"llamacpp-log: {len(steps)} verify steps"))
         log.k_seen = max(log.k_seen, k)
         if len(depths) > 1:
             reached = ", ".join(str(sum(1 for d, _ in steps if d > i)) for i in range(k))
             res.trap("varying-k", f"draft depth varied between steps ({depths[0]}..{k} tokens): "
-                     f"drafts reaching each position were {reached}; per-position rates over all "
-                     "drafts undercount the deeper positions")
+                     f"drafts reaching each position were {reached}; per-position rates are over "
+                     "the drafts that reached each position")
         return
     if stats:
         for rec in stats:

@@ -205,14 +205,14 @@ class Series:
             drafts = d[metrics.VERIFY_CALLS]
             gen = d.get(metrics.GENERATED)
             accepted = gen - drafts if gen is not None and gen >= drafts else None
-        if dpos:  # TensorRT-LLM's finished requests: one population for every count
-            drafts, drafted, accepted = dpos[0], sum(dpos), sum(pos)
+        if dpos and metrics.DRAFTS not in d:  # TensorRT-LLM's finished requests: one
+            drafts, drafted, accepted = dpos[0], sum(dpos), sum(pos)  # population for every count
         labels = dict(key)
         rank = labels.get(m.rank_label, "0") if m.rank_label else "0"
         return schema.SpecCountsRecord(
             run_id=self.run_id, rank=int(rank) if rank.isdigit() else 0, t_ns=t_ns,
             num_drafts=drafts, draft_tokens=drafted, accepted_tokens=accepted,
-            accepted_per_pos=tuple(pos),
+            accepted_per_pos=tuple(pos), drafted_per_pos=tuple(dpos) if len(dpos) == len(pos) else (),
             reported_mean_acceptance_length=g.get(metrics.LENGTH),
             reported_acceptance_rate=g.get(metrics.V0_RATE) if v0 else g.get(metrics.RATE),
             source="vllm-v0-metrics" if v0 else m.source)

@@ -375,23 +375,37 @@ def to_record(r: Req, run_id: str) -> schema.RequestRecord:
         accept_len_hist=hist)
 
 
-def _per_pos_from_steps(reqs: list[Req]) -> tuple[int, ...]:
-    """Accepted tokens per draft position, exactly, from each request's ``per_step_accepted``
-    (a step that accepted a tokens accepted positions 1..a); () unless every request that
-    verified gives its steps."""
+def _per_pos_from_steps(reqs: list[Req]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(accepted, drafted) per draft position, exactly, from each request's
+    ``per_step_accepted`` (a step that accepted a tokens accepted positions 1..a) and
+    ``per_step_drafted`` (a step that drafted d reached positions 1..d); () unless every request
+    that verified gives its steps (drafted: () unless every one gives its drafted too)."""
     counts: list[int] = []
+    reached: list[int] | None = []
     for r in reqs:
         if not r.steps:
             continue
         steps = r.extra.get("per_step_accepted")
         if not isinstance(steps, list) or len(steps) != r.steps:
-            return ()
+            return (), ()
         for a in steps:
             a = int(a)
             counts += [0] * (a - len(counts))
             for i in range(a):
                 counts[i] += 1
-    return tuple(counts)
+        drafted = r.extra.get("per_step_drafted")
+        if reached is None or not isinstance(drafted, list) or len(drafted) != r.steps:
+            reached = None
+            continue
+        for d in drafted:
+            d = int(d)
+            reached += [0] * (d - len(reached))
+            for i in range(d):
+                reached[i] += 1
+    if reached is None or len(reached) < len(counts):
+        return tuple(counts), ()
+    counts += [0] * (len(reached) - len(counts))  # positions drafted and never accepted
+    return tuple(counts), tuple(reached)
 
 
 def pooled(reqs: list[Req], run_id: str, fmt: str) -> schema.SpecCountsRecord | None:
@@ -401,7 +415,7 @@ def pooled(reqs: list[Req], run_id: str, fmt: str) -> schema.SpecCountsRecord | 
     if not counted and not with_steps:
         return None
     all_steps = bool(counted) and all(r.steps is not None for r in counted)
-    per_pos: tuple[int, ...] = _per_pos_from_steps(counted) if all_steps else ()
+    per_pos, reached = _per_pos_from_steps(counted) if all_steps else ((), ())
     if not per_pos and all_steps and counted and all(r.per_pos for r in counted) and \
             len({len(r.per_pos) for r in counted}) == 1:
         per_pos = tuple(sum(round(r.per_pos[i] * r.steps) for r in counted)
@@ -410,7 +424,8 @@ def pooled(reqs: list[Req], run_id: str, fmt: str) -> schema.SpecCountsRecord | 
         return schema.SpecCountsRecord(
             run_id=run_id, t_ns=0, num_drafts=sum(r.steps for r in counted) if all_steps else None,
             draft_tokens=sum(r.drafted for r in counted), accepted_tokens=sum(r.accepted for r in counted),
-            accepted_per_pos=per_pos, source=f"{fmt}: sum over {len(counted)} of {len(reqs)} requests")
+            accepted_per_pos=per_pos, drafted_per_pos=reached if len(reached) == len(per_pos) else (),
+            source=f"{fmt}: sum over {len(counted)} of {len(reqs)} requests")
     return schema.SpecCountsRecord(
         run_id=run_id, t_ns=0, num_drafts=sum(r.steps for r in with_steps),
         accepted_tokens=sum(r.accepted for r in with_steps),

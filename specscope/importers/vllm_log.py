@@ -228,7 +228,7 @@ class _Reader:
         drafts, varied = _drafts(accepted, drafted, k, mean_al)
         per_pos = tuple(round(r * drafts) for r in rates) if drafts is not None and None not in rates else ()
         interval = (t_ns - self.last_t) / 1e9 if self.last_t and t_ns else None
-        self.cols.append(rank, t_ns, interval, drafts, drafted, accepted, per_pos, mean_al, rate, None)
+        self.cols.append(rank, t_ns, interval, drafts, drafted, accepted, per_pos, mean_al, rate, None, ())
         if len(self.cols) >= self.res.batch:
             self.res.add(self.cols)
             self.cols = CountsColumns(self.run_id, "vllm-v1")

@@ -30,7 +30,8 @@ class CountsColumns:
 
     FIELDS = ("rank", "t_ns", "interval_s", "num_drafts", "draft_tokens", "accepted_tokens",
               "accepted_per_pos", "reported_mean_acceptance_length", "reported_acceptance_rate",
-              "reported_weight")
+              "reported_weight", "drafted_per_pos")
+    PER_POS = ("accepted_per_pos", "drafted_per_pos")
     record_type = schema.SpecCountsRecord
 
     __slots__ = ("run_id", "source", "cols", "dense", "texts")
@@ -46,7 +47,7 @@ class CountsColumns:
     def of_arrays(cls, run_id: str, source: str, texts: dict[str, Sequence[str]] | None = None,
                   **arrays: Any) -> "CountsColumns":
         """A block as arrays, by field name: ints int64 (no unknowns), floats float64 (NaN =
-        unknown), ``accepted_per_pos`` an (n, k) int64 array; a field left out is unknown on
+        unknown), ``accepted_per_pos`` and ``drafted_per_pos`` (n, k) int64 arrays; a field left out is unknown on
         every row. ``rank`` and ``t_ns`` are required. ``texts`` may give a field's values as
         the JSON text its array's values write (integers read from a source without leading
         zeros are): the JSON lines then reuse it."""
@@ -81,7 +82,7 @@ class CountsColumns:
         out = []
         for name, col in zip(self.FIELDS, self.cols):
             if col is None:
-                out.append([() if name == "accepted_per_pos" else None] * n)
+                out.append([() if name in self.PER_POS else None] * n)
             elif name in _FLOAT:
                 out.append(_nan_none(col))
             else:
@@ -93,7 +94,8 @@ class CountsColumns:
         out = []
         for row in zip(*self._lists()):
             r = dict(zip(names, row))
-            r["accepted_per_pos"] = tuple(r["accepted_per_pos"])  # columns may hold lists
+            for name in self.PER_POS:  # columns may hold lists
+                r[name] = tuple(r[name])
             out.append(schema.SpecCountsRecord(run_id=rid, source=src, **r))
         return out
 
@@ -107,7 +109,7 @@ class CountsColumns:
         for name, col in zip(self.FIELDS, self.cols):
             if name != "rank":
                 parts.append(f',"{name}":')
-            if name == "accepted_per_pos":
+            if name in self.PER_POS:
                 k = 0 if col is None else col.shape[1]
                 parts.append("[")
                 for i in range(k):
@@ -119,21 +121,20 @@ class CountsColumns:
         return _join_rows(parts, len(self))
 
     def _row_lines(self, head: str, tail: str) -> list[str]:
-        rank, t, iv, nd, dt, at, pp, al, rate, w = self.cols
-        pp_s = [str(x).replace(" ", "") if type(x) is list else "[" + ",".join(map(str, x)) + "]"
-                for x in pp]
+        rank, t, iv, nd, dt, at, pp, al, rate, w, dp = self.cols
+        pp_s, dp_s = _list_texts(pp), _list_texts(dp)
         return [f'{head}{a},"t_ns":{b},"interval_s":{c},"num_drafts":{d},"draft_tokens":{e},'
                 f'"accepted_tokens":{f},"accepted_per_pos":{g},"reported_mean_acceptance_length":'
-                f'{h},"reported_acceptance_rate":{i},"reported_weight":{j}{tail}'
-                for a, b, c, d, e, f, g, h, i, j in zip(rank, t, _j(iv), _j(nd), _j(dt), _j(at), pp_s,
-                                                        _j(al), _j(rate), _j(w))]
+                f'{h},"reported_acceptance_rate":{i},"reported_weight":{j},"drafted_per_pos":{k}{tail}'
+                for a, b, c, d, e, f, g, h, i, j, k in zip(rank, t, _j(iv), _j(nd), _j(dt), _j(at), pp_s,
+                                                           _j(al), _j(rate), _j(w), dp_s)]
 
     def table(self, pa: Any) -> Any:
         """The spec_counts Parquet table, laid out as the record path lays out the records."""
         n = len(self)
         data: dict[str, Any] = {"run_id": pa.array([self.run_id] * n, pa.string())}
         for name, values in zip(self.FIELDS, self.cols):
-            if name == "accepted_per_pos":
+            if name in self.PER_POS:
                 if self.dense and values is not None:
                     k = values.shape[1]
                     data[name] = pa.ListArray.from_arrays(
@@ -269,6 +270,12 @@ def _constant(col: np.ndarray) -> bool:
             return False
         col = np.ascontiguousarray(col, dtype=np.float64).view(np.int64)
     return len(col) > 0 and col[0] == col[-1] and bool((col == col[0]).all())
+
+
+def _list_texts(rows: Sequence[Any]) -> list[str]:
+    """Lists or tuples of ints as ``json`` writes them, compactly."""
+    return [str(x).replace(" ", "") if type(x) is list else "[" + ",".join(map(str, x)) + "]"
+            for x in rows]
 
 
 def _nan_none(a: np.ndarray) -> list:

@@ -82,3 +82,49 @@ def test_regress_compares_like_with_like(traces):
     assert greedy["group_runs"] == 1 and "nothing to compare" in greedy["note"]
     assert greedy["baseline"] is None and good1["baseline"] == series[0]["run_id"]
     assert len(by) == 3
+
+
+def _depth_run(run_id, depth, per_step, n_requests=40, seed=0):
+    """``n_requests`` requests of 10 verify steps at draft depth ``depth``, each accepting
+    ``per_step(rng, depth)`` drafts."""
+    import random
+
+    from specscope import schema
+
+    rng = random.Random(seed)
+    out = [schema.RunRecord(run_id=run_id, config_id=f"c{depth}", algorithm="ngram", num_steps=depth,
+                            topk=1, num_draft_tokens=depth + 1, backend="cpu", model="m")]
+    for q in range(n_requests):
+        for i in range(10):
+            a = per_step(rng, depth)
+            out.append(schema.VerifyStepRecord(
+                run_id=run_id, config_id=f"c{depth}", rank=0, step=q * 10 + i, t_ns=(q * 10 + i) * 10 ** 6,
+                batch_size=1, draft_depth=depth, entries=(schema.VerifyEntry(
+                    request_id=f"q{q}", num_drafted=depth, num_draft_tokens=depth, num_accepted=a,
+                    accepted_per_pos=(1,) * a + (0,) * (depth - a), temperature=0.0),)))
+        out.append(schema.RequestRecord(run_id=run_id, rank=0, request_id=f"q{q}", t_arrival_ns=q * 10 ** 7,
+                                        t_first_token_ns=q * 10 ** 7 + 10 ** 6, t_finish_ns=q * 10 ** 7 + 10 ** 7,
+                                        num_prompt_tokens=4, num_output_tokens=20))
+    return out
+
+
+def test_a_lower_acceptance_length_at_a_shallower_depth_is_not_a_regression():
+    """Adaptive verification (vLLM #52992): the same per-token acceptance at depth 2 instead of 4
+    lowers acceptance length; compare says why instead of calling it worse. At the same depth
+    the same drop is worse."""
+    from specscope.collector.compare import compare, run_sample
+
+    def chain(rng, depth):  # each drafted token accepted with probability 0.8, as a chain
+        a = 0
+        while a < depth and rng.random() < 0.8:
+            a += 1
+        return a
+
+    deep, shallow = _depth_run("deep", 4, chain), _depth_run("shallow", 2, chain, seed=1)
+    rows = {r["metric"]: r for r in compare(run_sample(deep, "deep"), run_sample(shallow, "shallow"))}
+    al = rows["mean_acceptance_length"]
+    assert al["b"] < al["a"] and al["verdict"].startswith("lower with a shallower verified depth"), al
+    assert "4.00 -> 2.00" in al["verdict"]
+    worse = _depth_run("worse", 4, lambda rng, d: chain(rng, 1), seed=2)
+    rows = {r["metric"]: r for r in compare(run_sample(deep, "deep"), run_sample(worse, "worse"))}
+    assert rows["mean_acceptance_length"]["verdict"] == "worse"

@@ -161,6 +161,10 @@ def counts_blocks(draw) -> CountsColumns:
     if k:
         arrays["accepted_per_pos"] = np.array(draw(st.lists(
             st.lists(st.integers(0, 10 ** 6), min_size=k, max_size=k), min_size=n, max_size=n)), np.int64)
+        if draw(st.booleans()):
+            arrays["drafted_per_pos"] = np.array(draw(st.lists(
+                st.lists(st.integers(0, 10 ** 6), min_size=k, max_size=k), min_size=n, max_size=n)),
+                np.int64)
     return CountsColumns.of_arrays(draw(st.sampled_from(["r", 'a "%s" run'])), "vllm-v1", **arrays)
 
 

@@ -334,3 +334,48 @@ def test_fuzz_new_parsers(tmp_path, data, fmt):
         return
     for problem in res.problems:
         assert problem.file == str(p) and problem.line >= 1
+
+
+def test_varying_depth_keeps_the_drafts_that_reached_each_position(tmp_path):
+    """vLLM's detailed per-request figures with a depth that varies step by step (n-gram: 3, 1,
+    2, 3): each position's rate is over the steps that drafted it, not over every step."""
+    import json
+
+    from specscope.collector.report import build_report
+
+    choice = {"index": 0, "finish_reason": "length", "speculative_decoding_stats": {
+        "num_draft_steps": 4, "num_drafted_tokens": 9, "num_accepted_tokens": 5,
+        "per_step_accepted": [3, 0, 1, 1], "per_step_drafted": [3, 1, 2, 3]}}
+    p = tmp_path / "responses.json"
+    p.write_text(json.dumps([{"id": "r0", "choices": [choice], "usage": {"completion_tokens": 9}}]))
+    res = import_file(p)
+    (c,) = [x for x in res.records if isinstance(x, schema.SpecCountsRecord)]
+    assert c.accepted_per_pos == (3, 1, 1) and c.drafted_per_pos == (4, 3, 2)
+    assert "varying-k" in res.traps
+    (section,) = build_report(res.records)["runs"]
+    assert section["totals"]["per_position_acceptance"] == pytest.approx([3 / 4, 1 / 3, 1 / 2])
+
+
+def test_a_vllm_page_with_drafted_per_position_counters_uses_them(tmp_path):
+    """Builds that export ``vllm:spec_decode_num_draft_tokens_per_pos_total`` give each
+    position's drafts; per-position acceptance divides by them."""
+    from specscope.collector.report import build_report
+
+    def page(scale):
+        lines = [f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {100 * scale}',
+                 f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {240 * scale}',
+                 f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {150 * scale}']
+        for pos, (a, d) in enumerate([(80, 100), (50, 80), (20, 60)]):
+            lines.append(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",'
+                         f'position="{pos}"}} {a * scale}')
+            lines.append(f'vllm:spec_decode_num_draft_tokens_per_pos_total{{engine="0",model_name="m",'
+                         f'position="{pos}"}} {d * scale}')
+        return "\n".join(lines) + "\n"
+
+    p = tmp_path / "metrics.txt"
+    p.write_text(page(1))
+    res = import_file(p)
+    counts = [x for x in res.records if isinstance(x, schema.SpecCountsRecord) and x.num_drafts]
+    assert counts and counts[-1].drafted_per_pos == (100, 80, 60)
+    (section,) = build_report(res.records)["runs"]
+    assert section["totals"]["per_position_acceptance"] == pytest.approx([0.8, 50 / 80, 20 / 60])

@@ -28,7 +28,8 @@ class EngineMetrics:
     source: str  #: the records' source
     counters: Mapping[str, str]  #: counter family -> DRAFTS, DRAFT_TOKENS, ...
     per_pos: str = ""  #: accepted tokens per draft position (a counter with ``pos_label``)
-    drafted_per_pos: str = ""  #: drafted tokens per draft position (TensorRT-LLM)
+    #: drafted tokens per draft position (TensorRT-LLM; vLLM builds that export it)
+    drafted_per_pos: str = ""
     pos_label: str = "position"
     gauges: Mapping[str, str] = field(default_factory=dict)  #: gauge family -> LENGTH, RATE
     #: histogram family -> the SpecStats histogram it fills (ttft_s, tpot_s, itl_token_s, ...)

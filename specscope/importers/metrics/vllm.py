@@ -2,7 +2,9 @@
 
 V1: ``vllm:spec_decode_num_drafts_total`` (request-steps that drafted), ``..._num_draft_tokens_total``,
 ``..._num_accepted_tokens_total`` (bonus excluded) and ``..._num_accepted_tokens_per_pos_total``
-``{position}``, per ``engine`` (data-parallel rank) and ``model_name``. ``*_created`` series are
+``{position}``, per ``engine`` (data-parallel rank) and ``model_name``; builds that export
+``..._num_draft_tokens_per_pos_total{position}`` give the drafts that reached each position,
+the per-position denominators when the draft depth varies. ``*_created`` series are
 timestamps and never read. Acceptance length is 1 + accepted / drafts, from the drafts counter
 (never drafted / k: k may vary per batch size).
 
@@ -23,6 +25,8 @@ METRICS = EngineMetrics(
     counters={P + "num_drafts_total": DRAFTS, P + "num_draft_tokens_total": DRAFT_TOKENS,
               P + "num_accepted_tokens_total": ACCEPTED, P + "num_emitted_tokens_total": EMITTED},
     per_pos=P + "num_accepted_tokens_per_pos_total",
+    # where a build exports it: the drafts that reached each position (the depth varies)
+    drafted_per_pos=P + "num_draft_tokens_per_pos_total",
     gauges={P + "draft_acceptance_rate": V0_RATE},
     latency={"vllm:time_to_first_token_seconds": "ttft_s",
              "vllm:inter_token_latency_seconds": "itl_chunk_s",
