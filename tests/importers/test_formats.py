@@ -231,6 +231,48 @@ def test_cli_reports_skipped_lines_and_keeps_the_rest(tmp_path):
     assert bad.returncode == 2 and "unknown format" in bad.stderr
 
 
+#: a llama-server log at -lv 5 as this build prints it (start-up, per-step, per-task and drafter
+#: lines), and a saved stream of its chat completions
+LLAMA_LV5 = """\
+0.00.006.191 I srv  llama_server: initializing ...
+0.00.700.526 I spec common_specu: adding speculative implementation 'draft-simple'
+0.00.700.530 I spec common_specu: - n_max=3, n_min=0, p_min=0.000000
+0.00.558.589 I spec common_specu: synthetic acceptance: n_max = 3, mean length = 2.500000, rates = [0.691414, 0.478053, 0.330533]
+0.01.323.392 D slot   operator(): id  1 | task 0 | add accepted tokens: sampled=39, ids.size=4, n_draft=3
+0.01.395.778 D slot   operator(): id  1 | task 0 | add accepted tokens: sampled=198, ids.size=2, n_draft=3
+0.01.473.935 D slot   operator(): id  1 | task 0 | add accepted tokens: sampled=253, ids.size=1, n_draft=2
+0.02.011.198 I slot print_timing: id  1 | task 0 |       total time =    1101.43 ms /    85 tokens
+0.02.011.212 I slot print_timing: id  1 | task 0 | draft acceptance = 0.50000 (    4 accepted /     8 generated), mean len =  2.33
+0.02.011.213 I slot print_timing: id  1 | task 0 |      acc per pos = (0.667, 0.333, 0.333)
+0.02.011.254 I spec common_specu: statistics     draft-simple: #calls(b,g,a) =    1      3      3, #gen drafts =      3, #acc drafts =     2, #gen tokens =      8, #acc tokens =     4, #mean acc len = 2.33, #acc rate/pos = (0.667, 0.333, 0.333), dur(b,g,a) = 0.039, 266.004, 0.010 ms
+"""
+LLAMA_STREAM = (
+    'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"content":"4"}}],"id":"chatcmpl-a",'
+    '"object":"chat.completion.chunk"}\n\n'
+    'data: {"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"id":"chatcmpl-a","object":'
+    '"chat.completion.chunk","timings":{"prompt_n":18,"predicted_n":8,"draft_n":6,"draft_n_accepted":5}}'
+    '\n\ndata: [DONE]\n\n')
+
+
+def test_llamacpp_lv5_lines_and_a_saved_stream(tmp_path):
+    """Per-step lines give the run's counts and each position's drafts (3, 3, 2: the last step
+    ran short); the task's acc-per-pos line is checked against them; a stream's figures come
+    from its final chunk."""
+    res = import_file(_write(tmp_path, "server.log", LLAMA_LV5))
+    assert res.format == "llamacpp-log" and not res.problems
+    (c,) = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
+    assert (c.num_drafts, c.draft_tokens, c.accepted_tokens) == (3, 8, 4)
+    assert c.accepted_per_pos == (2, 1, 1) and c.drafted_per_pos == (3, 3, 2)
+    assert not [t for t in res.identities.values() if t.failed]
+    assert {"forced", "varying-k"} <= set(res.traps)
+    (run,) = [r for r in res.records if isinstance(r, schema.RunRecord)]
+    assert run.algorithm == "draft-simple" and run.num_steps == 3
+    res = import_file(_write(tmp_path, "stream.txt", LLAMA_STREAM))
+    assert res.format == "llamacpp-responses" and "stream-chunks" in res.traps and not res.problems
+    (r,) = [x for x in res.records if isinstance(x, schema.RequestRecord)]
+    assert (r.num_draft_tokens, r.num_accepted_tokens) == (6, 5)
+
+
 FUZZ_COUNT = {"n": 0}
 
 
@@ -238,7 +280,7 @@ FUZZ_COUNT = {"n": 0}
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.one_of(st.binary(max_size=2000),
                       st.text(max_size=2000).map(lambda t: t.encode("utf-8", "surrogatepass")),
-                      st.sampled_from([VLLM_ERAS, SGLANG, PROM]).flatmap(
+                      st.sampled_from([VLLM_ERAS, SGLANG, PROM, LLAMA_LV5, LLAMA_STREAM]).flatmap(
                           lambda base: st.integers(0, len(base)).map(lambda i: base[:i].encode()))),
        fmt=st.sampled_from(sorted(PARSERS)))
 def test_fuzz_no_exception_escapes(tmp_path, data, fmt):
