@@ -211,6 +211,7 @@ def _records(ep: Endpoint, page: str, t_ns: int, log) -> list[Any]:
         seen = {engines.BY_FAMILY[x.name].engine for x in samples}
         ep.families = tuple(f for f in engines.FAMILIES if engines.BY_FAMILY[f].engine in seen)
     found = ep.series.feed([(x.name, x.labels, x.value) for x in samples], t_ns)
+    found += ep.series.drain_samples()  # engine gauges, beside their label set's counters
     out: list[Any] = []
     if ep.series.engine != "prometheus":
         ep.mapped = True
@@ -224,7 +225,7 @@ def _records(ep: Endpoint, page: str, t_ns: int, log) -> list[Any]:
         rid = names[key]
         if key not in ep.runs:
             ep.runs[key] = rid
-            labels = {"endpoint": ep.url, **ep.labels}
+            labels = {"endpoint": ep.url, **ep.series.config, **ep.labels}
             if rid != ep.name:
                 labels["label_set"] = rid[len(ep.name) + 1:]
             out.append(run_record(rid, ep.series.engine, "prometheus-scrape", ep.url,

@@ -62,7 +62,8 @@ def advanced(page: str, factor: float) -> str:
     return COUNTER_LINE.sub(lambda m: f"{m.group(1)} {float(m.group(2)) * factor}", page)
 
 
-def trtllm_page(drafted, accepted, acceptance_length, per_pos=None) -> str:
+def trtllm_page(drafted, accepted, acceptance_length, per_pos=None, overhead=None,
+                spec_config=None) -> str:
     """A TensorRT-LLM ``/prometheus/metrics`` page as prometheus_client renders the families
     its collector registers (``tensorrt_llm/metrics/collector.py``: names, ``model_name`` /
     ``engine_type`` labels, ``token_position``, its TTFT buckets)."""
@@ -76,6 +77,12 @@ def trtllm_page(drafted, accepted, acceptance_length, per_pos=None) -> str:
             ).labels(**labels).inc(accepted)
     Gauge("trtllm_spec_decode_acceptance_length", "l", list(labels), registry=reg
           ).labels(**labels).set(acceptance_length)
+    if overhead is not None:
+        Gauge("trtllm_spec_decode_draft_overhead", "o", list(labels), registry=reg
+              ).labels(**labels).set(overhead)
+    if spec_config is not None:  # an info gauge: the configuration in its labels, value 1
+        info = {**labels, **spec_config}
+        Gauge("trtllm_speculative_config_info", "i", list(info), registry=reg).labels(**info).set(1)
     for name, xs in (("time_to_first_token_seconds", (0.03, 0.05, 0.07, 0.2)),
                      ("time_per_output_token_seconds", (0.012, 0.02, 0.03)),
                      ("e2e_request_latency_seconds", (0.9, 1.7, 2.2))):
@@ -113,7 +120,7 @@ def llamacpp_page(drafts, drafted, accepted, per_pos=()) -> str:
 
 
 def sglang_spec(verify, generated_stream, generated_batch, length, rate, steps=None,
-                dp_lengths=None) -> str:
+                dp_lengths=None, cap=None) -> str:
     """SGLang's spec-decode families as prometheus_client renders them, with the labels its
     collectors are given (``python/sglang/srt/metrics/collector.py`` and the scheduler that
     builds its labels): the tokenizer's counters and histograms under ``model_name`` (the
@@ -146,6 +153,11 @@ def sglang_spec(verify, generated_stream, generated_batch, length, rate, steps=N
         g_steps = Gauge("sglang:spec_num_steps", "s", list(ranks[0]), registry=reg)
         for labels in ranks:
             g_steps.labels(**labels).set(steps)
+    if cap is not None:  # (cap length, block accept length): DSpark's confidence-scheduled window
+        for name, x in zip(("sglang:spec_cap_length", "sglang:spec_block_accept_length"), cap):
+            g = Gauge(name, "c", list(ranks[0]), registry=reg)
+            for labels in ranks:
+                g.labels(**labels).set(x)
     return generate_latest(reg).decode()
 
 

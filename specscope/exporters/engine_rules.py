@@ -50,7 +50,7 @@ def exprs(m: EngineMetrics) -> _Exprs:
     drafts, verify, gen = _family(m, M.DRAFTS), _family(m, M.VERIFY_CALLS), _family(m, M.GENERATED)
     rate = f"{s(f'rate({acc}[__W__])')} / {s(f'rate({drafted}[__W__])')}" if acc and drafted else None
     length = per_pos = n_drafts = k = None
-    if m.drafted_per_pos:  # finished requests' per-position counters (TensorRT-LLM)
+    if m.drafted_per_pos and not drafts:  # finished requests' per-position counters (TensorRT-LLM)
         pos0 = f'{m.drafted_per_pos}{{{m.pos_label}="0"}}'
         length = f"1 + {s(f'rate({m.per_pos}[__W__])')} / {s(f'rate({pos0}[__W__])')}"
         per_pos = (f"{s(f'rate({m.per_pos}[__W__])', ', ' + m.pos_label)} / on ({by}) group_left "

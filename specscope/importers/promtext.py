@@ -110,9 +110,11 @@ def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
     m = metrics.BY_NAME.get(inner.engine)
     models = {rid: metrics.where(m, dict(key))[0] if m else "" for key, rid in names.items()}
     for rid in sorted(set(names.values()) or {run_id}):
+        labels = dict(inner.config)
+        if rid != run_id:
+            labels["label_set"] = rid[len(run_id) + 1:]
         res.add(run_record(rid, inner.engine, "prometheus-text", path, num_steps=inner.k_seen,
-                           model=models.get(rid, ""),
-                           labels={"label_set": rid[len(run_id) + 1:]} if rid != run_id else None))
+                           model=models.get(rid, ""), labels=labels or None))
     return res
 
 
@@ -124,6 +126,7 @@ class _Parsed:
     keys: set
     engine: str
     k_seen: int
+    config: dict
 
 
 class Series:
@@ -138,6 +141,8 @@ class Series:
         self.run_id, self.baseline = run_id, baseline
         self.prev: dict[tuple, dict] = {}
         self.k_seen = 0
+        self.config: dict[str, str] = {}  #: run labels an info family gives (spec_method, ...)
+        self.samples: list[tuple[tuple, schema.SampleRecord]] = []  #: engine gauges, to drain
         self.engine = "prometheus"
         self.restarts = 0  #: counters that went down (engine restarts)
 
@@ -152,14 +157,19 @@ class Series:
             m = metrics.BY_FAMILY.get(name)
             if m is None or not math.isfinite(value):  # an unknown value counts nothing
                 continue
+            if name in m.info:  # the configuration, in an info family's labels
+                self._info(m.info[name], labels)
+                continue
             series = (name, tuple(sorted(labels.items())))
             if series in seen:  # a series listed twice on one page: its first value stands
                 continue
             seen.add(series)
             key = tuple(sorted((k, v) for k, v in labels.items()
                                if k != m.pos_label and k not in m.qualifiers))
-            cur = now.setdefault(key, {"m": m, "c": {}, "pos": {}, "dpos": {}, "gs": {}})
-            if name in (m.per_pos, m.drafted_per_pos):
+            cur = now.setdefault(key, {"m": m, "c": {}, "pos": {}, "dpos": {}, "gs": {}, "s": {}})
+            if name in m.samples:
+                cur["s"].setdefault(m.samples[name], value)
+            elif name in (m.per_pos, m.drafted_per_pos):
                 if labels.get(m.pos_label, "").isdigit():
                     pos = cur["pos" if name == m.per_pos else "dpos"]
                     p = int(labels[m.pos_label])
@@ -193,7 +203,25 @@ class Series:
             pos = _pos_delta(cur["pos"], before["pos"])
             dpos = _pos_delta(cur["dpos"], before["dpos"])
             self.k_seen = max(self.k_seen, len(pos))
-            out.append((key, self._record(m, key, t_ns, d, pos, dpos, cur["g"])))
+            rec = self._record(m, key, t_ns, d, pos, dpos, cur["g"])
+            out.append((key, rec))
+            if cur["s"]:
+                self.samples.append((key, schema.SampleRecord(
+                    run_id=self.run_id, rank=rec.rank, t_ns=t_ns, values=dict(cur["s"]), source=m.source)))
+        return out
+
+    def _info(self, gives: dict[str, str], labels: dict[str, str]) -> None:
+        for label, what in gives.items():
+            value = labels.get(label, "")
+            if what == "num_steps":
+                if value.isdigit() and 0 < int(value) <= 64:
+                    self.k_seen = max(self.k_seen, int(value))
+            elif value:
+                self.config[what] = value
+
+    def drain_samples(self) -> list[tuple[tuple, schema.SampleRecord]]:
+        """The engine gauges fed since the last drain, with their label sets."""
+        out, self.samples = self.samples, []
         return out
 
     def _record(self, m, key, t_ns, d, pos, dpos, g) -> schema.SpecCountsRecord:
@@ -229,4 +257,7 @@ def _parse(path: str | os.PathLike, run_id: str) -> _Parsed:
     for snap in _snapshots(path, res):
         for key, rec in series.feed(snap["samples"], snap["t"]):
             by_key[key].append(rec)
-    return _Parsed(res.problems, res.lines_read, by_key, set(by_key), series.engine, series.k_seen)
+        for key, rec in series.drain_samples():
+            by_key[key].append(rec)
+    return _Parsed(res.problems, res.lines_read, by_key, set(by_key), series.engine, series.k_seen,
+                   series.config)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from specscope import schema
 from specscope.dashboard.promsource import Monotone, parse_text, stats_from_samples
-from specscope.importers import metrics, promtext
+from specscope.importers import import_file, metrics, promtext
 from specscope.importers.promtext import Series
 from tests.metrics_pages import llamacpp_page, sglang_spec, trtllm_page
 
@@ -190,3 +190,28 @@ def test_llamacpp_servers_through_prometheus_are_runs_of_their_own():
               for n, labels, v in page]
     stats, _ = stats_from_samples(routed)
     assert sorted(k[5] for k in stats) == ["llama", "qwen"]
+
+
+def test_newer_engine_figures_are_kept_beside_the_counts(tmp_path):
+    """SGLang's confidence-scheduled window (``spec_cap_length``, bonus slot included) and its
+    uncapped block acceptance length, TensorRT-LLM's draft overhead, are the engine's samples;
+    TensorRT-LLM's speculative config info gives the run its depth and method, and never
+    becomes a run of its own."""
+    from specscope.collector.report import build_report
+
+    path = tmp_path / "sglang.txt"
+    path.write_text(sglang_spec(100, 250, 50, 2.9, 0.63, cap=(3.0, 3.4)))
+    res = import_file(path)
+    samples = [r for r in res.records if isinstance(r, schema.SampleRecord)]
+    assert samples and samples[0].values == {"spec_cap_length": 3.0, "spec_block_accept_length": 3.4}
+    (section,) = build_report(res.records)["runs"]
+    assert section["engine_gauges"]["spec_cap_length"] == 3.0
+    path = tmp_path / "trtllm.txt"
+    path.write_text(trtllm_page(400, 260, 2.3, overhead=0.18,
+                                spec_config={"spec_enabled": "true", "spec_method": "eagle3",
+                                             "spec_num_tokens": "3"}))
+    res = import_file(path)
+    runs = [r for r in res.records if isinstance(r, schema.RunRecord)]
+    assert len(runs) == 1 and runs[0].num_steps == 3 and runs[0].labels["spec_method"] == "eagle3"
+    (s,) = [r for r in res.records if isinstance(r, schema.SampleRecord)]
+    assert s.values == {"draft_overhead_ratio": 0.18}

@@ -48,11 +48,16 @@ class EngineMetrics:
     by_target: bool = False
     #: how acceptance length and rate derive, said in reports and rule files
     derivation: str = ""
+    #: more gauges kept as engine samples, family -> sample name (with its unit)
+    samples: Mapping[str, str] = field(default_factory=dict)
+    #: info families (value 1, the configuration in labels), family -> {label: what it gives}:
+    #: ``num_steps`` (the draft depth k) or a run label's name
+    info: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def families(self) -> tuple[str, ...]:
         return tuple(self.counters) + tuple(f for f in (self.per_pos, self.drafted_per_pos) if f) \
-            + tuple(self.gauges)
+            + tuple(self.gauges) + tuple(self.samples) + tuple(self.info)
 
 
 def _all():

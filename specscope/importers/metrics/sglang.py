@@ -8,7 +8,11 @@ generated tokens / verify calls, SGLang's own per-request definition (``completi
 spec_verify_ct``: the prefill's first token included); accepted = generated - verify calls.
 Drafted tokens are not counted, so no rate derives from counters. SGLang's inter-token latency
 spreads each chunk's interval over its tokens: it fills the per-token ``itl_token_s``. Builds
-that export ``sglang:spec_num_steps`` give the run its draft depth k.
+that export ``sglang:spec_num_steps`` give the run its draft depth k. ``sglang:spec_cap_length``
+(the verification window a confidence schedule chose, bonus slot included) and
+``sglang:spec_block_accept_length`` (the uncapped block's acceptance length) are kept as the
+engine's samples: a window below k + 1 verifies fewer tokens, so acceptance length reads lower
+without a worse draft.
 
 Labels, as SGLang's scheduler and tokenizer register them: the tokenizer's counters and
 histograms carry ``model_name`` (the generated-token counter also ``is_streaming``); the
@@ -27,6 +31,10 @@ METRICS = EngineMetrics(
               "sglang:generation_tokens_total": GENERATED},
     gauges={"sglang:spec_accept_length": LENGTH, "sglang:spec_accept_rate": RATE,
             "sglang:spec_num_steps": STEPS},
+    # DSpark's confidence-scheduled verification: the window verified (bonus slot included;
+    # 0 with no cap scheduled) and the uncapped whole-block acceptance length, as reported
+    samples={"sglang:spec_cap_length": "spec_cap_length",
+             "sglang:spec_block_accept_length": "spec_block_accept_length"},
     rank_label="dp_rank", counters_by_rank=False,
     qualifiers=("engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "priority", "is_streaming"),
     latency={"sglang:time_to_first_token_seconds": "ttft_s",

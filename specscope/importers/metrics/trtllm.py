@@ -9,7 +9,9 @@ iteration's figure) is kept as reported. With per-request perf metrics on, finis
 consistent population of their own, from which drafts (position 0's drafted), drafted and
 accepted tokens, acceptance length and per-position acceptance all derive; where they exist they
 are used for every count. Labels: ``model_name`` and ``engine_type``. The iteration-stats JSON
-at ``/metrics`` drains on each read and is never polled here.
+at ``/metrics`` drains on each read and is never polled here. ``trtllm_spec_decode_draft_overhead``
+(draft latency over total latency) is kept as an engine sample; ``trtllm_speculative_config_info``
+(value 1) gives the run its depth (``spec_num_tokens``) and method.
 """
 
 from . import ACCEPTED, DRAFT_TOKENS, LENGTH, EngineMetrics
@@ -22,6 +24,10 @@ METRICS = EngineMetrics(
     per_pos=P + "accepted_tokens_total", drafted_per_pos=P + "drafted_tokens_total",
     pos_label="token_position",
     gauges={P + "acceptance_length": LENGTH},
+    samples={P + "draft_overhead": "draft_overhead_ratio"},  # draft latency / total latency
+    info={"trtllm_speculative_config_info": {"spec_num_tokens": "num_steps",
+                                             "spec_method": "spec_method",
+                                             "spec_draft_model": "spec_draft_model"}},
     latency={"trtllm_time_to_first_token_seconds": "ttft_s",
              "trtllm_time_per_output_token_seconds": "tpot_s",
              "trtllm_e2e_request_latency_seconds": "e2e_s"},
