@@ -149,36 +149,16 @@ def _cmd_wrap(args: argparse.Namespace) -> int:
     return wrap(args.command_line, trace_dir=args.trace_dir, collector=args.collector)
 
 
-def _report_by(args: argparse.Namespace, records: list, baseline: list | None) -> int:
-    from ..collector import requests as rq
-
-    if args.by == "request":
-        rows = rq.request_rows(records)
-        if args.json:
-            print(json.dumps({"definitions": rq.__doc__, "distribution": rq.distribution(rows),
-                              "requests": [rq.row_dict(r) for r in rows]}, indent=1, default=str))
-        else:
-            print(rq.format_requests(rows))
-        return 0
-    if baseline is None:  # a trace with its own reference run compares against it
-        records, baseline = rq.own_reference(records)
-    cats = rq.category_rows(records, baseline)
-    if args.json:
-        print(json.dumps({"baseline": bool(baseline), "categories": [rq.cat_dict(c) for c in cats]},
-                         indent=1, default=str))
-    else:
-        print(rq.format_categories(cats, baseline is not None))
-    return 0
-
-
 def _cmd_report(args: argparse.Namespace) -> int:
     from ..collector.report import build_report, format_report
     from ..io.trace import read_trace
 
     trace = read_trace(args.trace)
     baseline = read_trace(args.baseline).records if args.baseline else None
-    if getattr(args, "by", "run") in ("request", "category"):
-        return _report_by(args, trace.records, baseline)
+    if getattr(args, "by", "run") != "run":
+        from .analysis import report_by
+
+        return report_by(args, trace.records, baseline)
     report = build_report(trace.records, window_s=args.window, problems=trace.problems,
                           baseline=baseline)
     if args.json:
@@ -314,7 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "copy,edit,refactor,math); default: every prompt in file order")
     r.add_argument("--concurrency", type=int, default=4, help="requests decoded as one batch")
     r.add_argument("--max-new-tokens", type=int, default=64)
-    r.add_argument("--fault", choices=["silent_greedy", "topk_fallback", "draft_prob_shortcut"],
+    r.add_argument("--fault", choices=["silent_greedy", "topk_fallback", "draft_prob_shortcut",
+                                       "silent_greedy_batch_gt2"],
                    help="seed a fault that reproduces a real incident")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--stats-every", type=int, default=1,
@@ -403,10 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "with --by category, the run without speculation of the same prompts "
                      "(speedup per category, with a bootstrap interval; default: the trace's "
                      "own reference run, where it has one)")
-    rep.add_argument("--by", choices=("run", "request", "category"), default="run",
+    rep.add_argument("--by", choices=("run", "request", "category", "batch"), default="run",
                      help="run: the figures per run (default); request: every request's steps, "
                      "drafted, accepted, acceptance length and flags, with request- and "
-                     "token-weighted means; category: per workload category")
+                     "token-weighted means; category: per workload category; batch: sampling "
+                     "truth, draft health and acceptance per batch-size class, each checked")
     rep.set_defaults(func=_cmd_report)
 
     im = sub.add_parser("import", help="other tools' outputs (logs, /metrics, benchmarks, "

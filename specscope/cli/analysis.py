@@ -1,4 +1,4 @@
-"""Commands that explain what a source says: ``explain`` and ``check``."""
+"""Commands that explain what a source says: ``explain``, ``check`` and ``report --by``."""
 
 from __future__ import annotations
 
@@ -27,6 +27,38 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         print(f"as engine settings (k per batch size, 0 = off): {json.dumps(configs['k_by_batch_size'])}")
         print(f"  vLLM speculative_config: {json.dumps(configs['vllm']['speculative_config'])}")
         print(f"  SGLang steps by batch size: {json.dumps(configs['sglang']['speculative_num_steps_by_batch_size'])}")
+    return 0
+
+
+def report_by(args: argparse.Namespace, records: list, baseline: list | None) -> int:
+    """``report --by request|category|batch``."""
+    from ..collector import requests as rq
+
+    if args.by == "batch":
+        from ..collector.batches import batch_classes, class_dict, format_classes
+
+        classes = batch_classes(records)
+        if args.json:
+            print(json.dumps({"classes": [class_dict(c) for c in classes]}, indent=1, default=str))
+        else:
+            print(format_classes(classes))
+        return 0
+    if args.by == "request":
+        rows = rq.request_rows(records)
+        if args.json:
+            print(json.dumps({"definitions": rq.__doc__, "distribution": rq.distribution(rows),
+                              "requests": [rq.row_dict(r) for r in rows]}, indent=1, default=str))
+        else:
+            print(rq.format_requests(rows))
+        return 0
+    if baseline is None:  # a trace with its own reference run compares against it
+        records, baseline = rq.own_reference(records)
+    cats = rq.category_rows(records, baseline)
+    if args.json:
+        print(json.dumps({"baseline": bool(baseline), "categories": [rq.cat_dict(c) for c in cats]},
+                         indent=1, default=str))
+    else:
+        print(rq.format_categories(cats, baseline is not None))
     return 0
 
 

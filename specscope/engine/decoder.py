@@ -20,7 +20,9 @@ from .kv import BatchKV, causal, feed_pending
 from .policy import parse_policy
 from .tree import draft_tree, walk_tree
 
-FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut")
+#: silent_greedy_batch_gt2: silent greedy only when more than two requests verify together (a
+#: fault confined to large batches, diluted in any per-run figure)
+FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2")
 
 
 @dataclass
@@ -148,7 +150,8 @@ class SpeculativeDecoder:
                 codes.append(0), used.append(schema.GREEDY)
             elif truncating and not self.cfg.renorm_kernels:
                 codes.append(0), used.append(schema.FALLBACK_ARGMAX)
-            elif self.cfg.fault == "silent_greedy":  # argmax, while reporting the sampler
+            elif self.cfg.fault == "silent_greedy" or (  # argmax, while reporting the sampler
+                    self.cfg.fault == "silent_greedy_batch_gt2" and len(reqs) > 2):
                 codes.append(0), used.append(self.cfg.verify_mode)
             else:
                 codes.append(configured), used.append(self.cfg.verify_mode)
