@@ -15,7 +15,8 @@ SCHEMA_VERSION = 5
 #: 2 added spec_counts, sample and benchmark records; 3 added per-request speculative figures
 #: and categories on request records, and the draft depth each verify step used; 4 added the
 #: weight of a source's reported figures on spec_counts records (``reported_weight``); 5 added
-#: the drafts that reached each position on spec_counts records (``drafted_per_pos``).
+#: the drafts that reached each position on spec_counts records (``drafted_per_pos``) and each
+#: output token's top-2 logit margin and second choice on request records.
 READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 # Sampling modes. "Requested" is what the request and the engine's configuration call for;
@@ -150,6 +151,10 @@ class RequestRecord:
     num_accepted_tokens: int | None = None  #: of those, accepted (bonus token excluded)
     #: steps by acceptance length (index = tokens committed in the step, bonus included)
     accept_len_hist: tuple[int, ...] = ()
+    #: per output token, where the source records them (a target-only reference run): the
+    #: target's top-1 minus top-2 logit (nats) and its second choice, for divergence analysis
+    top2_margins: tuple[float, ...] = ()
+    second_token_ids: tuple[int, ...] = ()
 
     # A first-token or finish time of 0 means the source did not give it (imported per-request
     # files often carry counts and no timeline); the figures below are then None, never 0.

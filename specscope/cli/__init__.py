@@ -295,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--concurrency", type=int, default=4, help="requests decoded as one batch")
     r.add_argument("--max-new-tokens", type=int, default=64)
     r.add_argument("--fault", choices=["silent_greedy", "topk_fallback", "draft_prob_shortcut",
-                                       "silent_greedy_batch_gt2"],
+                                       "silent_greedy_batch_gt2", "greedy_second_choice"],
                    help="seed a fault that reproduces a real incident")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--stats-every", type=int, default=1,

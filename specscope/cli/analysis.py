@@ -62,6 +62,19 @@ def report_by(args: argparse.Namespace, records: list, baseline: list | None) ->
     return 0
 
 
+def _cmd_diverge(args: argparse.Namespace) -> int:
+    from ..collector.diverge import diverge, format_diverge
+    from ..io.trace import read_trace
+
+    reference = read_trace(args.reference).records if args.reference else None
+    results = diverge(read_trace(args.trace).records, reference, run_id=args.run)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=1, default=str))
+    else:
+        print(format_diverge(results))
+    return 1 if any(r.verdict == "FAIL" for r in results) else 0
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from ..importers.check import check_file, format_check
 
@@ -101,3 +114,19 @@ def add_parsers(sub) -> None:
     ck.add_argument("files", nargs="+")
     ck.add_argument("--format", default=None, help="force a format (see specscope.importers)")
     ck.set_defaults(func=_cmd_check)
+
+    dv = sub.add_parser("diverge", help="where greedy output first differs from target-only "
+                        "decoding: tie-flip (numerics) or structural (a fault), per request",
+                        description="Pairs each greedy request of a speculative run with the "
+                        "same prompt decoded without speculation (the trace's own reference run, "
+                        "or --reference) and reports the first divergent output index, the "
+                        "reference's top-2 logit margin there and the committed token's rank, a "
+                        "verdict (identical, tie-flip below the dtype's tie margin, structural), "
+                        "and after it the LCS ratio of the two continuations and a repetition "
+                        "score. FAIL (exit status 1) on any structural divergence.")
+    dv.add_argument("trace", nargs="+")
+    dv.add_argument("--reference", nargs="+", default=None, metavar="TRACE",
+                    help="a target-only greedy run of the same prompts (default: the trace's own)")
+    dv.add_argument("--run", default=None, help="only this run")
+    dv.add_argument("--json", action="store_true")
+    dv.set_defaults(func=_cmd_diverge)

@@ -22,7 +22,10 @@ from .tree import draft_tree, walk_tree
 
 #: silent_greedy_batch_gt2: silent greedy only when more than two requests verify together (a
 #: fault confined to large batches, diluted in any per-run figure)
-FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2")
+#: greedy_second_choice: at temperature 0, every 8th verify step commits the target's second
+#: choice where it should commit its argmax (a structural divergence, not a numerical tie)
+FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
+          "greedy_second_choice")
 
 
 @dataclass
@@ -157,6 +160,13 @@ class SpeculativeDecoder:
                 codes.append(configured), used.append(self.cfg.verify_mode)
         return codes, used
 
+    @staticmethod
+    def _top2(rows: list["_Row"], logits: torch.Tensor) -> None:
+        """A target-only run's reference figures for each row's next token (diverge reads them)."""
+        for row, (margin, second) in zip(rows, sampling.top2(logits)):
+            row.margins.append(margin)
+            row.seconds.append(second)
+
     def _fallbacks(self, reqs: list[Request], used: list[str]) -> None:
         for r, u in zip(reqs, used):
             if u != schema.FALLBACK_ARGMAX:
@@ -198,6 +208,8 @@ class SpeculativeDecoder:
             temp, top_p, top_k, trunc = self._params(rows)
             probs = sampling.process_probs(logits, temp, top_p, top_k, trunc)
             first = sampling.sample_from(probs, self.gen).tolist()
+            if not self.cfg.num_steps:
+                self._top2(rows, logits)
         for row in rows:
             row.cached_t = len(row.committed)
         batch.kv_t.merge(kv_t)
@@ -298,7 +310,9 @@ class SpeculativeDecoder:
                 top_p=r.top_p, top_k=r.top_k, finish_reason=out.finish_reason,
                 output_token_ids=tuple(out.token_ids), num_verify_steps=row.verify_steps,
                 num_draft_tokens=row.drafted, num_accepted_tokens=row.accepted,
-                accept_len_hist=tuple(row.accept_len_hist))
+                accept_len_hist=tuple(row.accept_len_hist),
+                top2_margins=tuple(row.margins[:len(out.token_ids)]),
+                second_token_ids=tuple(row.seconds[:len(out.token_ids)]))
             if self.recorder is not None:
                 self.recorder.record_request(out.record)
         return [row.out for row in finished]
@@ -316,6 +330,8 @@ class SpeculativeDecoder:
             temp, top_p, top_k, trunc = self._params(rows)
             toks = sampling.sample_from(sampling.process_probs(logits, temp, top_p, top_k, trunc),
                                         self.gen).tolist()
+            if not self.cfg.num_steps:
+                self._top2(rows, logits)
         if policy_off and self.recorder is not None:
             rs = [row.req for row in rows]
             self.recorder.record_verify(
@@ -376,6 +392,8 @@ class SpeculativeDecoder:
             if cfg.topk == 1:
                 num_acc, fixed = sampling.verify_chain(draft, p, q, mode, self.gen, lengths)
                 path_logits, keep_idx = logits, None
+                if cfg.fault == "greedy_second_choice" and self.step_index % 8 == 3:
+                    fixed = sampling.second_choice(fixed, logits, num_acc, mode)
             else:
                 num_acc, fixed, path_logits, keep_idx, top1 = self._verify_tree(tree, logits, p, mode)
             if self.recorder is not None:
@@ -466,6 +484,8 @@ class _Row:
     drafted: int = 0  #: draft tokens proposed for it
     accepted: int = 0  #: of those, accepted (bonus excluded)
     accept_len_hist: list[int] = field(default_factory=list)  #: steps by tokens committed
+    margins: list[float] = field(default_factory=list)  #: target-only: top-1 - top-2 logit per token
+    seconds: list[int] = field(default_factory=list)  #: target-only: the target's second choice
 
 
 @dataclass

@@ -92,3 +92,22 @@ def verify_chain(
     committed = torch.cat([draft, draft[:, :1]], dim=1).clone()
     committed.scatter_(1, num_accepted[:, None], fix.gather(1, num_accepted[:, None]))
     return num_accepted, committed
+
+
+def top2(logits: torch.Tensor) -> list[tuple[float, int]]:
+    """Per row of ``logits`` (b, V): the top-1 minus top-2 logit and the second choice (one
+    top-2 per row; a target-only run records them for divergence analysis)."""
+    v, i = logits.float().topk(2, dim=-1)
+    return [(a - b, second) for (a, b), (_, second) in zip(v.tolist(), i.tolist())]
+
+
+def second_choice(fixed: torch.Tensor, logits: torch.Tensor, num_acc: torch.Tensor,
+                  mode: torch.Tensor) -> torch.Tensor:
+    """The seeded ``greedy_second_choice`` fault: greedy rows (``mode`` 0) commit the target's
+    second choice as the step's correction or bonus token (``fixed`` (b, d + 1) tokens,
+    ``logits`` (b, d + 1, V), ``num_acc`` (b,) accepted drafts)."""
+    rows = torch.arange(fixed.shape[0], device=fixed.device)
+    second = logits[rows, num_acc].topk(2, dim=-1).indices[:, 1]
+    out = fixed.clone()
+    out[rows, num_acc] = torch.where(mode == 0, second, fixed[rows, num_acc])
+    return out

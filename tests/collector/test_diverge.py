@@ -1,0 +1,58 @@
+"""`specscope diverge`: first divergence against target-only greedy decoding."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specscope import schema
+from specscope.collector.diverge import TIE_MARGIN, compare_pair, repetition
+from tests.conftest import run_cli
+
+
+def _req(rid, tokens, margins=(), seconds=(), finish="length"):
+    return schema.RequestRecord(run_id="r", rank=0, request_id=rid, prompt_id=rid, t_arrival_ns=0,
+                                t_first_token_ns=1, t_finish_ns=2, num_prompt_tokens=3,
+                                num_output_tokens=len(tokens), output_token_ids=tuple(tokens),
+                                finish_reason=finish, top2_margins=tuple(margins),
+                                second_token_ids=tuple(seconds))
+
+
+def test_a_near_tie_is_a_tie_flip_and_a_firm_margin_is_structural():
+    ref = _req("a", [1, 2, 3, 4, 5], margins=[3.0, 2.0, 0.0004, 1.0, 1.0], seconds=[9, 9, 7, 9, 9])
+    tie = compare_pair(_req("a", [1, 2, 7, 4, 5]), ref, TIE_MARGIN["float32"])
+    assert (tie.first_index, tie.rank, tie.verdict) == (2, 2, "tie-flip")
+    firm = compare_pair(_req("a", [1, 9, 3, 4, 5]), ref, TIE_MARGIN["float32"])
+    assert (firm.first_index, firm.margin, firm.rank, firm.verdict) == (1, 2.0, 2, "structural")
+    # a token the reference ranked below second is structural even at a small margin
+    far = compare_pair(_req("a", [1, 2, 8]), ref, TIE_MARGIN["bfloat16"])
+    assert (far.rank, far.verdict) == (None, "structural")
+    assert compare_pair(_req("a", [1, 2, 3, 4, 5]), ref, 1e-3).verdict == "identical"
+    # a request that stopped where the reference went on diverges there
+    assert compare_pair(_req("a", [1, 2], finish="stop"), ref, 1e-3).first_index == 2
+    # no margins recorded: the verdict waits
+    assert compare_pair(_req("a", [1, 9]), _req("a", [1, 2]), 1e-3).verdict == "unknown"
+    assert repetition([1, 2, 3, 4] * 6) > 0.8 and repetition(list(range(30))) == 0.0
+
+
+@pytest.mark.parametrize("fault,verdict", [("", "PASS"), ("greedy_second_choice", "FAIL")])
+def test_diverge_on_recorded_greedy_runs(tmp_path, fault, verdict):
+    """A clean greedy run of the reference decoder has no structural divergence; one whose
+    verify commits the target's second choice every 8th step FAILs, with request and index."""
+    trace = tmp_path / "t.jsonl"
+    args = ["record", "--model", "tiny", "--requests", "8", "--concurrency", "4",
+            "--max-new-tokens", "40", "--temperature", "0", "--quiet", "-o", str(trace)]
+    out = run_cli(*(args + (["--fault", fault] if fault else [])))
+    assert out.returncode == 0, out.stderr
+    out = run_cli("diverge", str(trace), "--json")
+    assert out.returncode == (1 if verdict == "FAIL" else 0), out.stderr
+    (res,) = json.loads(out.stdout)
+    assert res["summary"]["verdict"] == verdict and res["summary"]["pairs"] == 8
+    structural = [p for p in res["pairs"] if p["verdict"] == "structural"]
+    if verdict == "PASS":
+        assert not structural
+    else:
+        assert structural and all(p["first_index"] is not None and p["rank"] == 2 for p in structural)
+        text = run_cli("diverge", str(trace)).stdout
+        assert f"structural {structural[0]['request_id']}: token {structural[0]['first_index']}" in text
