@@ -124,6 +124,38 @@ def bench_decoder(reps: int) -> list[Row]:
     ]
 
 
+def bench_margins(reps: int) -> list[Row]:
+    """The reference run's top-2 margins (one top-2 per output token, for ``diverge``): the
+    call's own time on SmolLM2's logits beside the target-only decode step it rides on."""
+    from specscope.engine import sampling
+    from specscope.engine.decoder import SpecConfig, SpeculativeDecoder
+    from specscope.engine.models import load_smollm2
+    from specscope.engine.workload import WorkloadSpec, build_requests
+
+    pair = load_smollm2("int:4")
+    reqs, _ = build_requests(pair, WorkloadSpec(requests=4, max_new_tokens=32))
+    dec = SpeculativeDecoder(pair.target, None, SpecConfig(num_steps=0), eos_ids=pair.eos_ids, seed=0)
+    steps: list[float] = []
+
+    def decode():
+        batch = dec.new_batch()
+        dec.admit(batch, reqs[:4])
+        while batch.rows:
+            t = time.perf_counter()
+            dec.step(batch)
+            steps.append(time.perf_counter() - t)
+
+    logits = torch.randn(4, pair.target.config.vocab_size) * 8
+    t = _interleaved({"decode": decode, "top2": lambda: sampling.top2(logits)}, reps)
+    step, top2 = statistics.median(steps), statistics.median(t["top2"])
+    share = top2 / step
+    return [Row("target-only decode step with its top-2 margins (SmolLM2, batch 4): the top-2 "
+                "call vs the whole step it is part of",
+                f"{top2 * 1e3:.3f} ms", f"{step * 1e3:.1f} ms", f"{share * 100:.2f}% of the step",
+                "≤ 1%", "met" if share <= 0.01 else "not met",
+                f"{_spread(t['top2'])} / {_spread(steps)}")]
+
+
 def bench_drafts(reps: int) -> list[Row]:
     """Acceptance each SmolLM2 draft gives (chain of 3, greedy, 8 prompts x 32 tokens)."""
     from specscope.collector.stats import SpecStats

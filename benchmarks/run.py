@@ -14,7 +14,7 @@ from .collector import bench_collector, bench_import
 from .common import Row, machine
 from .dashboard import bench_dashboard
 from .detectors import bench_detectors
-from .engine import bench_decoder, bench_drafts, bench_hf, bench_hooks, bench_policy
+from .engine import bench_decoder, bench_drafts, bench_hf, bench_hooks, bench_margins, bench_policy
 from .explain import bench_explain, bench_ngram_categories
 from .imports import bench_logs, bench_notebook
 from .reliability import bench_reliability
@@ -24,7 +24,7 @@ from .wire import bench_wire
 
 
 BENCHES = {"dashboard": bench_dashboard, "serve": bench_serve, "hooks": bench_hooks,
-           "decoder": bench_decoder, "drafts": bench_drafts, "policy": bench_policy,
+           "decoder": bench_decoder, "margins": bench_margins, "drafts": bench_drafts, "policy": bench_policy,
            "collector": bench_collector, "import": bench_import, "logs": bench_logs,
            "notebook": bench_notebook, "explain": bench_explain, "ngram": bench_ngram_categories, "hf": bench_hf,
            "wire": bench_wire, "scrape": bench_scrape, "vllm": bench_vllm, "reliability": bench_reliability, "detectors": bench_detectors}
