@@ -384,11 +384,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "with --by category, the run without speculation of the same prompts "
                      "(speedup per category, with a bootstrap interval; default: the trace's "
                      "own reference run, where it has one)")
-    rep.add_argument("--by", choices=("run", "request", "category", "batch"), default="run",
+    rep.add_argument("--by", choices=("run", "request", "category", "batch", "context"), default="run",
                      help="run: the figures per run (default); request: every request's steps, "
                      "drafted, accepted, acceptance length and flags, with request- and "
                      "token-weighted means; category: per workload category; batch: sampling "
-                     "truth, draft health and acceptance per batch-size class, each checked")
+                     "truth, draft health and acceptance per batch-size class, each checked; "
+                     "context: acceptance by context length at the step, with intervals")
     rep.set_defaults(func=_cmd_report)
 
     im = sub.add_parser("import", help="other tools' outputs (logs, /metrics, benchmarks, "

@@ -31,9 +31,18 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def report_by(args: argparse.Namespace, records: list, baseline: list | None) -> int:
-    """``report --by request|category|batch``."""
+    """``report --by request|category|batch|context``."""
     from ..collector import requests as rq
 
+    if args.by == "context":
+        from ..collector.context import bucket_dict, context_buckets, format_buckets
+
+        buckets = context_buckets(records)
+        if args.json:
+            print(json.dumps({"buckets": [bucket_dict(b) for b in buckets]}, indent=1, default=str))
+        else:
+            print(format_buckets(buckets))
+        return 0
     if args.by == "batch":
         from ..collector.batches import batch_classes, class_dict, format_classes
 
