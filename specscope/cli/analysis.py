@@ -76,7 +76,7 @@ def _cmd_diverge(args: argparse.Namespace) -> int:
     from ..io.trace import read_trace
 
     reference = read_trace(args.reference).records if args.reference else None
-    results = diverge(read_trace(args.trace).records, reference, run_id=args.run)
+    results = diverge(read_trace(args.trace).records, reference, run_id=args.run, dtype=args.dtype)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=1, default=str))
     else:
@@ -137,5 +137,8 @@ def add_parsers(sub) -> None:
     dv.add_argument("--reference", nargs="+", default=None, metavar="TRACE",
                     help="a target-only greedy run of the same prompts (default: the trace's own)")
     dv.add_argument("--run", default=None, help="only this run")
+    dv.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default=None,
+                    help="the target's dtype, for the tie margin, where the trace does not say "
+                    "(default: the run record's, else float32)")
     dv.add_argument("--json", action="store_true")
     dv.set_defaults(func=_cmd_diverge)

@@ -3,7 +3,9 @@ that is a numerical tie or a fault.
 
 Each greedy request (temperature 0) of a run is paired by prompt with the same prompt decoded
 greedily without speculation (the trace's own reference run, as ``record`` writes it, or
-another trace). Per pair:
+another trace); two files of saved responses, which name no prompt, pair in file order. An
+engine's margins come from its ``logprobs`` (vLLM with ``top_logprobs`` of 2 or more and
+``return_tokens_as_token_ids``). Per pair:
 
 - ``first_index``: the first output index where the two differ (a request that stopped where
   the other went on differs there too); None when identical.
@@ -67,6 +69,7 @@ class DivergeResult:
     dtype: str
     tie_margin: float
     pairs: list[Pair]
+    paired_by: str = "prompt"  #: "prompt" (prompt or request id) or "order" (two response files)
 
     @property
     def diverged(self) -> list[Pair]:
@@ -91,6 +94,7 @@ class DivergeResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "reference_id": self.reference_id, "dtype": self.dtype,
+                "paired_by": self.paired_by,
                 "tie_margin": self.tie_margin, "summary": self.summary(),
                 "pairs": [asdict(p) for p in self.pairs]}
 
@@ -140,9 +144,10 @@ def _dtype(run: schema.RunRecord | None) -> str:
 
 
 def diverge(records: Iterable[Any], reference: Iterable[Any] | None = None,
-            run_id: str | None = None) -> list[DivergeResult]:
+            run_id: str | None = None, dtype: str | None = None) -> list[DivergeResult]:
     """One result per measured run of ``records`` that has greedy requests, against
-    ``reference`` (records of a target-only run) or the trace's own reference run."""
+    ``reference`` (records of a target-only run) or the trace's own reference run; ``dtype``
+    (the target's) sets the tie margin where the run record does not say it."""
     records = list(records)
     runs = {r.run_id: r for r in records if isinstance(r, schema.RunRecord)}
     ref_of = {r.labels.get("reference_for"): rid for rid, r in runs.items()
@@ -154,16 +159,23 @@ def diverge(records: Iterable[Any], reference: Iterable[Any] | None = None,
     external = [r for r in reference or () if isinstance(r, schema.RequestRecord)]
     out = []
     for rid, run in runs.items():
-        if run.labels.get("role") == "reference" or (run_id and rid != run_id) or not run.num_steps:
+        speculative = run.num_steps or any(q.num_verify_steps or q.num_draft_tokens
+                                           for q in requests.get(rid, []))
+        if run.labels.get("role") == "reference" or (run_id and rid != run_id) or not speculative:
             continue
-        refs = external or requests.get(ref_of.get(rid, "\0"), [])
-        by_prompt = {r.prompt_id or r.request_id: r for r in refs if r.temperature == 0}
-        dtype = _dtype(run)
-        pairs = [compare_pair(q, by_prompt[q.prompt_id or q.request_id], TIE_MARGIN[dtype])
-                 for q in requests.get(rid, []) if q.temperature == 0
-                 and (q.prompt_id or q.request_id) in by_prompt]
+        refs = [r for r in external or requests.get(ref_of.get(rid, "\0"), []) if r.temperature == 0]
+        mine = [q for q in requests.get(rid, []) if q.temperature == 0]
+        by_prompt = {r.prompt_id or r.request_id: r for r in refs}
+        matched = [(q, by_prompt[q.prompt_id or q.request_id]) for q in mine
+                   if (q.prompt_id or q.request_id) in by_prompt]
+        paired_by = "prompt"
+        if not matched and external and len(refs) == len(mine):
+            # saved responses name no prompt: two files of the same prompts pair in file order
+            matched, paired_by = list(zip(mine, refs)), "order"
+        kind = dtype or _dtype(run)
+        pairs = [compare_pair(q, r, TIE_MARGIN[kind]) for q, r in matched]
         ref_id = (external[0].run_id if external else ref_of.get(rid, "")) or ""
-        out.append(DivergeResult(rid, ref_id, dtype, TIE_MARGIN[dtype], pairs))
+        out.append(DivergeResult(rid, ref_id, kind, TIE_MARGIN[kind], pairs, paired_by))
     return out
 
 
@@ -176,7 +188,7 @@ def format_diverge(results: list[DivergeResult], limit: int = 20) -> str:
         share = f"{s['share_diverging']:.0%}" if s["share_diverging"] is not None else "n/a"
         ties = f"{s['share_tie_flips']:.0%}" if s["share_tie_flips"] is not None else "n/a"
         lines.append(f"== {res.run_id} against {res.reference_id or '?'} ({res.dtype}: a tie is a "
-                     f"margin below {res.tie_margin:g} nats)")
+                     f"margin below {res.tie_margin:g} nats; paired by {res.paired_by})")
         lines.append(f"  greedy pairs {s['pairs']}  identical {s['identical']}  diverging {share}  "
                      f"median first index {s['median_first_index']}  tie-flips {ties}  "
                      f"structural {s['structural']}  -> {s['verdict']}")

@@ -107,10 +107,16 @@ def vllm(obj: dict, where: str) -> list[Req]:
             k=_int(top.get("num_spec_tokens")), prompt_tokens=prompt, output_tokens=completion,
             reported_al=_float(top.get("mean_acceptance_length")),
             reported_rate=_float(top.get("draft_acceptance_rate")),
-            extra=_detailed(top)))
+            extra={**_detailed(top), **_first_choice_tokens(obj)}))
     for i, choice in enumerate(obj.get("choices") or []):
         s = choice.get("speculative_decoding_stats") if isinstance(choice, dict) else None
         if not isinstance(s, dict):
+            if i == 0 and not isinstance(top, dict) and isinstance(choice, dict) and _token_logprobs(choice):
+                # a target-only server's response (no speculation figures): its tokens and
+                # top-2 margins are a reference for diverge
+                out.append(Req(rid, prompt_tokens=prompt, output_tokens=completion,
+                               finish_reason=str(choice.get("finish_reason") or ""),
+                               extra=_token_logprobs(choice)))
             continue
         rates = s.get("per_position_acceptance_rates")
         out.append(Req(
@@ -122,8 +128,45 @@ def vllm(obj: dict, where: str) -> list[Req]:
             output_tokens=completion if i == 0 else 0,
             reported_al=_float(s.get("mean_accepted_length_per_step")),
             reported_rate=_float(s.get("draft_acceptance_rate")),
-            finish_reason=str(choice.get("finish_reason") or ""), extra=_detailed(s)))
+            finish_reason=str(choice.get("finish_reason") or ""),
+            extra={**_detailed(s), **_token_logprobs(choice)}))
     return out
+
+
+def _first_choice_tokens(obj: dict) -> dict[str, Any]:
+    choices = obj.get("choices") or []
+    return _token_logprobs(choices[0]) if choices and isinstance(choices[0], dict) else {}
+
+
+def _token_id(text: Any) -> int | None:
+    """A token as vLLM writes it with ``return_tokens_as_token_ids``: ``token_id:N``."""
+    if isinstance(text, str) and text.startswith("token_id:") and text[9:].isdigit():
+        return int(text[9:])
+    return None
+
+
+def _token_logprobs(choice: dict) -> dict[str, Any]:
+    """Output token ids and the top-1 minus top-2 log-probability per token (the logit margin:
+    one normaliser) from a choice's chat ``logprobs.content``, where the server wrote tokens as
+    ids (``return_tokens_as_token_ids``) and gave two or more ``top_logprobs``; {} otherwise."""
+    lp = choice.get("logprobs")
+    content = lp.get("content") if isinstance(lp, dict) else None
+    if not isinstance(content, list) or not content:
+        return {}
+    ids, margins, seconds = [], [], []
+    for item in content:
+        tok = _token_id(item.get("token")) if isinstance(item, dict) else None
+        tops = item.get("top_logprobs") if isinstance(item, dict) else None
+        if tok is None or not isinstance(tops, list) or len(tops) < 2:
+            return {}
+        ranked = sorted((t for t in tops if isinstance(t, dict) and _float(t.get("logprob")) is not None),
+                        key=lambda t: -t["logprob"])
+        if len(ranked) < 2 or _token_id(ranked[1].get("token")) is None:
+            return {}
+        ids.append(tok)
+        margins.append(ranked[0]["logprob"] - ranked[1]["logprob"])
+        seconds.append(_token_id(ranked[1]["token"]))
+    return {"output_token_ids": ids, "top2_margins": margins, "second_token_ids": seconds}
 
 
 def _detailed(s: dict) -> dict[str, Any]:
@@ -279,6 +322,8 @@ def shape(obj: Any) -> str | None:
         return "llamacpp-responses"
     if isinstance(obj.get("perf_metrics"), dict) and "request_id" in obj:
         return "trtllm-requests"
+    if choices and _token_logprobs(choices[0]):  # a vLLM response with token ids, no figures
+        return "vllm-responses"
     found = bare(obj)
     return found[0] if found else None
 
@@ -372,7 +417,9 @@ def to_record(r: Req, run_id: str) -> schema.RequestRecord:
         t_first_token_ns=r.t_first_ns, t_finish_ns=finish, num_prompt_tokens=r.prompt_tokens,
         num_output_tokens=r.output_tokens, finish_reason=r.finish_reason,
         num_verify_steps=r.steps, num_draft_tokens=r.drafted, num_accepted_tokens=r.accepted,
-        accept_len_hist=hist)
+        accept_len_hist=hist, output_token_ids=tuple(r.extra.get("output_token_ids", ())),
+        top2_margins=tuple(r.extra.get("top2_margins", ())),
+        second_token_ids=tuple(r.extra.get("second_token_ids", ())))
 
 
 def _per_pos_from_steps(reqs: list[Req]) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -275,3 +275,32 @@ def test_seeded_faults_in_a_real_vllm_are_flagged_and_clean_runs_are_not(
         worker.join()
         assert section["draft_health"].get("state") == "fail", section["draft_health"]
         print(f"draft probabilities at 1.0 flagged {took:.0f} s into serving")
+
+
+def test_diverge_over_vllms_own_greedy_outputs(vllm_env, smollm2_checkpoints, prompts, tmp_path):
+    """The greedy workload served by vLLM without and with speculation (the 4-bit draft, k = 3),
+    each response with its tokens as ids and top-2 log-probabilities: `diverge` over the two
+    saved response files pairs them in order and reads every margin from vLLM's own logprobs."""
+    from specscope.collector.diverge import diverge, format_diverge
+
+    target, draft = smollm2_checkpoints
+    ask = {"logprobs": True, "top_logprobs": 2, "return_tokens_as_token_ids": True}
+    files = {}
+    for name, spec in (("target-only", None), ("draft", speculative_config("draft_model", draft=draft, k=3))):
+        srv = server(tmp_path, vllm_env, target, spec, name, fix=True)
+        with srv:
+            out = drive(srv.url, str(target), prompts[:8], sampling=({"temperature": 0.0},),
+                        concurrency=4, max_tokens=48, extra=ask)
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps(out))
+    spec_import, ref_import = import_file(files["draft"]), import_file(files["target-only"])
+    ref_reqs = [r for r in ref_import.records if isinstance(r, schema.RequestRecord)]
+    assert len(ref_reqs) == 8 and all(len(r.top2_margins) == len(r.output_token_ids) > 0 for r in ref_reqs)
+    saved = json.loads(files["target-only"].read_text())
+    assert [int(t["token"][9:]) for t in saved[0]["choices"][0]["logprobs"]["content"]] == \
+        list(ref_reqs[0].output_token_ids)  # the tokens vLLM sent, as ids
+    (res,) = diverge(spec_import.records, ref_import.records, dtype="bfloat16")
+    print(format_diverge([res]))
+    assert res.paired_by == "order" and len(res.pairs) == 8
+    for p in res.diverged:  # each divergence is judged on vLLM's own reference margin
+        assert p.margin is not None and p.verdict in ("tie-flip", "structural")

@@ -379,3 +379,29 @@ def test_a_vllm_page_with_drafted_per_position_counters_uses_them(tmp_path):
     assert counts and counts[-1].drafted_per_pos == (100, 80, 60)
     (section,) = build_report(res.records)["runs"]
     assert section["totals"]["per_position_acceptance"] == pytest.approx([0.8, 50 / 80, 20 / 60])
+
+
+def test_vllm_logprobs_as_token_ids_give_tokens_and_top2_margins(tmp_path):
+    """A vLLM chat response with ``return_tokens_as_token_ids`` and ``top_logprobs``: its output
+    tokens and each token's top-1 minus top-2 log-probability, whether or not it carries
+    speculative figures (a target-only server's responses are diverge's reference)."""
+    import json
+
+    content = [{"token": "token_id:5", "logprob": -0.1, "top_logprobs": [
+                   {"token": "token_id:5", "logprob": -0.1}, {"token": "token_id:9", "logprob": -2.6}]},
+               {"token": "token_id:7", "logprob": -0.7, "top_logprobs": [
+                   {"token": "token_id:3", "logprob": -0.6}, {"token": "token_id:7", "logprob": -0.7}]}]
+    plain = {"id": "c0", "choices": [{"index": 0, "finish_reason": "length", "message": {"content": "x"},
+                                      "logprobs": {"content": content}}], "usage": {"completion_tokens": 2}}
+    p = tmp_path / "ref.json"
+    p.write_text(json.dumps([plain]))
+    res = import_file(p)
+    assert res.format == "vllm-responses"
+    (r,) = _requests(res)
+    assert r.output_token_ids == (5, 7) and r.second_token_ids == (9, 7)
+    assert r.top2_margins == pytest.approx((2.5, 0.1))
+    spec = dict(plain, metrics={"speculative_decoding": {"num_spec_steps": 1, "num_draft_tokens": 3,
+                                                         "num_accepted_draft_tokens": 1}})
+    p.write_text(json.dumps([spec]))
+    (r,) = _requests(import_file(p))  # one request, with its figures and its tokens
+    assert r.num_verify_steps == 1 and r.output_token_ids == (5, 7)
