@@ -63,3 +63,17 @@ def test_report_by_batch_on_a_recorded_trace(tmp_path):
     assert states[4]["sampling truth (speculative-sampling)"] == "fail", states
     text = run_cli("report", str(trace), "--by", "batch").stdout
     assert "FAIL in batch 4 (3-4)" in text
+
+
+def test_the_dashboard_figure_marks_the_failing_class_red(tiny, run_record):
+    from types import SimpleNamespace
+
+    from specscope.dashboard.figures.classes import batch_truth_figure
+
+    view = SimpleNamespace(run_id=run_record.run_id, label=run_record.run_id,
+                           records=_served(tiny, run_record, "silent_greedy_batch_gt2"))
+    fig = batch_truth_figure([view])
+    (trace,) = fig.data
+    colors = dict(zip(trace.x, trace.marker.color))
+    assert colors["batch 4 (3-4)"] == "#d62728" and colors["batch 2"] != "#d62728"
+    assert dict(zip(trace.x, trace.y))["batch 4 (3-4)"] > 30  # points above the expectation

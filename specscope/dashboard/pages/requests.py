@@ -1,5 +1,6 @@
 """Requests: acceptance length per request (request- and token-weighted means), the outliers
-with their evidence, and one request's verify steps on selection."""
+with their evidence, one request's verify steps on selection, and acceptance by context
+length."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dash import Input, Output, dcc, html
 
 from ...collector.requests import request_rows
 from .. import ids
+from ..figures import classes
 from ..figures import requests as figs
 from .common import card, graph, render_table, table
 
@@ -17,7 +19,7 @@ TITLE = "Requests"
 #: "speculative" ones, every "sweep" point, or "any" (data, whichever runs). The content
 #: test (tests/dashboard/test_demo_pages.py) holds every page to it over make demo.
 SHOWS = {ids.REQUESTS_FIGURE: "any", ids.REQUESTS_TABLE: "speculative",
-         ids.REQUESTS_TIMELINE: "any"}
+         ids.REQUESTS_TIMELINE: "any", ids.REQUESTS_CONTEXT: "speculative"}
 
 
 def layout() -> html.Div:
@@ -28,6 +30,7 @@ def layout() -> html.Div:
              graph(ids.REQUESTS_TIMELINE)),
         card("Requests, flagged first (pinned near k+1 with repetition, or near 1)",
              table(ids.REQUESTS_TABLE, 40)),
+        card("Acceptance by context length at the step", graph(ids.REQUESTS_CONTEXT)),
     ])
 
 
@@ -62,3 +65,7 @@ def register(app, ctx) -> None:
             if v.run_id == run_id and v.records is not None:
                 return figs.timeline_figure(v.records, run_id, request_id)
         return figs.figures.empty("its records were not kept")
+
+    @app.callback(Output(ids.REQUESTS_CONTEXT, "figure"), Input(ids.RUNS, "value"))
+    def by_context(selected):
+        return classes.context_figure(ctx.views(selected))

@@ -1,11 +1,12 @@
 """Sampling truth: requested vs effective mode, observed vs expected top-1 rate with its
-interval, fallback events by reason over time."""
+interval, the same by batch-size class, fallback events by reason over time."""
 
 from __future__ import annotations
 
 from dash import Input, Output, html
 
 from .. import ids
+from ..figures import classes
 from ..figures import live as fig
 from .common import card, render_table, graph, row, table, term
 
@@ -15,7 +16,7 @@ TITLE = "Sampling truth"
 #: what the page shows, per component, for the selected runs it applies to: "all", the
 #: "speculative" ones, every "sweep" point, or "any" (data, whichever runs). The content
 #: test (tests/dashboard/test_demo_pages.py) holds every page to it over make demo.
-SHOWS = {ids.TRUTH_FIGURE: "speculative", ids.TRUTH_MODES: "speculative"}
+SHOWS = {ids.TRUTH_FIGURE: "speculative", ids.TRUTH_MODES: "speculative", ids.TRUTH_BY_BATCH: "any"}
 
 
 def layout() -> html.Div:
@@ -23,6 +24,8 @@ def layout() -> html.Div:
         card(term("sampling truth", "Is verify sampling what the requests asked for?"),
              graph(ids.TRUTH_FIGURE)),
         card("Requested vs effectively used mode (request-steps)", table(ids.TRUTH_MODES)),
+        card("By batch size: a fault confined to large batches is diluted in the run's figure",
+             graph(ids.TRUTH_BY_BATCH)),
         row(card("Fallbacks", graph(ids.TRUTH_FALLBACKS))),
     ])
 
@@ -34,3 +37,7 @@ def register(app, ctx) -> None:
         views = ctx.views(selected)
         rows = fig.modes_rows(views)
         return fig.truth_figure(views), render_table(rows), fig.fallbacks_over_time(views)
+
+    @app.callback(Output(ids.TRUTH_BY_BATCH, "figure"), Input(ids.RUNS, "value"))
+    def by_batch(selected):
+        return classes.batch_truth_figure(ctx.views(selected))

@@ -1,0 +1,70 @@
+"""Figures over a run's verify steps split another way: sampling truth by batch-size class
+(collector/batches.py) and acceptance by context length (collector/context.py). Both need the
+run's records (a trace source keeps them; a live source does not)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import plotly.graph_objects as go
+
+from . import COLORS, empty, short, styled
+
+
+def _records(views: Sequence[Any]) -> list[tuple[Any, list]]:
+    return [(v, v.records) for v in views if v.records]
+
+
+def batch_truth_figure(views: Sequence[Any]) -> go.Figure:
+    """Per run, requested mode and batch-size class: observed minus expected rate of
+    committed == target argmax (percentage points); a FAIL in red."""
+    from ...collector.batches import batch_classes
+
+    fig = go.Figure()
+    for i, (v, records) in enumerate(_records(views)):
+        classes = [c for c in batch_classes(records) if c.run_id == v.run_id]
+        by_mode: dict[str, list[tuple[str, float, str]]] = {}
+        for c in classes:
+            for a in c.checks:
+                obs, exp = a.evidence.get("observed_top1_rate"), a.evidence.get("expected_top1_rate")
+                if a.check.startswith("sampling truth") and obs is not None and exp is not None:
+                    mode = a.evidence.get("mode_requested", a.check)
+                    by_mode.setdefault(mode, []).append((f"batch {c.label}", (obs - exp) * 100, a.state))
+        for mode, points in by_mode.items():
+            fig.add_trace(go.Bar(
+                x=[p[0] for p in points], y=[p[1] for p in points], name=f"{short(v.label)} · {mode}",
+                marker_color=["#d62728" if p[2] == "fail" else COLORS[i % len(COLORS)] for p in points],
+                hovertext=[p[2].upper() for p in points]))
+    if not fig.data:
+        return empty("no sampling-truth statistics by batch size (greedy only, statistics off, "
+                     "or a live source without records)")
+    fig.update_layout(barmode="group")
+    fig.update_yaxes(title_text="observed - expected top-1 rate (points)")
+    return styled(fig, "Sampling truth by batch-size class (requests verifying together); red: "
+                       "FAIL in that class")
+
+
+def context_figure(views: Sequence[Any]) -> go.Figure:
+    """Per run, acceptance length by context length at the step, with the bootstrap 95%
+    interval over requests; hover gives the requests and prompts per bucket."""
+    from ...collector.context import context_buckets
+
+    fig = go.Figure()
+    for i, (v, records) in enumerate(_records(views)):
+        buckets = [b for b in context_buckets(records) if b.run_id == v.run_id
+                   and b.acceptance_length is not None]
+        if not buckets:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[f"{b.lo}-{b.hi - 1}" for b in buckets], y=[b.acceptance_length for b in buckets],
+            mode="lines+markers", name=short(v.label), line={"color": COLORS[i % len(COLORS)]},
+            error_y={"type": "data", "symmetric": False,
+                     "array": [(b.ci[1] - b.acceptance_length) if b.ci else 0 for b in buckets],
+                     "arrayminus": [(b.acceptance_length - b.ci[0]) if b.ci else 0 for b in buckets]},
+            hovertext=[f"{b.requests} requests, {b.prompts} prompts, {b.request_steps} request-steps"
+                       for b in buckets]))
+    if not fig.data:
+        return empty("no verify steps with a known context (a live source keeps no records)")
+    fig.update_xaxes(title_text="context at the step (prompt + tokens so far)", type="category")
+    fig.update_yaxes(title_text="acceptance length (bonus incl.)")
+    return styled(fig, "Acceptance by context length (95% bootstrap interval over requests)")
