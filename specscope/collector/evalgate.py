@@ -96,7 +96,8 @@ _TRUTH_KINDS = ("silent_greedy", "sampling_mismatch", "greedy_mismatch")
 
 def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence[Any] = (),
               config: GateConfig = GateConfig(), run: Any = None,
-              assessments: Sequence[Assessment] | None = None) -> dict[str, Any]:
+              assessments: Sequence[Assessment] | None = None,
+              divergence: dict[str, Any] | None = None) -> dict[str, Any]:
     """The gate's verdict and its checks, each PASS, FAIL or INCONCLUSIVE.
 
     The verdict is FAIL if any check failed, else INCONCLUSIVE if any check had too little data
@@ -105,13 +106,22 @@ def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence
     draft's probabilities) draft health are tested on ``stats``; ``anomalies`` of those kinds
     found elsewhere (per request, or live) fail them too. ``assessments``: the detectors'
     checks on ``stats`` when the caller has them (``detectors.evaluate``); else they are run.
+    ``divergence``: ``diverge``'s summary of the greedy outputs against target-only decoding,
+    where the records were at hand: exact match below its threshold then fails only on a
+    structural divergence (tie-flips are numerics) and passes where every divergence is one.
     """
     checks: list[dict[str, Any]] = []
     em = stats.eval_rate("exact_match")
     if em is not None:
-        checks.append({"check": "greedy exact match vs target-only", "value": em,
-                       "threshold": config.min_exact_match,
-                       "state": PASS if em >= config.min_exact_match else FAIL})
+        check = {"check": "greedy exact match vs target-only", "value": em,
+                 "threshold": config.min_exact_match,
+                 "state": PASS if em >= config.min_exact_match else FAIL}
+        if divergence and check["state"] == FAIL and divergence.get("pairs"):
+            structural = divergence.get("structural", 0)
+            check["state"] = FAIL if structural else PASS if divergence["verdict"] == "PASS" else INCONCLUSIVE
+            check["reason"] = (f"diverge: {structural} structural of {divergence['pairs']} greedy "
+                               f"pairs, the rest tie-flips")
+        checks.append(check)
     found = {getattr(a, "kind", "") for a in anomalies if getattr(a, "severity", "") == "critical"}
     if assessments is None:
         assessments = evaluate(stats, "", detectors_for(run))[0]

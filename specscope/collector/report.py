@@ -197,8 +197,15 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
     target_only = run is not None and not run.num_steps
     # per-request sampling truth only where the run's verification is per-token and measured
     per_request = [] if kind_of(run, s)[0] else request_truth(records, run.run_id if run else "")
+    divergence = None
+    if reference and s.eval_rate("exact_match") is not None and run is not None:
+        from .diverge import diverge  # greedy outputs against the reference's, token by token
+
+        found = diverge(records, reference, run_id=run.run_id)
+        divergence = found[0].summary() if found and found[0].pairs else None
     return stats_section(s, run, _windows(records, window_s, target_only), reference=ref_stats,
-                         baseline=baseline, health=health, per_request=per_request)
+                         baseline=baseline, health=health, per_request=per_request,
+                         divergence=divergence)
 
 
 def _latency(s: SpecStats, name: str) -> dict[str, Any]:
@@ -234,7 +241,8 @@ def stats_section(s: SpecStats, run: schema.RunRecord | None, windows: list[dict
                   reference: SpecStats | None = None, baseline: SpecStats | None = None,
                   anomalies: Sequence[schema.AnomalyRecord] | None = None,
                   health: Sequence[schema.HookHealthRecord] = (),
-                  per_request: Sequence[schema.AnomalyRecord] = ()) -> dict[str, Any]:
+                  per_request: Sequence[schema.AnomalyRecord] = (),
+                  divergence: dict[str, Any] | None = None) -> dict[str, Any]:
     """One run's section from its pooled stats (records or a collector's aggregates alike).
 
     ``anomalies`` None runs the detectors on ``s`` (and adds ``per_request``, the findings of
@@ -282,7 +290,9 @@ def stats_section(s: SpecStats, run: schema.RunRecord | None, windows: list[dict
         "eval": {"rates": {k: s.eval_rate(k) for k in sorted(s.evals)},
                  "reference_rates": ({k: reference.eval_rate(k) for k in sorted(reference.evals)}
                                      if reference else None),
-                 "gate": eval_gate(s, reference, anomalies, run=run, assessments=checks)},
+                 "gate": eval_gate(s, reference, anomalies, run=run, assessments=checks,
+                                   divergence=divergence),
+                 "divergence": divergence},
         "engine_gauges": {k: v[0] / v[1] for k, v in sorted(s.gauges.items()) if v[1]},
         "benchmarks": [{"source": b.source, "metrics": dict(b.metrics), "config": dict(b.config)}
                        for b in s.benchmarks],
@@ -417,7 +427,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  EVAL GATE          {gate_text(gate)}")
         for c in gate["checks"]:
             value = c["value"] if isinstance(c["value"], (str, list)) else _f(c["value"])
-            lines.append(f"    [{check_text(c)}] {c['check']}: {value}")
+            why = f" ({c['reason']})" if c.get("reason") and c["check"].startswith("greedy exact") else ""
+            lines.append(f"    [{check_text(c)}] {c['check']}: {value}{why}")
         for a in sec["anomalies"]:
             lines.append(f"  ANOMALY {a['kind']} ({a['severity']}): {a['message']}")
         for h in sec["hooks"]:

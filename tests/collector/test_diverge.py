@@ -56,3 +56,23 @@ def test_diverge_on_recorded_greedy_runs(tmp_path, fault, verdict):
         assert structural and all(p["first_index"] is not None and p["rank"] == 2 for p in structural)
         text = run_cli("diverge", str(trace)).stdout
         assert f"structural {structural[0]['request_id']}: token {structural[0]['first_index']}" in text
+
+
+def test_the_gates_exact_match_reads_the_divergence_verdict():
+    """Exact match 0.8 < 0.95 fails on its own; where diverge found only tie-flips it passes
+    (numerics, said so), and one structural divergence keeps it failed."""
+    from specscope.collector.evalgate import eval_gate
+    from specscope.collector.stats import SpecStats
+
+    s = SpecStats()
+    s.evals["exact_match"] = [8, 10]
+
+    def state(divergence):
+        (c,) = [c for c in eval_gate(s, None, divergence=divergence)["checks"]
+                if c["check"].startswith("greedy exact match")]
+        return c["state"]
+
+    assert state(None) == "fail"
+    assert state({"pairs": 10, "structural": 0, "verdict": "PASS"}) == "pass"
+    assert state({"pairs": 10, "structural": 1, "verdict": "FAIL"}) == "fail"
+    assert state({"pairs": 10, "structural": 0, "verdict": "INCONCLUSIVE"}) == "inconclusive"
