@@ -46,6 +46,8 @@ PROFILE_DOWNLOAD = "profile-download"
 ACCURACY_REFERENCE = "accuracy-reference"
 ACCURACY_TABLE = "accuracy-table"
 ACCURACY_GATES = "accuracy-gates"
+ACCURACY_DIVERGE = "accuracy-diverge"
+ACCURACY_DIVERGE_TABLE = "accuracy-diverge-table"
 
 REQUESTS_FIGURE = "requests-distribution"
 REQUESTS_TABLE = "requests-table"

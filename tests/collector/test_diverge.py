@@ -76,3 +76,25 @@ def test_the_gates_exact_match_reads_the_divergence_verdict():
     assert state({"pairs": 10, "structural": 0, "verdict": "PASS"}) == "pass"
     assert state({"pairs": 10, "structural": 1, "verdict": "FAIL"}) == "fail"
     assert state({"pairs": 10, "structural": 0, "verdict": "INCONCLUSIVE"}) == "inconclusive"
+
+
+def test_the_accuracy_page_shows_each_runs_divergences(tmp_path):
+    """The Accuracy page's figure and table over a recorded trace with a seeded structural
+    fault: the run's greedy requests are stacked by verdict, structural first in the table."""
+    from types import SimpleNamespace
+
+    from specscope.dashboard.figures.classes import divergence_figure, divergence_rows
+    from specscope.io.trace import read_trace
+
+    trace = tmp_path / "t.jsonl"
+    assert run_cli("record", "--model", "tiny", "--requests", "4", "--concurrency", "4",
+                   "--max-new-tokens", "32", "--temperature", "0", "--fault", "greedy_second_choice",
+                   "--quiet", "-o", str(trace)).returncode == 0
+    records = read_trace([trace]).records
+    run = next(r for r in records if isinstance(r, schema.RunRecord) and r.num_steps)
+    view = SimpleNamespace(run_id=run.run_id, label=run.run_id, run=run, records=records)
+    fig = divergence_figure([view])
+    stacked = {t.name: sum(t.y) for t in fig.data}
+    assert stacked.get("structural") and sum(stacked.values()) == 4
+    rows = divergence_rows([view])
+    assert rows[0]["verdict"] == "structural" and rows[0]["committed"] == "2nd"

@@ -68,3 +68,65 @@ def context_figure(views: Sequence[Any]) -> go.Figure:
     fig.update_xaxes(title_text="context at the step (prompt + tokens so far)", type="category")
     fig.update_yaxes(title_text="acceptance length (bonus incl.)")
     return styled(fig, "Acceptance by context length (95% bootstrap interval over requests)")
+
+
+def divergences(views: Sequence[Any]) -> list[tuple[Any, Any]]:
+    """(view, DivergeResult) for each speculative view with greedy requests: against its own
+    reference run where the trace has one, else the first selected target-only run."""
+    from ...collector.diverge import diverge
+
+    base = next((v.records for v in views if v.records and v.run is not None
+                 and not v.run.num_steps), None)
+    out = []
+    for v, records in _records(views):
+        if v.run is None or not v.run.num_steps:
+            continue
+        found = diverge(records, run_id=v.run_id)
+        if not (found and found[0].pairs) and base is not None:
+            found = diverge(records, base, run_id=v.run_id)
+        if found and found[0].pairs:
+            out.append((v, found[0]))
+    return out
+
+
+def divergence_figure(views: Sequence[Any]) -> go.Figure:
+    """Per run, its greedy requests: identical to target-only, diverging by a tie-flip, or
+    diverging structurally (stacked)."""
+    found = divergences(views)
+    if not found:
+        return empty("no greedy request with a target-only output to compare")
+    fig = go.Figure()
+    labels = [short(v.label) for v, _ in found]
+    for verdict, color in (("identical", "#31a354"), ("tie-flip", "#fdae6b"),
+                           ("structural", "#d62728"), ("unknown", "#bdbdbd")):
+        counts = [sum(p.verdict == verdict for p in res.pairs) for _, res in found]
+        if any(counts):
+            fig.add_trace(go.Bar(x=labels, y=counts, name=verdict, marker_color=color))
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title_text="greedy requests")
+    return styled(fig, "Greedy output vs target-only decoding: identical, tie-flip (second "
+                       "choice within the dtype's tie margin), structural")
+
+
+def divergence_rows(views: Sequence[Any], limit: int = 40) -> list[dict[str, Any]]:
+    """The diverging requests, structural first, earliest divergence first; a run none of
+    whose greedy requests diverged is one row saying so."""
+    rows = []
+    found = divergences(views)
+    for v, res in found:
+        if not res.diverged:
+            rows.append({"run": v.label, "request": f"all {len(res.pairs)} greedy requests",
+                         "first index": None, "reference margin": None, "committed": "—",
+                         "verdict": "identical", "LCS after": None, "repetition after": None,
+                         "committed / reference token": "—"})
+        for p in res.diverged:
+            rows.append({"run": v.label, "request": p.request_id, "first index": p.first_index,
+                         "reference margin": None if p.margin is None else round(p.margin, 4),
+                         "committed": {1: "1st", 2: "2nd", None: ">2nd"}[p.rank],
+                         "verdict": p.verdict,
+                         "LCS after": None if p.lcs_ratio is None else round(p.lcs_ratio, 2),
+                         "repetition after": None if p.repetition is None else round(p.repetition, 2),
+                         "committed / reference token": f"{p.committed_token} / {p.reference_token}"})
+    rows.sort(key=lambda r: (r["verdict"] != "structural", r["first index"] is None,
+                             r["first index"] or 0))
+    return rows[:limit]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dash import Input, Output, dcc, html
 
 from .. import ids
-from ..figures import runs
-from .common import card, render_table, table
+from ..figures import classes, runs
+from .common import card, graph, render_table, table
 
 PATH = "/accuracy"
 TITLE = "Accuracy"
@@ -15,7 +15,7 @@ TITLE = "Accuracy"
 #: what the page shows, per component, for the selected runs it applies to: "all", the
 #: "speculative" ones, every "sweep" point, or "any" (data, whichever runs). The content
 #: test (tests/dashboard/test_demo_pages.py) holds every page to it over make demo.
-SHOWS = {ids.ACCURACY_TABLE: "all", ids.ACCURACY_GATES: "all"}
+SHOWS = {ids.ACCURACY_TABLE: "all", ids.ACCURACY_GATES: "all", ids.ACCURACY_DIVERGE: "any"}
 
 
 def layout() -> html.Div:
@@ -31,6 +31,12 @@ def layout() -> html.Div:
                     className="note")),
         card("Eval gates: each selected run's checks (PASS only where the data could have "
              "failed)", table(ids.ACCURACY_GATES, 40)),
+        card("Where greedy output first differs from target-only decoding (specscope diverge)",
+             graph(ids.ACCURACY_DIVERGE), table(ids.ACCURACY_DIVERGE_TABLE, 40),
+             html.P("Per diverging request: the first differing output index, the target-only "
+                    "run's top-1 minus top-2 logit there, whether the committed token was its "
+                    "second choice, and after it the LCS ratio of the two continuations and "
+                    "the share of repeated 4-grams (a loop is near 1).", className="note")),
     ])
 
 
@@ -73,3 +79,9 @@ def register(app, ctx) -> None:
         rows = runs.accuracy_rows(table_scores, reference)
         return (render_table(rows), [{"label": k, "value": k} for k in table_scores],
                 render_table(gate_rows(ctx, selected)))
+
+    @app.callback(Output(ids.ACCURACY_DIVERGE, "figure"), Output(ids.ACCURACY_DIVERGE_TABLE, "children"),
+                  Input(ids.RUNS, "value"))
+    def diverging(selected):
+        views = ctx.views(selected)
+        return classes.divergence_figure(views), render_table(classes.divergence_rows(views))
