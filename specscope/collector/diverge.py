@@ -29,6 +29,10 @@ never fail.
 a numerical tie. At the logit scale of a language model's top tokens (16-32) bfloat16's ulp is
 0.125 and float16's 0.0156: 2 and 3 ulps give 0.25 and 0.05 nats; float32's ulp there is 2e-6,
 and reductions over thousands of terms in another order move logits by about 1e-4: 1e-3.
+How often a tie can happen at all, measured on SmolLM2's greedy target-only run (16 requests, 402
+output positions, median margin 2.04 nats): 0.25% of positions below 0.001, 2.2% below 0.05,
+10% below 0.25. A bfloat16 engine therefore meets a near-tie about once in ten tokens and may
+flip it harmlessly; a float32 one about once in four hundred.
 """
 
 from __future__ import annotations
