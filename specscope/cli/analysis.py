@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any, Callable
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -30,6 +31,12 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _emit(args: argparse.Namespace, payload: Any, text: Callable[[], str]) -> int:
+    """A command's result: ``payload`` as JSON with ``--json``, else ``text()``."""
+    print(json.dumps(payload, indent=1, default=str) if args.json else text())
+    return 0
+
+
 def report_by(args: argparse.Namespace, records: list, baseline: list | None) -> int:
     """``report --by request|category|batch|context``."""
     from ..collector import requests as rq
@@ -38,37 +45,21 @@ def report_by(args: argparse.Namespace, records: list, baseline: list | None) ->
         from ..collector.context import bucket_dict, context_buckets, format_buckets
 
         buckets = context_buckets(records)
-        if args.json:
-            print(json.dumps({"buckets": [bucket_dict(b) for b in buckets]}, indent=1, default=str))
-        else:
-            print(format_buckets(buckets))
-        return 0
+        return _emit(args, {"buckets": [bucket_dict(b) for b in buckets]}, lambda: format_buckets(buckets))
     if args.by == "batch":
         from ..collector.batches import batch_classes, class_dict, format_classes
 
         classes = batch_classes(records)
-        if args.json:
-            print(json.dumps({"classes": [class_dict(c) for c in classes]}, indent=1, default=str))
-        else:
-            print(format_classes(classes))
-        return 0
+        return _emit(args, {"classes": [class_dict(c) for c in classes]}, lambda: format_classes(classes))
     if args.by == "request":
         rows = rq.request_rows(records)
-        if args.json:
-            print(json.dumps({"definitions": rq.__doc__, "distribution": rq.distribution(rows),
-                              "requests": [rq.row_dict(r) for r in rows]}, indent=1, default=str))
-        else:
-            print(rq.format_requests(rows))
-        return 0
+        return _emit(args, {"definitions": rq.__doc__, "distribution": rq.distribution(rows),
+                            "requests": [rq.row_dict(r) for r in rows]}, lambda: rq.format_requests(rows))
     if baseline is None:  # a trace with its own reference run compares against it
         records, baseline = rq.own_reference(records)
     cats = rq.category_rows(records, baseline)
-    if args.json:
-        print(json.dumps({"baseline": bool(baseline), "categories": [rq.cat_dict(c) for c in cats]},
-                         indent=1, default=str))
-    else:
-        print(rq.format_categories(cats, baseline is not None))
-    return 0
+    return _emit(args, {"baseline": bool(baseline), "categories": [rq.cat_dict(c) for c in cats]},
+                 lambda: rq.format_categories(cats, baseline is not None))
 
 
 def _cmd_diverge(args: argparse.Namespace) -> int:
@@ -77,10 +68,7 @@ def _cmd_diverge(args: argparse.Namespace) -> int:
 
     reference = read_trace(args.reference).records if args.reference else None
     results = diverge(read_trace(args.trace).records, reference, run_id=args.run, dtype=args.dtype)
-    if args.json:
-        print(json.dumps([r.to_dict() for r in results], indent=1, default=str))
-    else:
-        print(format_diverge(results))
+    _emit(args, [r.to_dict() for r in results], lambda: format_diverge(results))
     return 1 if any(r.verdict == "FAIL" for r in results) else 0
 
 

@@ -111,12 +111,10 @@ def vllm(obj: dict, where: str) -> list[Req]:
     for i, choice in enumerate(obj.get("choices") or []):
         s = choice.get("speculative_decoding_stats") if isinstance(choice, dict) else None
         if not isinstance(s, dict):
-            if i == 0 and not isinstance(top, dict) and isinstance(choice, dict) and _token_logprobs(choice):
-                # a target-only server's response (no speculation figures): its tokens and
-                # top-2 margins are a reference for diverge
+            tokens = _token_logprobs(choice) if i == 0 and not out and isinstance(choice, dict) else {}
+            if tokens:  # a target-only server's response: its tokens and margins, for diverge
                 out.append(Req(rid, prompt_tokens=prompt, output_tokens=completion,
-                               finish_reason=str(choice.get("finish_reason") or ""),
-                               extra=_token_logprobs(choice)))
+                               finish_reason=str(choice.get("finish_reason") or ""), extra=tokens))
             continue
         rates = s.get("per_position_acceptance_rates")
         out.append(Req(
@@ -244,7 +242,7 @@ def stream_chunk(obj: dict) -> bool:
     """A streamed chunk that carries text but no figures (every chunk but a stream's last):
     an OpenAI ``delta`` chunk, a completions chunk of a stream, or a native ``/completion``
     chunk with ``"stop": false``."""
-    if obj.get("object") in ("chat.completion.chunk",) or obj.get("stop") is False:
+    if obj.get("object") == "chat.completion.chunk" or obj.get("stop") is False:
         return True
     choices = [c for c in obj.get("choices") or [] if isinstance(c, dict)]
     return bool(choices) and all("delta" in c or c.get("finish_reason") is None for c in choices) \
