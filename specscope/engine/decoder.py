@@ -16,7 +16,7 @@ import torch
 
 from .. import schema
 from . import ngram, sampling
-from .kv import BatchKV, causal, feed_pending
+from .kv import BatchKV, causal, feed_pending, like_lengths
 from .policy import parse_policy
 from .tree import draft_tree, walk_tree
 
@@ -200,11 +200,20 @@ class SpeculativeDecoder:
         if not requests:
             return []
         dev, now = self.device, time.time_ns()
+        # prompts of like length prefill together: one long prompt must not pad every other
+        # row of its wave to its length (rows join the batch in this order)
         rows = [_Row(r, list(r.prompt_ids), Output(r.request_id, [], ""), r.arrival_ns or now)
                 for r in requests]
-        kv_t = BatchKV(self.target, len(rows), dev)
+        groups = like_lengths(rows, lambda row: len(row.committed))
+        rows = [row for group in groups for row in group]
+        kv_t = BatchKV(self.target, 0, dev)
         with self._phase("prefill"):
-            logits = feed_pending(kv_t, [row.committed for row in rows], [0] * len(rows))
+            parts = []
+            for group in groups:
+                kv_g = BatchKV(self.target, len(group), dev)
+                parts.append(feed_pending(kv_g, [row.committed for row in group], [0] * len(group)))
+                kv_t.merge(kv_g)
+            logits = torch.cat(parts)
             temp, top_p, top_k, trunc = self._params(rows)
             probs = sampling.process_probs(logits, temp, top_p, top_k, trunc)
             first = sampling.sample_from(probs, self.gen).tolist()

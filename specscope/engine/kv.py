@@ -9,6 +9,7 @@ scored per step (not only the accepted ones).
 from __future__ import annotations
 
 import inspect
+from typing import Any, Callable
 
 import torch
 from transformers import DynamicCache
@@ -162,3 +163,23 @@ def feed_pending(kv: BatchKV, pending: list[list[int]], start_pos: list[int],
     dev = kv.device
     logits = kv.forward(tokens.to(dev), positions.to(dev), valid.to(dev), causal(width, dev))
     return logits[:, -1]
+
+
+def like_lengths(rows: list, length: Callable[[Any], int], ratio: float = 2.0,
+                 short: int = 256) -> list[list]:
+    """Prefill groups (prefill pads a group to its longest prompt): the rows as given where
+    every prompt is within ``short`` tokens or ``ratio`` times the shortest; else by length,
+    split where a prompt is over both."""
+    def fits(n: int, first: int) -> bool:
+        return n <= short or n <= ratio * max(1, first)
+
+    lengths = [length(row) for row in rows]
+    if all(fits(n, min(lengths)) for n in lengths):
+        return [rows]
+    groups: list[list] = []
+    for row in sorted(rows, key=length):
+        if groups and fits(length(row), length(groups[-1][0])):
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return groups

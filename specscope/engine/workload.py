@@ -22,19 +22,27 @@ from .. import schema
 from ..collector import evalgate
 from ..io.trace import open_writer
 from ..hooks import Recorder, every_n
+from . import longctx
 from .decoder import Output, Request, SpecConfig, SpeculativeDecoder
 from .models import ModelPair
 
 
-def load_prompts() -> list[dict[str, Any]]:
+def load_prompts(long: bool = False) -> list[dict[str, Any]]:
     """The prompt set shipped with specscope, each with a workload category: math (arithmetic
     and word problems), qa, chat (open questions and multi-turn ``messages``), translation,
     summarization, code, rag (a question over a given context), and the repetitive-text
     categories copy, edit and refactor (the answer repeats most of the prompt: where prompt
     lookup drafts well). A prompt's own ``temperature`` (copy, edit and refactor: 0, decoded
-    greedily as editing tools ask for them) overrides the workload's."""
+    greedily as editing tools ask for them) overrides the workload's.
+
+    ``long``: also the long-context category (a question over a register of 384 to 3,072
+    tokens, three prompts per size; ``longctx``), which a workload takes only when it names it:
+    its prompts cost seconds of prefill each and exceed short-context servers."""
     text = resources.files("specscope.engine").joinpath("data/prompts.json").read_text("utf-8")
-    return json.loads(text)
+    prompts = json.loads(text)
+    if not long:
+        return [p for p in prompts if p.get("category") != "long"]
+    return [longctx.expand(p) if p.get("category") == "long" else p for p in prompts]
 
 
 def host_facts() -> dict[str, Any]:
@@ -68,12 +76,20 @@ class WorkloadSpec:
     categories: tuple[str, ...] = ()
 
 
-def _encode(pair: ModelPair, prompt: str, messages: list[dict] | None = None) -> list[int]:
-    """A prompt's tokens; ``messages`` (earlier turns, the last one the prompt) for multi-turn."""
+#: a tiny random model's prompt: its first 48 byte-tokens; a long-context prompt its size, as
+#: far as the model's positions leave room for the output
+TINY_PROMPT, TINY_ROOM = 48, 160
+
+
+def _encode(pair: ModelPair, prompt: str, messages: list[dict] | None = None,
+            size: int = 0) -> list[int]:
+    """A prompt's tokens; ``messages`` (earlier turns, the last one the prompt) for multi-turn;
+    ``size``: a long-context prompt's size in tokens (what a tiny model keeps of it)."""
     if pair.tokenizer is None:  # tiny random models: a deterministic token stream per prompt
-        vocab = pair.target.config.vocab_size
+        cfg = pair.target.config
         text = " ".join(m["content"] for m in messages) if messages else prompt
-        return [(b * 31 + i * 7) % vocab for i, b in enumerate(text.encode("utf-8"))][:48]
+        keep = min(size, cfg.max_position_embeddings - TINY_ROOM) if size else TINY_PROMPT
+        return [(b * 31 + i * 7) % cfg.vocab_size for i, b in enumerate(text.encode("utf-8"))][:keep]
     ids = pair.tokenizer.apply_chat_template(messages or [{"role": "user", "content": prompt}],
                                              add_generation_prompt=True, tokenize=True)
     if isinstance(ids, dict) or hasattr(ids, "keys"):
@@ -88,7 +104,7 @@ def _decode(pair: ModelPair, tokens: list[int]) -> str:
 
 
 def build_requests(pair: ModelPair, spec: WorkloadSpec) -> tuple[list[Request], dict[str, dict]]:
-    prompts = load_prompts()
+    prompts = load_prompts(long="long" in spec.categories)
     if spec.mix or spec.categories:
         by_cat: dict[str, list[dict]] = {}
         for p in prompts:
@@ -105,7 +121,8 @@ def build_requests(pair: ModelPair, spec: WorkloadSpec) -> tuple[list[Request], 
         by_id[p["id"]] = p
         # a prompt may set its own temperature: copying and editing are decoded greedily
         temp = float(p.get("temperature", spec.temperature))
-        reqs.append(Request(f"req-{i:05d}", _encode(pair, p["prompt"], p.get("messages")),
+        reqs.append(Request(f"req-{i:05d}", _encode(pair, p["prompt"], p.get("messages"),
+                                                       p.get("context_tokens", 0)),
                             spec.max_new_tokens, temp, spec.top_p if temp > 0 else 1.0,
                             spec.top_k if temp > 0 else 0,
                             prompt_id=p["id"], category=p.get("category", "")))

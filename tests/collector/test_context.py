@@ -51,3 +51,21 @@ def test_context_buckets_of_a_recorded_run_cover_every_drafting_step(tiny, run_r
     assert sum(b.request_steps for b in buckets) == steps
     assert {b.lo for b in buckets} >= {0, 64}
     assert all(b.ci is None or b.ci[0] <= b.acceptance_length <= b.ci[1] for b in buckets)
+
+
+def test_the_shipped_long_prompts_give_several_prompts_in_every_bucket(tiny, tmp_path):
+    """The workload's long-context category: three prompts per size, so each bucket from 256
+    tokens on has an interval over several prompts (the tiny model keeps up to 864 tokens)."""
+    from specscope.engine.decoder import SpecConfig
+    from specscope.engine.workload import WorkloadSpec, run_workload
+    from specscope.io.trace import read_trace
+
+    spec = WorkloadSpec(requests=12, concurrency=4, max_new_tokens=24, temperature=0.7,
+                        categories=("long",), reference=False)
+    path = run_workload(tiny, SpecConfig(num_steps=3), spec, tmp_path / "long.jsonl", progress=False)
+    buckets = {b.lo: b for b in context_buckets(read_trace(path).records)}
+    assert set(buckets) == {256, 512}, buckets  # 384 tokens; 768 and 864 (the model's room)
+    assert buckets[256].prompts == 3 and buckets[512].prompts == 9
+    assert all(b.ci is not None and b.ci[0] <= b.acceptance_length <= b.ci[1] for b in buckets.values())
+    reqs = read_trace(path).of(schema.RequestRecord)
+    assert sorted({r.num_prompt_tokens for r in reqs}) == [384, 768, 864]

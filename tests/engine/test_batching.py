@@ -69,3 +69,21 @@ def test_compaction_drops_rejected_entries_and_keeps_attention_exact(pair64):
     after = kv.forward(torch.tensor([[9], [9]]), torch.tensor([[50], [50]]),
                        torch.ones(2, 1, dtype=torch.bool), causal(1, kv.device))
     torch.testing.assert_close(after, before)
+
+
+def test_a_long_prompt_prefills_apart_and_decodes_as_alone(tiny):
+    """A wave with one long prompt prefills the short ones without padding them to its length;
+    every request decodes exactly as it does alone."""
+    from specscope.engine.decoder import Request, SpecConfig, SpeculativeDecoder
+    from specscope.engine.kv import like_lengths
+
+    reqs = [Request("short-a", [3, 4, 5] * 7, 12), Request("long", list(range(7, 200)) * 3, 12),
+            Request("short-b", [9, 8] * 12, 12)]
+    groups = like_lengths(reqs, lambda r: len(r.prompt_ids))
+    assert [[r.request_id for r in g] for g in groups] == [["short-a", "short-b"], ["long"]]
+    assert like_lengths(reqs[::2], lambda r: len(r.prompt_ids)) == [reqs[::2]]  # as given
+    dec = SpeculativeDecoder(tiny.target, tiny.draft, SpecConfig(num_steps=3))
+    together = dec.generate(reqs)
+    alone = [dec.generate([r])[0] for r in reqs]
+    assert [o.request_id for o in together] == [r.request_id for r in reqs]
+    assert [o.token_ids for o in together] == [o.token_ids for o in alone]
