@@ -8,6 +8,13 @@ A verify step's class is its running batch (the requests that verified together,
 mode, draft health, acceptance length with the bonus token, acceptance rate pooled from
 counters) and checked by the run's own detectors: PASS, FAIL or INCONCLUSIVE with how much more
 data it needs before it could fail. Steps of a target-only run have no class here.
+
+Exact match by class: each greedy request paired with its reference (``diverge``) is counted in
+every class whose steps committed its tokens up to its first divergence, and its divergence in
+the class of the step that committed the divergent token (the first token, sampled at prefill,
+has no class). A class FAILs on a structural divergence committed there; tie-flips alone never
+fail; PASS needs one compared greedy request, INCONCLUSIVE otherwise (or where a divergence's
+margin is unknown).
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ from .. import schema
 from .detectors import detectors_for, evaluate
 from .explain import batch_class
 from .stats import SpecStats
-from .verdict import FAIL, PASS
+from .verdict import FAIL, INCONCLUSIVE, PASS, Assessment
+
+EXACT_CHECK = "exact match (greedy, against target-only)"
 
 
 @dataclass
@@ -30,6 +39,8 @@ class BatchClass:
     size: int  #: the class: 1, 2, 4 (3-4 requests), 8 (5-8), ...
     stats: SpecStats = field(default_factory=lambda: SpecStats(keep_samples=False))
     checks: list[Any] = field(default_factory=list)  #: Assessments of the run's detectors
+    greedy_requests: int = 0  #: greedy requests with a reference and a step here up to their divergence
+    diverged: dict[str, int] = field(default_factory=dict)  #: verdict -> first divergences here
 
     @property
     def label(self) -> str:
@@ -48,7 +59,9 @@ def batch_classes(records: Iterable[Any]) -> list[BatchClass]:
 
     runs: dict[str, schema.RunRecord] = {}
     classes: dict[tuple[str, int], BatchClass] = {}
-    for r in expand(records):
+    records = list(expand(records))
+    steps: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (run, request) -> (class, tokens)
+    for r in records:
         if isinstance(r, schema.RunRecord):
             runs.setdefault(r.run_id, r)
         elif isinstance(r, schema.VerifyStepRecord) and r.batch_size > 0:
@@ -57,17 +70,55 @@ def batch_classes(records: Iterable[Any]) -> list[BatchClass]:
             if c is None:
                 c = classes[key] = BatchClass(r.run_id, key[1])
             c.stats.observe(r)
+            for e in r.entries:
+                steps.setdefault((r.run_id, e.request_id), []).append((key[1], e.num_accepted + 1))
+    _exact_by_class(records, steps, classes)
     out = sorted(classes.values(), key=lambda c: (c.run_id, c.size))
     for c in out:
         c.checks = evaluate(c.stats, c.run_id, detectors_for(runs.get(c.run_id)))[0]
+        if c.greedy_requests or c.diverged:
+            c.checks.append(_exact_check(c))
     return out
+
+
+def _exact_by_class(records: list[Any], steps: dict[tuple[str, str], list[tuple[int, int]]],
+                    classes: dict[tuple[str, int], BatchClass]) -> None:
+    from .diverge import diverge
+
+    for res in diverge(records):
+        for p in res.pairs:
+            seen: set[int] = set()
+            committed = 1  # the first token comes from prefill, in no class
+            for size, n in steps.get((res.run_id, p.request_id), ()):
+                c = classes[(res.run_id, size)]
+                seen.add(size)
+                if p.first_index is not None and committed <= p.first_index < committed + n:
+                    c.diverged[p.verdict] = c.diverged.get(p.verdict, 0) + 1
+                    break
+                committed += n
+            for size in seen:
+                classes[(res.run_id, size)].greedy_requests += 1
+
+
+def _exact_check(c: BatchClass) -> Assessment:
+    n, d = c.greedy_requests, c.diverged
+    evidence = {"greedy_requests": n, "diverged": sum(d.values()), **d,
+                "exact_match": 1 - sum(d.values()) / n if n else None}
+    if d.get("structural"):
+        return Assessment(EXACT_CHECK, FAIL, {**evidence, "reason": f"{d['structural']} structural "
+                                             f"divergence(s) committed in this class"})
+    if d.get("unknown") or not n:
+        return Assessment(EXACT_CHECK, INCONCLUSIVE, {**evidence, "reason": "a divergence's margin "
+                                                     "is unknown" if n else "no greedy request"})
+    return Assessment(EXACT_CHECK, PASS, evidence)
 
 
 def class_dict(c: BatchClass) -> dict[str, Any]:
     s = c.stats
     return {"run_id": c.run_id, "batch_class": c.size, "label": c.label, "verify_steps": s.num_steps,
             "request_steps": s.num_drafts, "mean_acceptance_length": s.mean_acceptance_length,
-            "acceptance_rate": s.acceptance_rate,
+            "acceptance_rate": s.acceptance_rate, "greedy_requests": c.greedy_requests,
+            "diverged": dict(c.diverged),
             "checks": [{"check": a.check, "state": a.state, "why": a.why,
                         "observed_top1_rate": a.evidence.get("observed_top1_rate"),
                         "expected_top1_rate": a.evidence.get("expected_top1_rate")}
@@ -86,6 +137,15 @@ def verdict(classes: list[BatchClass], run_id: str) -> str:
     return f"{run_id}: FAIL in {named}"
 
 
+def _check_text(a: Any) -> str:
+    if a.check != EXACT_CHECK:
+        return f"{a.check}: {a.why}"
+    e = a.evidence
+    kinds = ", ".join(f"{e[k]} {k}" for k in ("structural", "tie-flip", "unknown") if e.get(k))
+    return (f"{a.check}: {a.why}, {e['diverged']} of {e['greedy_requests']} greedy requests first "
+            f"diverged here" + (f" ({kinds})" if kinds else ""))
+
+
 def format_classes(classes: list[BatchClass]) -> str:
     """The table `report --by batch` prints."""
     lines = ["Per batch-size class (requests verifying together, rounded up to a power of two).",
@@ -98,6 +158,6 @@ def format_classes(classes: list[BatchClass]) -> str:
             s = c.stats
             al = f"{s.mean_acceptance_length:.3f}" if s.mean_acceptance_length is not None else "n/a"
             rate = f"{s.acceptance_rate:.3f}" if s.acceptance_rate is not None else "n/a"
-            checks = "; ".join(f"{a.check}: {a.why}" for a in c.checks) or "none"
+            checks = "; ".join(_check_text(a) for a in c.checks) or "none"
             lines.append(f"  {c.label:<10} {s.num_steps:>6} {s.num_drafts:>9} {al:>6} {rate:>6}  {checks}")
     return "\n".join(lines)

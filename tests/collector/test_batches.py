@@ -5,6 +5,7 @@ from __future__ import annotations
 from specscope import schema
 from specscope.collector.batches import batch_classes, format_classes, verdict
 from specscope.collector.report import build_report
+from specscope.collector.verdict import FAIL, PASS
 from specscope.engine.decoder import Request, SpecConfig, SpeculativeDecoder
 from specscope.hooks import Recorder
 
@@ -77,3 +78,48 @@ def test_the_dashboard_figure_marks_the_failing_class_red(tiny, run_record):
     colors = dict(zip(trace.x, trace.marker.color))
     assert colors["batch 4 (3-4)"] == "#d62728" and colors["batch 2"] != "#d62728"
     assert dict(zip(trace.x, trace.y))["batch 4 (3-4)"] > 30  # points above the expectation
+
+
+def _greedy(run_id, rid, tokens, **kw):
+    return schema.RequestRecord(run_id=run_id, rank=0, request_id=rid, prompt_id=rid, t_arrival_ns=0,
+                                t_first_token_ns=1, t_finish_ns=2, num_prompt_tokens=4,
+                                num_output_tokens=len(tokens), output_token_ids=tuple(tokens),
+                                temperature=0.0, finish_reason="length", **kw)
+
+
+def _step(i, batch, commits):
+    return schema.VerifyStepRecord(
+        run_id="spec", config_id="c", rank=0, step=i, t_ns=i, batch_size=batch,
+        entries=tuple(schema.VerifyEntry(request_id=rid, num_drafted=2, num_draft_tokens=2,
+                                         num_accepted=n - 1, accepted_per_pos=(1,) * (n - 1) + (0,) * (3 - n),
+                                         temperature=0.0) for rid, n in commits))
+
+
+def test_exact_match_by_class_names_the_class_that_committed_the_divergence():
+    """Three greedy requests: a verifies alone, then with b and c (class 4); b diverges firmly
+    (margin 3 nats, its reference's third choice) at token 4, in a class-4 step; c diverges
+    at a near tie (second choice, margin 1e-4) at token 2, also in class 4; a never diverges."""
+    runs = [schema.RunRecord(run_id="spec", config_id="c", algorithm="eagle", num_steps=2, topk=1,
+                             num_draft_tokens=3, backend="cpu", model="m"),
+            schema.RunRecord(run_id="ref", config_id="none", algorithm="none", num_steps=0, topk=0,
+                             num_draft_tokens=0, backend="cpu", model="m",
+                             labels={"role": "reference", "reference_for": "spec"})]
+    ref_tokens = {"a": [1, 2, 3, 4, 5, 6, 7], "b": [1, 2, 3, 4, 5, 6, 7], "c": [1, 2, 3, 4, 5, 6, 7]}
+    second = (9,) * 7
+    refs = [_greedy("ref", rid, t, top2_margins=(3.0, 3.0, 1e-4, 3.0, 3.0, 3.0, 3.0),
+                    second_token_ids=second) for rid, t in ref_tokens.items()]
+    mine = [_greedy("spec", "a", [1, 2, 3, 4, 5, 6, 7]), _greedy("spec", "b", [1, 2, 3, 4, 8, 8, 8]),
+            _greedy("spec", "c", [1, 2, 9, 4, 5, 6, 7])]
+    # a: 1 (prefill) + 2 alone + 2 + 2 in class 4; b and c: prefill, then 3 + 3 in class 4
+    steps = [_step(0, 1, [("a", 2)]), _step(1, 3, [("a", 2), ("b", 3), ("c", 3)]),
+             _step(2, 3, [("a", 2), ("b", 3), ("c", 3)])]
+    classes = {c.size: c for c in batch_classes(runs + refs + mine + steps)}
+    one, four = classes[1], classes[4]
+    exact = [a for a in four.checks if a.check.startswith("exact match")]
+    assert four.greedy_requests == 3 and four.diverged == {"structural": 1, "tie-flip": 1}
+    assert [a.state for a in exact] == [FAIL]
+    assert [a.state for a in one.checks if a.check.startswith("exact match")] == [PASS]
+    assert one.greedy_requests == 1 and not one.diverged
+    text = format_classes(list(classes.values()))
+    assert "2 of 3 greedy requests first diverged here (1 structural, 1 tie-flip)" in text
+    assert verdict(list(classes.values()), "spec").startswith("spec: FAIL in batch 4 (3-4): exact match")

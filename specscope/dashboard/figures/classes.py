@@ -17,7 +17,8 @@ def _records(views: Sequence[Any]) -> list[tuple[Any, list]]:
 
 def batch_truth_figure(views: Sequence[Any]) -> go.Figure:
     """Per run, requested mode and batch-size class: observed minus expected rate of
-    committed == target argmax (percentage points); a FAIL in red."""
+    committed == target argmax (percentage points); greedy requests' exact match against
+    target-only minus 100% beside them; a FAIL in red."""
     from ...collector.batches import batch_classes
 
     fig = go.Figure()
@@ -30,6 +31,9 @@ def batch_truth_figure(views: Sequence[Any]) -> go.Figure:
                 if a.check.startswith("sampling truth") and obs is not None and exp is not None:
                     mode = a.evidence.get("mode_requested", a.check)
                     by_mode.setdefault(mode, []).append((f"batch {c.label}", (obs - exp) * 100, a.state))
+                elif a.evidence.get("exact_match") is not None:
+                    by_mode.setdefault("exact match", []).append(
+                        (f"batch {c.label}", (a.evidence["exact_match"] - 1) * 100, a.state))
         for mode, points in by_mode.items():
             fig.add_trace(go.Bar(
                 x=[p[0] for p in points], y=[p[1] for p in points], name=f"{short(v.label)} · {mode}",
@@ -39,9 +43,9 @@ def batch_truth_figure(views: Sequence[Any]) -> go.Figure:
         return empty("no sampling-truth statistics by batch size (greedy only, statistics off, "
                      "or a live source without records)")
     fig.update_layout(barmode="group")
-    fig.update_yaxes(title_text="observed - expected top-1 rate (points)")
-    return styled(fig, "Sampling truth by batch-size class (requests verifying together); red: "
-                       "FAIL in that class")
+    fig.update_yaxes(title_text="observed - expected (points)")
+    return styled(fig, "Sampling truth and exact match by batch-size class (requests verifying "
+                       "together; top-1 rate, exact match vs 100%); red: FAIL in that class")
 
 
 def context_figure(views: Sequence[Any]) -> go.Figure:
