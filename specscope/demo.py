@@ -68,7 +68,7 @@ def _engine_loop(opts: DemoOptions, collector: Any, stop: threading.Event,
     """Waves of requests, alternating configurations, until ``stop``; checks it every step."""
     from .engine.decoder import SpeculativeDecoder
     from .engine.models import load_pair
-    from .engine.workload import WorkloadSpec, build_requests, eval_records, run_record
+    from .engine.workload import WorkloadSpec, build_requests, detokenizer, eval_records, run_record
     from .io.trace import TraceWriter
     from .hooks import Recorder
 
@@ -86,7 +86,8 @@ def _engine_loop(opts: DemoOptions, collector: Any, stop: threading.Event,
         rec = Recorder(run_record(f"demo-{name}", pair, cfg, "measured", {"demo": "1"}),
                        sinks=[collector, writer]).start()
         decoders.append((SpeculativeDecoder(pair.target, pair.draft, cfg, recorder=rec,
-                                            eos_ids=pair.eos_ids), rec, writer))
+                                            eos_ids=pair.eos_ids, detokenize=detokenizer(pair)),
+                         rec, writer))
     status["ready"] = True
     try:
         for wave in itertools.count():

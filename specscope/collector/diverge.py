@@ -139,6 +139,30 @@ def compare_pair(req: schema.RequestRecord, ref: schema.RequestRecord, tie: floa
                 repetition(cb), mine, theirs)
 
 
+def side_by_side(req: schema.RequestRecord, ref: schema.RequestRecord, first: int,
+                 before: int = 60, after: int = 400) -> tuple[str, str, str]:
+    """(shared context, this run's continuation, the reference's) from the divergence on: as
+    text where both records carry it (split at the first differing character, the context
+    the ``before`` characters ahead of it), else as token ids from index ``first``."""
+    a, b = req.output_text, ref.output_text
+    if a and b:
+        cut = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        lead = a[max(0, cut - before):cut]
+        return (("…" if cut > before else "") + lead, a[cut:cut + after], b[cut:cut + after])
+    ids = lambda t: " ".join(map(str, t[first:first + after // 8]))  # noqa: E731
+    lead = " ".join(map(str, req.output_token_ids[max(0, first - 8):first]))
+    return (f"tokens …{lead}" if first else "", ids(req.output_token_ids), ids(ref.output_token_ids))
+
+
+def worst(result: "DivergeResult") -> Pair | None:
+    """The diverging request a reader should see first: structural before tie-flip, then the
+    lowest LCS ratio after the divergence, then the earliest divergence."""
+    order = {"structural": 0, "unknown": 1, "tie-flip": 2}
+    found = sorted(result.diverged, key=lambda p: (order.get(p.verdict, 3), p.lcs_ratio if
+                                                   p.lcs_ratio is not None else 1.0, p.first_index))
+    return found[0] if found else None
+
+
 def _dtype(run: schema.RunRecord | None) -> str:
     labels = run.labels if run is not None else {}
     for key in ("target_dtype", "dtype"):

@@ -48,6 +48,7 @@ ACCURACY_TABLE = "accuracy-table"
 ACCURACY_GATES = "accuracy-gates"
 ACCURACY_DIVERGE = "accuracy-diverge"
 ACCURACY_DIVERGE_TABLE = "accuracy-diverge-table"
+ACCURACY_WORST = "accuracy-worst"
 
 REQUESTS_FIGURE = "requests-distribution"
 REQUESTS_TABLE = "requests-table"

@@ -121,13 +121,15 @@ class SpeculativeDecoder:
 
     def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | None, config: SpecConfig,
                  *, recorder=None, eos_ids: tuple[int, ...] = (), seed: int = 0,
-                 device: str | torch.device = "cpu", run_id: str = "", policy=None) -> None:
+                 device: str | torch.device = "cpu", run_id: str = "", policy=None,
+                 detokenize: Callable[[list[int]], str] | None = None) -> None:
+        """``detokenize``: output tokens -> text, for the request records (none: no text)."""
         if config.uses_draft_model and draft is None:
             raise ValueError("speculation needs a draft model")
         #: k per step (engine/policy.py): the config's, unless one is given
         self.policy = policy if policy is not None else parse_policy(config.policy, config.num_steps)
         self.target, self.draft, self.cfg = target, draft, config
-        self.recorder = recorder
+        self.recorder, self.detokenize = recorder, detokenize
         self.eos = set(eos_ids)
         self.device = torch.device(device)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
@@ -318,6 +320,7 @@ class SpeculativeDecoder:
                 chunk_num_tokens=tuple(n for _, n in out.chunks), temperature=r.temperature,
                 top_p=r.top_p, top_k=r.top_k, finish_reason=out.finish_reason,
                 output_token_ids=tuple(out.token_ids), num_verify_steps=row.verify_steps,
+                output_text=self.detokenize(out.token_ids) if self.detokenize else "",
                 num_draft_tokens=row.drafted, num_accepted_tokens=row.accepted,
                 accept_len_hist=tuple(row.accept_len_hist),
                 top2_margins=tuple(row.margins[:len(out.token_ids)]),

@@ -97,6 +97,11 @@ def _encode(pair: ModelPair, prompt: str, messages: list[dict] | None = None,
     return list(ids)
 
 
+def detokenizer(pair: ModelPair):
+    """Output tokens -> text for the request records, where the pair has a tokenizer."""
+    return None if pair.tokenizer is None else (lambda tokens: _decode(pair, tokens))
+
+
 def _decode(pair: ModelPair, tokens: list[int]) -> str:
     if pair.tokenizer is None:
         return ""
@@ -158,7 +163,7 @@ def _decode_all(pair: ModelPair, cfg: SpecConfig, spec: WorkloadSpec, reqs: list
                 recorder: Recorder, progress: Any) -> list[Output]:
     torch.manual_seed(spec.seed)
     decoder = SpeculativeDecoder(pair.target, pair.draft, cfg, recorder=recorder,
-                                 eos_ids=pair.eos_ids, seed=spec.seed)
+                                 eos_ids=pair.eos_ids, seed=spec.seed, detokenize=detokenizer(pair))
     outs: list[Output] = []
     for start in range(0, len(reqs), spec.concurrency):
         wave = reqs[start:start + spec.concurrency]

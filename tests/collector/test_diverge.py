@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -98,3 +99,33 @@ def test_the_accuracy_page_shows_each_runs_divergences(tmp_path):
     assert stacked.get("structural") and sum(stacked.values()) == 4
     rows = divergence_rows([view])
     assert rows[0]["verdict"] == "structural" and rows[0]["committed"] == "2nd"
+    # the worst request's two outputs side by side from the divergence on (the tiny model has
+    # no tokenizer: token ids, starting at the divergent token)
+    from specscope.dashboard.figures.classes import worst_rows
+
+    (worst,) = worst_rows([view])
+    mine = next(r for r in records if isinstance(r, schema.RequestRecord) and r.run_id == run.run_id
+                and worst["request"].startswith(r.request_id + " "))
+    first = int(worst["request"].rsplit("token ", 1)[1].rstrip(")"))
+    assert "structural" in worst["request"]
+    assert worst["this run"].split()[0] == str(mine.output_token_ids[first])
+    assert worst["this run"].split()[0] != worst["target-only"].split()[0]
+
+
+def test_side_by_side_splits_texts_at_their_first_difference():
+    from specscope.collector.diverge import side_by_side, worst
+    from specscope.collector.diverge import DivergeResult, Pair
+
+    shared = "The answer to the question, after some thought, is"
+    mine = dataclasses.replace(_req("a", [1, 2, 3]), output_text=shared + " 42, and that is all.")
+    ref = dataclasses.replace(_req("a", [1, 2, 4]), output_text=shared + " 41, because of the sum.")
+    lead, a, b = side_by_side(mine, ref, 2, before=20)
+    assert lead == "…" + (shared + " 4")[-20:]
+    assert a.startswith("2, and") and b.startswith("1, because")
+    # no text: token ids from the divergent index, eight before it as the context
+    lead, a, b = side_by_side(_req("a", list(range(20)) + [7]), _req("a", list(range(20)) + [9]), 20)
+    assert (a, b) == ("7", "9") and lead == "tokens …12 13 14 15 16 17 18 19"
+    pairs = [Pair("t", "t", 3, 1e-4, 2, "tie-flip", 0.1, None, None, 1, 2),
+             Pair("s", "s", 9, 2.0, 2, "structural", 0.9, None, None, 1, 2),
+             Pair("u", "u", 5, 2.0, 2, "structural", 0.2, None, None, 1, 2)]
+    assert worst(DivergeResult("r", "ref", "float32", 1e-3, pairs)).request_id == "u"

@@ -52,7 +52,8 @@ def _names_run(text: str, run_id: str, label: str) -> bool:
     """The run's id or label, whole or as the figures shorten them (in the middle)."""
     from specscope.dashboard.figures import short
 
-    return any(s and s in text for s in (run_id, label, short(label), short(run_id, 28)))
+    return any(s and s in text for s in (run_id, label, short(label), short(run_id, 28),
+                                         short(run_id, 36)))
 
 
 def _has_data_for(graph: dict, run_id: str, label: str) -> bool:

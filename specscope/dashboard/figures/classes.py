@@ -93,6 +93,32 @@ def divergences(views: Sequence[Any]) -> list[tuple[Any, Any]]:
     return out
 
 
+def worst_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
+    """Per run, its worst diverging request (structural first, then the lowest LCS after it):
+    the shared text before the divergence, then this run's and the reference's continuations
+    side by side (token ids where the records carry no text)."""
+    from ...collector.diverge import side_by_side, worst
+
+    from ... import schema
+
+    pool = [r for _, records in _records(views) for r in records if isinstance(r, schema.RequestRecord)]
+    rows = []
+    for v, res in divergences(views):
+        p = worst(res)
+        if p is None:
+            continue
+        key = p.prompt_id or p.request_id
+        req = next((r for r in pool if r.run_id == v.run_id and r.request_id == p.request_id), None)
+        ref = next((r for r in pool if r.run_id == res.reference_id
+                    and (r.prompt_id or r.request_id) == key and r.temperature == 0), None)
+        if req is None or ref is None:
+            continue
+        lead, mine, theirs = side_by_side(req, ref, p.first_index)
+        rows.append({"run": v.label, "request": f"{p.request_id} ({p.verdict}, token {p.first_index})",
+                     "before the divergence": lead, "this run": mine, "target-only": theirs})
+    return rows
+
+
 def divergence_figure(views: Sequence[Any]) -> go.Figure:
     """Per run, its greedy requests: identical to target-only, diverging by a tie-flip, or
     diverging structurally (stacked)."""

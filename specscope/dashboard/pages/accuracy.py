@@ -15,7 +15,8 @@ TITLE = "Accuracy"
 #: what the page shows, per component, for the selected runs it applies to: "all", the
 #: "speculative" ones, every "sweep" point, or "any" (data, whichever runs). The content
 #: test (tests/dashboard/test_demo_pages.py) holds every page to it over make demo.
-SHOWS = {ids.ACCURACY_TABLE: "all", ids.ACCURACY_GATES: "all", ids.ACCURACY_DIVERGE: "any"}
+SHOWS = {ids.ACCURACY_TABLE: "all", ids.ACCURACY_GATES: "all", ids.ACCURACY_DIVERGE: "any",
+         ids.ACCURACY_WORST: "any"}
 
 
 def layout() -> html.Div:
@@ -33,6 +34,8 @@ def layout() -> html.Div:
              "failed)", table(ids.ACCURACY_GATES, 40)),
         card("Where greedy output first differs from target-only decoding (specscope diverge)",
              graph(ids.ACCURACY_DIVERGE), table(ids.ACCURACY_DIVERGE_TABLE, 40),
+             html.H4("The worst diverging request of each run, its two outputs from the divergence on"),
+             table(ids.ACCURACY_WORST, 10),
              html.P("Per diverging request: the first differing output index, the target-only "
                     "run's top-1 minus top-2 logit there, whether the committed token was its "
                     "second choice, and after it the LCS ratio of the two continuations and "
@@ -81,7 +84,10 @@ def register(app, ctx) -> None:
                 render_table(gate_rows(ctx, selected)))
 
     @app.callback(Output(ids.ACCURACY_DIVERGE, "figure"), Output(ids.ACCURACY_DIVERGE_TABLE, "children"),
-                  Input(ids.RUNS, "value"))
+                  Output(ids.ACCURACY_WORST, "children"), Input(ids.RUNS, "value"))
     def diverging(selected):
         views = ctx.views(selected)
-        return classes.divergence_figure(views), render_table(classes.divergence_rows(views))
+        worst = classes.worst_rows(views)
+        return (classes.divergence_figure(views), render_table(classes.divergence_rows(views)),
+                render_table(worst) if worst else html.P("no greedy request diverged from "
+                                                         "target-only decoding", className="note"))
