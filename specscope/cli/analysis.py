@@ -66,10 +66,34 @@ def _cmd_diverge(args: argparse.Namespace) -> int:
     from ..collector.diverge import diverge, format_diverge
     from ..io.trace import read_trace
 
+    records = read_trace(args.trace).records
     reference = read_trace(args.reference).records if args.reference else None
-    results = diverge(read_trace(args.trace).records, reference, run_id=args.run, dtype=args.dtype)
+    if args.recompute:
+        records, reference = _recompute(args.recompute, records, reference)
+    results = diverge(records, reference, run_id=args.run, dtype=args.dtype)
     _emit(args, [r.to_dict() for r in results], lambda: format_diverge(results))
     return 1 if any(r.verdict == "FAIL" for r in results) else 0
+
+
+def _recompute(model: str, records: list, reference: list | None) -> tuple[list, list | None]:
+    """The reference's margins from the target model (stderr says how many, and why not)."""
+    from .. import schema
+    from ..engine.margins import recompute
+    from ..engine.models import load_pair
+
+    pair = load_pair(model)
+    if reference is not None:
+        done = recompute(reference, pair)
+        reference = done.records
+    else:
+        refs = {r.run_id for r in records if isinstance(r, schema.RunRecord)
+                and r.labels.get("role") == "reference"}
+        done = recompute(records, pair, refs)
+        records = done.records
+    skipped = "; ".join(f"{n} skipped: {why}" for why, n in done.skipped.items())
+    print(f"margins recomputed with {model} for {done.recomputed} reference requests"
+          + (f" ({skipped})" if skipped else ""), file=sys.stderr)
+    return records, reference
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -125,6 +149,10 @@ def add_parsers(sub) -> None:
     dv.add_argument("--reference", nargs="+", default=None, metavar="TRACE",
                     help="a target-only greedy run of the same prompts (default: the trace's own)")
     dv.add_argument("--run", default=None, help="only this run")
+    dv.add_argument("--recompute", metavar="MODEL", default=None,
+                    help="where the reference's greedy requests carry no top-2 margins, run this "
+                    "target model (tiny, smollm2 or a Hugging Face directory) over each one's "
+                    "prompt (from the shipped prompt set, by prompt id) and output to get them")
     dv.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default=None,
                     help="the target's dtype, for the tie margin, where the trace does not say "
                     "(default: the run record's, else float32)")

@@ -129,3 +129,41 @@ def test_side_by_side_splits_texts_at_their_first_difference():
              Pair("s", "s", 9, 2.0, 2, "structural", 0.9, None, None, 1, 2),
              Pair("u", "u", 5, 2.0, 2, "structural", 0.2, None, None, 1, 2)]
     assert worst(DivergeResult("r", "ref", "float32", 1e-3, pairs)).request_id == "u"
+
+
+def test_recompute_gives_the_margins_the_reference_decoder_recorded(tmp_path):
+    """A greedy trace whose reference lost its margins: `diverge --recompute tiny` runs the
+    target over each reference request's prompt and output and finds the margins the decoder
+    had recorded (batched decoding vs one pass: float32 rounding only), so a seeded structural
+    fault is FAIL again instead of unknown."""
+    from specscope.engine.margins import recompute
+    from specscope.engine.models import load_pair
+    from specscope.io.trace import read_trace
+
+    trace = tmp_path / "t.jsonl"
+    assert run_cli("record", "--model", "tiny", "--requests", "4", "--concurrency", "4",
+                   "--max-new-tokens", "24", "--temperature", "0", "--fault", "greedy_second_choice",
+                   "--quiet", "-o", str(trace)).returncode == 0
+    records = read_trace([trace]).records
+    refs = {r.run_id for r in records if isinstance(r, schema.RunRecord) and r.labels.get("role") == "reference"}
+    recorded = {r.request_id: r for r in records if isinstance(r, schema.RequestRecord) and r.run_id in refs}
+    stripped = [dataclasses.replace(r, top2_margins=(), second_token_ids=())
+                if isinstance(r, schema.RequestRecord) else r for r in records]
+    done = recompute(stripped, load_pair("tiny"), refs)
+    assert done.recomputed == 4 and not done.skipped
+    for r in done.records:
+        if isinstance(r, schema.RequestRecord) and r.run_id in refs:
+            want = recorded[r.request_id]
+            assert r.second_token_ids == want.second_token_ids
+            assert max(abs(a - b) for a, b in zip(r.top2_margins, want.top2_margins)) < 1e-4
+    bare = tmp_path / "bare.jsonl"
+    with open(bare, "w", encoding="utf-8") as f:
+        for line in trace.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            rec.pop("top2_margins", None), rec.pop("second_token_ids", None)
+            f.write(json.dumps(rec) + "\n")
+    (res,) = json.loads(run_cli("diverge", str(bare), "--json").stdout)
+    assert res["summary"]["verdict"] == "INCONCLUSIVE"
+    out = run_cli("diverge", str(bare), "--json", "--recompute", "tiny")
+    (res,) = json.loads(out.stdout)
+    assert res["summary"]["verdict"] == "FAIL" and "for 4 reference requests" in out.stderr
