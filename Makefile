@@ -21,7 +21,13 @@ LLAMACPP_STAMP   := $(LLAMACPP_VENV)/.installed-$(LLAMACPP_VERSION)
 LLAMACPP_CMAKE   := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
                     -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON
 
-.PHONY: demo test test-fast bench soak client-check clean vllm-env llamacpp-env
+# Arize Phoenix, a real OpenTelemetry backend for the OTLP tests: its own environment (about
+# 150 packages, no torch); the stamp names the version, as llama.cpp's
+PHOENIX_VERSION := 20.26.1
+PHOENIX_VENV    ?= .venv-phoenix
+PHOENIX_STAMP   := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
+
+.PHONY: demo test test-fast bench soak client-check clean vllm-env llamacpp-env phoenix-env
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -59,12 +65,20 @@ $(LLAMACPP_STAMP):
 
 llamacpp-env: $(LLAMACPP_STAMP)
 
+$(PHOENIX_STAMP):
+	$(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PHOENIX_VENV)/bin/python -m pip install -q arize-phoenix==$(PHOENIX_VERSION)
+	touch $(PHOENIX_STAMP)
+
+phoenix-env: $(PHOENIX_STAMP)
+
 demo: $(STAMP) $(if $(findstring vllm,$(DEMO_ARGS)),$(VLLM_STAMP))
 	$(PY) -m specscope demo $(DEMO_ARGS)
 
-test: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP)
+test: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(PHOENIX_STAMP)
 	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python SPECSCOPE_LLAMACPP_PYTHON=$(LLAMACPP_VENV)/bin/python \
-	  $(PY) -m pytest -q
+	  SPECSCOPE_PHOENIX=$(PHOENIX_VENV)/bin/phoenix $(PY) -m pytest -q
 
 test-fast: $(STAMP) $(AIPERF_STAMP)
 	$(PY) -m pytest -q -m "not slow"
@@ -79,4 +93,4 @@ bench: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP)
 	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m benchmarks.run --out BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) $(AIPERF_VENV) $(VLLM_VENV) $(LLAMACPP_VENV) demo demo-trace.jsonl .pytest_cache test-artifacts
+	rm -rf $(VENV) $(AIPERF_VENV) $(VLLM_VENV) $(LLAMACPP_VENV) $(PHOENIX_VENV) demo demo-trace.jsonl .pytest_cache test-artifacts

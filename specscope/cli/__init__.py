@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 EXTRA_OF = {"torch": "engine", "transformers": "engine", "pyarrow": "parquet", "tqdm": "engine",
             "gguf": "engine", "zmq": "collector", "prometheus_client": "prometheus",
@@ -31,22 +31,27 @@ def _cmd_record(args: argparse.Namespace) -> int:
                         stats_every=args.stats_every, reference=not args.no_reference,
                         categories=tuple(c for c in args.categories.split(",") if c))
     pair = load_pair(args.model, args.draft, seed=args.seed)
-    sinks, server = [], None
+    sinks, server, otlp = [], None, otlp_sink(args)
     if args.collector:
         from ..io.transport import ZmqSink
 
         sinks.append(ZmqSink(args.collector))
-    if args.metrics_port is not None:
+    if args.metrics_port is not None or otlp is not None:
         from ..collector.service import Collector
-        from ..exporters.http import MetricsServer
 
-        collector = Collector().start()
+        collector = Collector(sinks=[otlp] if otlp else ()).start()
         sinks.append(collector)
-        server = MetricsServer(collector, host=args.metrics_host, port=args.metrics_port).start()
-        print(f"metrics at {server.url}", flush=True)
+        if args.metrics_port is not None:
+            from ..exporters.http import MetricsServer
+
+            server = MetricsServer(collector, host=args.metrics_host, port=args.metrics_port).start()
+            print(f"metrics at {server.url}", flush=True)
     path = run_workload(pair, cfg, spec, args.output, progress=not args.quiet, sinks=sinks)
     for sink in sinks:
+        if hasattr(sink, "tick"):
+            sink.tick()  # the run's findings reach OTLP before it closes
         sink.close()
+    report_otlp(otlp)
     print(f"trace written to {path}", flush=True)
     if server is not None:
         import time
@@ -170,14 +175,46 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def otlp_sink(args: argparse.Namespace) -> Any:
+    """The OTLP sink ``--otlp`` asks for (None without it)."""
+    if not getattr(args, "otlp", None):
+        return None
+    from ..io.otlp import OtlpSink
+
+    return OtlpSink(args.otlp, service_name=args.otlp_service)
+
+
+def report_otlp(sink: Any) -> None:
+    """What the OTLP sink sent and lost, on stderr (after it closed)."""
+    if sink is None:
+        return
+    s = sink.stats
+    lost = s.dropped_queue_full + s.dropped_export_failed
+    print(f"otlp {sink.endpoint}: {s.spans_sent} spans sent, {lost} lost ({s.dropped_queue_full} "
+          f"queue full, {s.dropped_export_failed} export failed){'; ' + s.last_error if lost else ''}"
+          f"; metrics {s.metrics or 'not sent'}", file=sys.stderr)
+
+
+def add_otlp_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--otlp", metavar="ENDPOINT", default=None,
+                   help="also send each request as an OpenTelemetry span (and anomalies, run "
+                   "totals as metrics) to an OTLP receiver: http://host:4318 (OTLP/HTTP "
+                   "protobuf) or grpc://host:4317; never blocks, losses counted")
+    p.add_argument("--otlp-service", default="specscope", help="the spans' service.name")
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from ..exporters.serve import serve
 
-    return serve(listen=args.listen, metrics_host=args.metrics_host,
-                 metrics_port=args.metrics_port, trace=args.trace, trace_roll_s=args.trace_roll_s,
-                 basic_auth=tuple(args.basic_auth.split(":", 1)) if args.basic_auth else None,
-                 tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
-                 max_label_sets=args.max_label_sets)
+    otlp = otlp_sink(args)
+    try:
+        return serve(listen=args.listen, metrics_host=args.metrics_host,
+                     metrics_port=args.metrics_port, trace=args.trace, trace_roll_s=args.trace_roll_s,
+                     basic_auth=tuple(args.basic_auth.split(":", 1)) if args.basic_auth else None,
+                     tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
+                     max_label_sets=args.max_label_sets, sinks=[otlp] if otlp else ())
+    finally:
+        report_otlp(otlp)
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
@@ -229,7 +266,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from ..exporters.replay import replay
 
     speed = None if args.speed == "max" else float(args.speed)
-    collector = Collector().start()
+    otlp = otlp_sink(args)
+    collector = Collector(sinks=[otlp] if otlp else ()).start()
     server = None
     if args.metrics_port is not None:
         from ..exporters.http import MetricsServer
@@ -244,6 +282,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if server is not None:
         time.sleep(args.linger)
         server.close()
+    collector.close()
+    report_otlp(otlp)
     return 0
 
 
@@ -282,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Decode the shipped prompt set with the reference speculative "
                        "decoder, hooks on, and write a trace (plus a reference run without "
                        "speculation, the eval gate's baseline).")
+    add_otlp_flags(r)
     _add_model_flags(r)
     r.add_argument("--verify-mode", default="", choices=["", "speculative-sampling",
                    "target-temperature"], help="verify for temperature > 0 requests")
@@ -319,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Receive record batches from engine processes over ZeroMQ, "
                         "aggregate them, run detectors and serve Prometheus /metrics. Stops on "
                         "Ctrl-C or SIGTERM.")
+    add_otlp_flags(sv)
     sv.add_argument("--listen", default="tcp://127.0.0.1:5557", help="ZeroMQ PULL endpoint")
     sv.add_argument("--metrics-host", default="127.0.0.1")
     sv.add_argument("--metrics-port", type=int, default=9400)
@@ -409,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Replay traces (JSONL or Parquet) through a collector at the "
                         "recorded pace times --speed, or as fast as possible (--speed max), "
                         "serving /metrics as a live run would.")
+    add_otlp_flags(rp)
     rp.add_argument("trace", nargs="+")
     rp.add_argument("--speed", default="max", help="pace multiplier, or 'max' (default)")
     rp.add_argument("--metrics-port", type=int, default=None)

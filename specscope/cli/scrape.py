@@ -37,8 +37,11 @@ def _cmd_scrape(args: argparse.Namespace) -> int:
     # the detectors the counters allow run live on every round (acceptance against the run's
     # trailing windows and the baseline, per-position collapse, acceptance length pinned near 1
     # or near k + 1); a new finding is printed once, when it starts
+    from . import otlp_sink, report_otlp
+
+    otlp = otlp_sink(args)
     collector = Collector(window_s=max(args.interval, 1.0), detectors=detectors,
-                          bounds=AcceptanceLengthBoundsDetector())
+                          bounds=AcceptanceLengthBoundsDetector(), sinks=[otlp] if otlp else ())
     server, seen = None, set()
 
     def on_records(records: list) -> None:
@@ -69,6 +72,7 @@ def _cmd_scrape(args: argparse.Namespace) -> int:
         if server is not None:
             server.close()
         collector.close()
+        report_otlp(otlp)
     for ep in res.endpoints:
         runs = ", ".join(sorted(ep.runs.values())) or "no spec-decode series"
         print(f"{ep.url}: {ep.scrapes} scrapes, {ep.failures} failed; runs: {runs}")
@@ -90,6 +94,9 @@ def add_parser(sub) -> None:
         "acceptance length pinned near 1 or near k+1 (a sign of looping output). Stops after "
         "--duration, or on Ctrl-C / SIGTERM.")
     p.add_argument("urls", nargs="*", help="endpoints, e.g. http://vllm:8000/metrics")
+    from . import add_otlp_flags
+
+    add_otlp_flags(p)
     p.add_argument("--targets", default=None, help="a Prometheus file-discovery targets file "
                    "(JSON or YAML list of {targets: [host:port], labels: {...}})")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between scrapes (default 5)")

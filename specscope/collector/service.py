@@ -15,7 +15,7 @@ import collections
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
 from .. import schema
@@ -229,10 +229,22 @@ class Collector:
             now = {(k, a.kind) for k, a in active}
             for started in now - self._active:
                 self._anomaly_counts[started] += 1
+            fresh = [(k, a) for k, a in active if (k, a.kind) not in self._active]
             self._active = now
             self._anomalies = active
             self._checks = checks
             self.num_ticks += 1
+        # sinks that export findings (OTLP) get each anomaly once, when it starts, named by
+        # the latest run of its label set
+        takers = [sink for sink in self.sinks if getattr(sink, "takes_anomalies", False)]
+        if fresh and takers:
+            named = [a if a.run_id else replace(a, run_id=getattr(self._run_of(k), "run_id", ""))
+                     for k, a in fresh]
+            for sink in takers:
+                try:
+                    sink.write(named)
+                except Exception:
+                    self.health["sink_errors"] += 1
         return active
 
     def _run_of(self, key: tuple) -> schema.RunRecord | None:

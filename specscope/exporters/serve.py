@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from typing import Any, Sequence
 
 from ..collector.service import Collector
 from ..io.transport import ZmqReceiver
@@ -15,11 +16,12 @@ from ..io.transport import ZmqReceiver
 def serve(*, listen: str, metrics_host: str = "127.0.0.1", metrics_port: int = 9400,
           trace: str | None = None, trace_roll_s: float = 10.0, basic_auth: tuple[str, str] | None = None,
           tls: tuple[str, str] | None = None, max_label_sets: int = 64,
-          stop: threading.Event | None = None) -> int:
-    """Receive, aggregate and export until SIGINT/SIGTERM (or ``stop`` is set)."""
+          stop: threading.Event | None = None, sinks: Sequence[Any] = ()) -> int:
+    """Receive, aggregate and export until SIGINT/SIGTERM (or ``stop`` is set); ``sinks``
+    (an OTLP sink, ...) get every record as the trace does."""
     from .http import MetricsServer
 
-    sinks = []
+    sinks = list(sinks)
     if trace:
         from ..io.trace import open_writer
 

@@ -26,6 +26,7 @@ parser reports lines it could not read with file and line, and keeps everything 
 | trtllm-iteration-stats | TensorRT-LLM iteration stats with `specDecodingStats` | SpecCounts per iteration |
 | llamacpp-log | llama-server log / llama-speculative summary | Request per task, SpecCounts per statistics line |
 | specbench | Spec-Bench model-answer JSONL | Request per answer with its category |
+| otlp-json | OTLP JSON span exports: SGLang's speculative stage spans, vLLM's `llm_request`, specscope's own | Request per request span, SpecCounts (steps, accepted), Phase per stage span |
 | specscope | a specscope trace | its records |
 
 Every parser also tallies the identities its source's figures must satisfy and the
@@ -40,8 +41,8 @@ from pathlib import Path
 from typing import Callable
 
 from ._common import ImportResult
-from . import (bench, inferencex, kineto, llamacpp, promtext, responses, sglang_log, specbench,
-               trtllm, vllm_log)
+from . import (bench, inferencex, kineto, llamacpp, otlp, promtext, responses, sglang_log,
+               specbench, trtllm, vllm_log)
 
 
 def _per_request_kind(obj: object) -> str | None:
@@ -99,6 +100,8 @@ def _json_kind(head: str, path: Path) -> str | None:
             return None
         if isinstance(obj, dict) and obj.get("kind") == "header":
             return "specscope"
+        if otlp.sniff(obj):
+            return otlp.FORMAT
         if isinstance(obj, dict) and "metadata" in obj and "metrics" in obj:
             return "aiperf-records"
         if isinstance(obj, dict) and ("accept_length" in obj or "mean_ttft_ms" in obj):
@@ -110,6 +113,8 @@ def _json_kind(head: str, path: Path) -> str | None:
     if isinstance(obj, dict):
         if obj.get("kind") == "header":
             return "specscope"
+        if otlp.sniff(obj):
+            return otlp.FORMAT
         if "traceEvents" in obj:
             return "kineto"
         if "metadata" in obj and "metrics" in obj:
@@ -183,6 +188,7 @@ PARSERS: dict[str, Callable[[Path, str], ImportResult]] = {
     "trtllm-iteration-stats": trtllm.parse,
     "llamacpp-log": llamacpp.parse,
     "specbench": specbench.parse,
+    otlp.FORMAT: otlp.parse,
     "specscope": _specscope,
 }
 

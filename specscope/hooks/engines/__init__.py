@@ -101,7 +101,8 @@ def default_recorder(engine: str, *, process: str = "", stats_policy: Any = None
     """A started Recorder for an engine process: to a collector (SPECSCOPE_COLLECTOR), to
     ``$SPECSCOPE_TRACE_DIR/<engine>[-<process>]-<pid>.jsonl``, or both when both are set (a
     trace in the current directory when neither is). Every process of one server shares the run
-    named by ``SPECSCOPE_RUN_ID`` (else the run is this process's); ``SPECSCOPE_RUN_FAULT``
+    named by ``SPECSCOPE_RUN_ID`` (else the run is this process's); ``SPECSCOPE_OTLP`` (an OTLP
+endpoint) also sends each finished request as a span; ``SPECSCOPE_RUN_FAULT``
     names a fault seeded into the engine in its run record (demos, tests). The recorder is
     closed (flushed) when the process exits."""
     import atexit
@@ -129,6 +130,11 @@ def default_recorder(engine: str, *, process: str = "", stats_policy: Any = None
         folder = os.environ.get("SPECSCOPE_TRACE_DIR", ".")
         name = f"{engine}-{process}-{os.getpid()}" if process else f"{engine}-{os.getpid()}"
         sinks.append(TraceWriter(os.path.join(folder, f"{name}.jsonl")))
+    if os.environ.get("SPECSCOPE_OTLP"):  # each finished request a span, off the engine thread
+        from ...io.otlp import OtlpSink
+
+        sinks.append(OtlpSink(os.environ["SPECSCOPE_OTLP"],
+                              service_name=os.environ.get("SPECSCOPE_OTLP_SERVICE", engine)))
     options = {} if stats_policy is None else {"stats_policy": stats_policy}
     recorder = Recorder(run, device="cuda" if _cuda() else "cpu", sinks=sinks, **options).start()
     atexit.register(recorder.close)
