@@ -93,9 +93,16 @@ def bench_decoder(reps: int) -> list[Row]:
     reqs, _ = build_requests(pair, WorkloadSpec(requests=8, max_new_tokens=32))
     reqs = reqs[:8]
 
-    def run(cfg: SpecConfig, hooks: bool) -> Callable[[], None]:
+    from specscope.io.otlp import OtlpSink
+    from specscope.serving.harness import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there: every export is refused
+    lost = {"spans": 0}
+
+    def run(cfg: SpecConfig, hooks: bool, otlp: bool = False) -> Callable[[], None]:
         def go():
-            rec = Recorder(_run_record(), stats_policy=every_n(32)) if hooks else None
+            sinks = [OtlpSink(dead, interval_s=0.2)] if otlp else []
+            rec = Recorder(_run_record(), stats_policy=every_n(32), sinks=sinks) if hooks else None
             dec = SpeculativeDecoder(pair.target, pair.draft, cfg, recorder=rec,
                                      eos_ids=pair.eos_ids, seed=0)
             n = 0
@@ -104,20 +111,29 @@ def bench_decoder(reps: int) -> list[Row]:
             go.tokens = n
             if rec is not None:
                 rec.close()
+            for sink in sinks:
+                lost["spans"] += sink.stats.dropped_export_failed + sink.stats.dropped_queue_full
         return go
 
     fns = {"spec_on": run(SpecConfig(num_steps=3), True),
+           "spec_otlp_dead": run(SpecConfig(num_steps=3), True, otlp=True),
            "spec_off": run(SpecConfig(num_steps=3), False),
            "target_only": run(SpecConfig(num_steps=0), False)}
     t = _interleaved(fns, reps)
     tps = {k: fns[k].tokens / statistics.median(v) for k, v in t.items()}
     on, off, base = tps["spec_on"], tps["spec_off"], tps["target_only"]
+    dead_on = tps["spec_otlp_dead"]
     return [
         Row("reference decoder tok/s, SmolLM2 + int:4 draft, chain 3, batch 4: hooks on "
             "(statistics 1 step in 32) vs off",
             f"{on:.2f} tok/s", f"{off:.2f} tok/s", f"{off / on:.3f}x time",
             "≤ 1% added", "met" if off / on - 1 <= 0.01 else "not met",
             f"{_spread(t['spec_on'])} / {_spread(t['spec_off'])}"),
+        Row("reference decoder tok/s, as above: hooks on with an OTLP sink to a dead endpoint "
+            f"(every export refused; {lost['spans']} spans lost and counted over the runs) vs hooks off",
+            f"{dead_on:.2f} tok/s", f"{off:.2f} tok/s", f"{off / dead_on:.3f}x time",
+            "≤ 1% added", "met" if off / dead_on - 1 <= 0.01 else "not met",
+            f"{_spread(t['spec_otlp_dead'])} / {_spread(t['spec_off'])}"),
         Row("speculative (hooks off) vs target-only tok/s, same model and prompts",
             f"{off:.2f} tok/s", f"{base:.2f} tok/s", f"{off / base:.2f}x speedup",
             "(reported)", "—", f"{_spread(t['spec_off'])} / {_spread(t['target_only'])}"),

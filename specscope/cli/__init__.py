@@ -12,7 +12,8 @@ from typing import Any, Callable, Sequence
 
 EXTRA_OF = {"torch": "engine", "transformers": "engine", "pyarrow": "parquet", "tqdm": "engine",
             "gguf": "engine", "zmq": "collector", "prometheus_client": "prometheus",
-            "fastapi": "serve", "uvicorn": "serve", "dash": "dashboard", "plotly": "dashboard"}
+            "fastapi": "serve", "uvicorn": "serve", "dash": "dashboard", "plotly": "dashboard",
+            "opentelemetry": "otlp", "google": "otlp", "grpc": "otlp"}
 
 
 def _cmd_record(args: argparse.Namespace) -> int:

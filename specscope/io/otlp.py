@@ -59,6 +59,9 @@ ATTRIBUTES: dict[str, tuple[str, str]] = {
 
 #: a request's verify steps kept for events until it finishes; the rest counted, not kept
 MAX_STEP_EVENTS = 64
+#: requests followed at once (steps seen, mode used, events): a source that never reports its
+#: requests finishing must not grow the sink without bound; the oldest tenth is forgotten
+MAX_OPEN_REQUESTS = 50_000
 
 
 @dataclass
@@ -69,6 +72,7 @@ class OtlpStats:
     dropped_export_failed: int = 0  #: spans of batches the backend did not take
     export_errors: int = 0
     last_error: str = ""
+    requests_forgotten: int = 0  #: followed requests dropped unfinished (MAX_OPEN_REQUESTS)
     metrics: str = ""  #: "sent", "not accepted" (the backend has no metrics receiver), "failed: ..."
     runs: dict[str, dict[str, int]] = field(default_factory=dict)  #: run -> totals sent as metrics
 
@@ -106,6 +110,11 @@ class OtlpSink:
             raise ValueError(f"OTLP endpoint {endpoint!r}: give http(s)://host:port for OTLP/HTTP "
                              "or grpc://host:port for OTLP/gRPC")
         self.endpoint, self.grpc = endpoint, url.scheme == "grpc"
+        # what the sender needs, found now rather than in its thread (pip install 'specscope[otlp]')
+        import google.protobuf  # noqa: F401
+        import opentelemetry.proto.trace.v1.trace_pb2  # noqa: F401
+        if self.grpc:
+            import grpc  # noqa: F401
         self.max_queue, self.batch, self.interval_s = max_queue, batch, interval_s
         self.timeout_s, self.step_every, self.headers = timeout_s, max(1, step_every), headers or {}
         self.service_name = service_name
@@ -139,6 +148,8 @@ class OtlpSink:
         elif isinstance(r, schema.RunRecord):
             self._runs.setdefault(r.run_id, r)
         elif isinstance(r, schema.VerifyStepRecord):
+            if len(self._seen) > MAX_OPEN_REQUESTS:
+                self._forget(MAX_OPEN_REQUESTS // 10)
             for e in r.entries:
                 key = (r.run_id, e.request_id)
                 seen = self._seen.setdefault(key, [0])
@@ -157,6 +168,13 @@ class OtlpSink:
             self._enqueue(r.run_id, self._request_span(r))
         elif isinstance(r, schema.AnomalyRecord):
             self._enqueue(r.run_id, self._anomaly_span(r))
+
+    def _forget(self, n: int) -> None:
+        for key in list(self._seen)[:n]:
+            for d in (self._seen, self._steps, self._used):
+                d.pop(key, None)
+            self._fallbacks.pop(key, None)
+        self.stats.requests_forgotten += n
 
     def _enqueue(self, run_id: str, span: dict[str, Any]) -> None:
         with self._lock:

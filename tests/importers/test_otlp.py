@@ -105,3 +105,21 @@ def test_sglang_speculative_spans_import_to_the_acceptance_they_carry(tmp_path):
     (section,) = build_report(res.records)["runs"]
     assert section["totals"]["mean_acceptance_length"] == (7 + 5) / 5  # bonus included
     assert section["totals"]["acceptance_rate"] is None  # drafted is in no span
+
+
+def test_vllm_llm_request_spans_become_request_timelines(tmp_path):
+    """vLLM 0.32's ``llm_request`` span (vllm/tracing/utils.py names its attributes): a request
+    timeline with no speculative figure, which stays unknown."""
+    span = _span("d" * 32, "s" * 16, "", "llm_request", 0, 900, {
+        "gen_ai.request.id": "cmpl-7", "gen_ai.response.model": "SmolLM2-135M-Instruct",
+        "gen_ai.request.temperature": 0.0, "gen_ai.request.top_p": 1.0, "gen_ai.request.max_tokens": 32,
+        "gen_ai.usage.prompt_tokens": 12, "gen_ai.usage.completion_tokens": 32,
+        "gen_ai.latency.time_in_queue": 0.01, "gen_ai.latency.time_to_first_token": 0.12,
+        "gen_ai.latency.e2e": 0.9})
+    path = tmp_path / "vllm.json"
+    path.write_text(json.dumps(_doc([span], service="vllm"), indent=2))
+    res = import_file(path)
+    (r,) = [x for x in res.records if isinstance(x, schema.RequestRecord)]
+    assert r.request_id == "cmpl-7" and r.ttft_s == 0.12 and r.e2e_s == 0.9
+    assert (r.num_verify_steps, r.num_accepted_tokens, r.num_draft_tokens) == (None, None, None)
+    assert not [x for x in res.records if isinstance(x, schema.SpecCountsRecord)]

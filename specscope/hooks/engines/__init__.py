@@ -133,8 +133,13 @@ endpoint) also sends each finished request as a span; ``SPECSCOPE_RUN_FAULT``
     if os.environ.get("SPECSCOPE_OTLP"):  # each finished request a span, off the engine thread
         from ...io.otlp import OtlpSink
 
-        sinks.append(OtlpSink(os.environ["SPECSCOPE_OTLP"],
-                              service_name=os.environ.get("SPECSCOPE_OTLP_SERVICE", engine)))
+        try:
+            sinks.append(OtlpSink(os.environ["SPECSCOPE_OTLP"],
+                                  service_name=os.environ.get("SPECSCOPE_OTLP_SERVICE", engine)))
+        except (ImportError, ValueError) as exc:  # the trace and the collector still get it all
+            import warnings
+
+            warnings.warn(f"specscope: SPECSCOPE_OTLP ignored: {exc}", stacklevel=2)
     options = {} if stats_policy is None else {"stats_policy": stats_policy}
     recorder = Recorder(run, device="cuda" if _cuda() else "cpu", sinks=sinks, **options).start()
     atexit.register(recorder.close)
