@@ -37,7 +37,7 @@ def _cmd_scrape(args: argparse.Namespace) -> int:
     # the detectors the counters allow run live on every round (acceptance against the run's
     # trailing windows and the baseline, per-position collapse, acceptance length pinned near 1
     # or near k + 1); a new finding is printed once, when it starts
-    from . import otlp_sink, report_otlp
+    from .otlp import otlp_sink, report_otlp
 
     otlp = otlp_sink(args)
     collector = Collector(window_s=max(args.interval, 1.0), detectors=detectors,
@@ -94,7 +94,7 @@ def add_parser(sub) -> None:
         "acceptance length pinned near 1 or near k+1 (a sign of looping output). Stops after "
         "--duration, or on Ctrl-C / SIGTERM.")
     p.add_argument("urls", nargs="*", help="endpoints, e.g. http://vllm:8000/metrics")
-    from . import add_otlp_flags
+    from .otlp import add_otlp_flags
 
     add_otlp_flags(p)
     p.add_argument("--targets", default=None, help="a Prometheus file-discovery targets file "
