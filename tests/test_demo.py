@@ -47,7 +47,7 @@ def test_demo_flags_the_fault_and_stops_cleanly(tmp_path, free_port):
             proc.kill()
             proc.wait()
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [
-        "eagle-s2-k1-d3-silent_greedy.jsonl", "eagle-s3-k1-d4-batch1k3_8k2.jsonl", "ngram-s4-k1-d5.jsonl",
+        "eagle-s2-k1-d3-silent_greedy_batch_gt2.jsonl", "eagle-s3-k1-d4-batch1k3_8k2.jsonl", "ngram-s4-k1-d5.jsonl",
         "no-spec.jsonl"]
 
 
