@@ -72,6 +72,8 @@ class OtlpStats:
     dropped_export_failed: int = 0  #: spans of batches the backend did not take
     export_errors: int = 0
     last_error: str = ""
+    write_s: float = 0.0  #: time spent in write() (the recorder's or collector's flush thread)
+    sender_cpu_s: float = 0.0  #: CPU time of the sending thread (encoding and export)
     requests_forgotten: int = 0  #: followed requests dropped unfinished (MAX_OPEN_REQUESTS)
     metrics: str = ""  #: "sent", "not accepted" (the backend has no metrics receiver), "failed: ..."
     runs: dict[str, dict[str, int]] = field(default_factory=dict)  #: run -> totals sent as metrics
@@ -134,12 +136,14 @@ class OtlpSink:
 
     # -- the caller's side: never blocks, never raises ---------------------------------------
     def write(self, records: Sequence[Any]) -> None:
+        t0 = time.perf_counter()
         try:
             for r in records:
                 self._take(r)
         except Exception as exc:  # a sink must not raise into the engine
             self.stats.last_error = f"encoding: {exc!r}"
             self.stats.export_errors += 1
+        self.stats.write_s += time.perf_counter() - t0
 
     def _take(self, r: Any) -> None:
         if getattr(r, "has_detail", False):  # a recorder's columnar verify steps
@@ -238,7 +242,9 @@ class OtlpSink:
         while True:
             self._wake.wait(self.interval_s)
             self._wake.clear()
+            t0 = time.thread_time()
             self._flush()
+            self.stats.sender_cpu_s += time.thread_time() - t0
             if self._closed and not self._queue:
                 return
 
