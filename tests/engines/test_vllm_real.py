@@ -304,3 +304,93 @@ def test_diverge_over_vllms_own_greedy_outputs(vllm_env, smollm2_checkpoints, pr
     assert res.paired_by == "order" and len(res.pairs) == 8
     for p in res.diverged:  # each divergence is judged on vLLM's own reference margin
         assert p.margin is not None and p.verdict in ("tie-flip", "structural")
+
+
+class _OtlpFileReceiver:
+    """An OTLP/HTTP receiver that writes what it gets as the Collector's ``file`` exporter
+    does: one JSON document per request, a line each."""
+
+    def __init__(self, path: Path) -> None:
+        import gzip
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from google.protobuf import json_format
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest, ExportTraceServiceResponse)
+
+        lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                if self.path.endswith("/v1/traces"):
+                    msg = ExportTraceServiceRequest.FromString(body)
+                    with lock, open(path, "a", encoding="utf-8") as f:
+                        f.write(json_format.MessageToJson(msg, indent=None) + "\n")
+                out = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_vllms_own_spans_and_specscopes_from_inside_it_import_as_the_run(vllm_env, smollm2_checkpoints,
+                                                                          prompts, tmp_path):
+    """vLLM's OpenTelemetry export (`--otlp-traces-endpoint`: one `llm_request` span per
+    request) and specscope's plugin inside the same server (`SPECSCOPE_OTLP`: one
+    `specscope.request` span per request) into one OTLP/HTTP receiver writing OTLP JSON;
+    `specscope import` of that file gives vLLM's requests with the tokens its responses counted,
+    and specscope's with the steps, drafted and accepted tokens its trace recorded."""
+    target, draft = smollm2_checkpoints
+    export = tmp_path / "otel.jsonl"
+    receiver = _OtlpFileReceiver(export)
+    try:
+        srv = server(tmp_path, vllm_env, target, speculative_config("draft_model", draft=draft, k=3),
+                     "otlp", fix=True)
+        srv.extra_args = ["--otlp-traces-endpoint", receiver.url + "/v1/traces"]
+        srv.env.update({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+                        "OTEL_BSP_SCHEDULE_DELAY": "500", "SPECSCOPE_OTLP": receiver.url,
+                        "SPECSCOPE_OTLP_SERVICE": "specscope-in-vllm"})
+        with srv:
+            out = drive(srv.url, str(target), prompts[:6], concurrency=3, max_tokens=32)
+            deadline = time.time() + 60
+            while time.time() < deadline:  # both exporters batch: wait until all 12 spans came
+                text = export.read_text() if export.exists() else ""
+                if text.count('"llm_request"') >= 6 and text.count('"specscope.request"') >= 6:
+                    break
+                time.sleep(1)
+    finally:
+        receiver.close()
+    res = import_file(export)
+    assert res.format == "otlp-json" and not res.problems
+    reqs = [r for r in res.records if isinstance(r, schema.RequestRecord)]
+    runs = {r.run_id: r for r in res.records if isinstance(r, schema.RunRecord)}
+    by_service = {}
+    for r in reqs:
+        by_service.setdefault(runs[r.run_id].labels.get("service.name"), []).append(r)
+    ours = by_service.pop("specscope-in-vllm")
+    (theirs,) = by_service.values()  # vLLM's own service
+    assert len(theirs) == 6 and len(ours) == 6
+    assert sorted(r.num_output_tokens for r in theirs) == sorted(o["usage"]["completion_tokens"] for o in out)
+    assert sorted(r.num_prompt_tokens for r in theirs) == sorted(o["usage"]["prompt_tokens"] for o in out)
+    assert all(r.ttft_s is not None and r.num_verify_steps is None for r in theirs)  # no spec figure
+    recorded = [r for r in read_trace(sorted((tmp_path / "otlp").glob("*.jsonl"))).records
+                if isinstance(r, schema.RequestRecord)]
+    key = lambda r: (r.num_verify_steps, r.num_draft_tokens, r.num_accepted_tokens)  # noqa: E731
+    print("vLLM's spans:", sorted((r.num_prompt_tokens, r.num_output_tokens, round(r.ttft_s, 3)) for r in theirs))
+    print("specscope's spans (steps, drafted, accepted):", sorted(map(key, ours)))
+    assert sorted(map(key, ours)) == sorted(map(key, recorded)) and all(k[0] for k in map(key, ours))
