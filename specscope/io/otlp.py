@@ -124,7 +124,7 @@ class OtlpSink:
         self._queue: collections.deque = collections.deque()
         self._runs: dict[str, schema.RunRecord] = {}
         self._steps: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        self._seen: dict[tuple[str, str], list[int]] = {}  # steps, mode_used mismatches
+        self._seen: dict[tuple[str, str], list[int]] = {}  # [verify steps seen] per request
         self._used: dict[tuple[str, str], str] = {}
         self._fallbacks: collections.Counter = collections.Counter()
         self._lock = threading.Lock()
