@@ -101,7 +101,7 @@ def parse(path: Path, run_id: str) -> ImportResult:
                        for res_attrs, _, _ in spans})
     run_of = {s: run_id if len(services) <= 1 else f"{run_id}-{s or 'unnamed'}" for s in services}
     runs: dict[str, dict[str, Any]] = {r: {"model": "", "steps": 0, "accepted": 0, "requests": 0,
-                                           "spec": False, "k": 0, "algorithm": "unknown"}
+                                           "k": 0, "algorithm": "unknown"}
                                        for r in run_of.values()}
     skipped: dict[str, int] = {}
     for spans in traces.values():
@@ -140,7 +140,6 @@ def parse(path: Path, run_id: str) -> ImportResult:
         run["requests"] += 1
         run["model"] = run["model"] or attrs.get("gen_ai.response.model") or attrs.get("gen_ai.request.model") or ""
         if per_step or attrs.get("specscope.spec.verify_steps"):
-            run["spec"] = True
             run["steps"] += len(per_step) or int(attrs.get("specscope.spec.verify_steps") or 0)
             run["accepted"] += sum(per_step) if per_step else int(attrs.get("specscope.spec.accepted_tokens") or 0)
         run["k"] = max(run["k"], int(attrs.get("specscope.spec.k") or 0))
@@ -148,8 +147,7 @@ def parse(path: Path, run_id: str) -> ImportResult:
             run["algorithm"] = attrs["specscope.spec.algorithm"]
     for service, rid in run_of.items():
         run = runs[rid]
-        engine = "sglang" if run["spec"] and not run["k"] else "specscope" if run["k"] else ""
-        res.add(run_record(rid, engine or service or "otlp", FORMAT, path, num_steps=run["k"],
+        res.add(run_record(rid, service or "otlp", FORMAT, path, num_steps=run["k"],
                            algorithm=run["algorithm"], model=run["model"],
                            labels={"service.name": service} if service else None))
         if run["steps"]:

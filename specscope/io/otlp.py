@@ -59,6 +59,8 @@ ATTRIBUTES: dict[str, tuple[str, str]] = {
 
 #: a request's verify steps kept for events until it finishes; the rest counted, not kept
 MAX_STEP_EVENTS = 64
+#: the run totals sent as metrics, in the order a queued span carries its part of them
+TOTALS = ("requests", "verify_steps", "draft_tokens", "accepted_tokens")
 #: requests followed at once (steps seen, mode used, events): a source that never reports its
 #: requests finishing must not grow the sink without bound; the oldest tenth is forgotten
 MAX_OPEN_REQUESTS = 50_000
@@ -169,7 +171,9 @@ class OtlpSink:
         elif isinstance(r, schema.FallbackRecord) and r.request_id:
             self._fallbacks[(r.run_id, r.request_id)] += r.count
         elif isinstance(r, schema.RequestRecord):
-            self._enqueue(r.run_id, self._request_span(r))
+            self._enqueue(r.run_id, self._request_span(r), (1, r.num_verify_steps or 0,
+                                                             r.num_draft_tokens or 0,
+                                                             r.num_accepted_tokens or 0))
         elif isinstance(r, schema.AnomalyRecord):
             self._enqueue(r.run_id, self._anomaly_span(r))
 
@@ -180,12 +184,15 @@ class OtlpSink:
             self._fallbacks.pop(key, None)
         self.stats.requests_forgotten += n
 
-    def _enqueue(self, run_id: str, span: dict[str, Any]) -> None:
+    def _enqueue(self, run_id: str, span: dict[str, Any],
+                 counts: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
+        """``counts``: what the span adds to its run's totals once sent (requests, verify
+        steps, drafted, accepted)."""
         with self._lock:
             if len(self._queue) >= self.max_queue:
                 self.stats.dropped_queue_full += 1
                 return
-            self._queue.append((run_id, span))
+            self._queue.append((run_id, span, counts))
             self.stats.spans_queued += 1
         if len(self._queue) >= self.batch:
             self._wake.set()
@@ -262,8 +269,10 @@ class OtlpSink:
                 self.stats.last_error = repr(exc)[:300]
                 return
             self.stats.spans_sent += len(items)
-            for run_id, span in items:
-                self._tally(run_id, span)
+            for run_id, _, counts in items:
+                t = self.stats.runs.setdefault(run_id, dict.fromkeys(TOTALS, 0))
+                for name, n in zip(TOTALS, counts):
+                    t[name] += n
             self._send_metrics()
 
     def _send_metrics(self) -> None:
@@ -279,17 +288,6 @@ class OtlpSink:
         except Exception as exc:
             unimplemented = "UNIMPLEMENTED" in repr(exc)
             self.stats.metrics = "not accepted" if unimplemented else f"failed: {exc!r}"[:300]
-
-    def _tally(self, run_id: str, span: dict[str, Any]) -> None:
-        if span["name"] != "specscope.request":
-            return
-        t = self.stats.runs.setdefault(run_id, {"requests": 0, "verify_steps": 0, "draft_tokens": 0,
-                                                "accepted_tokens": 0})
-        t["requests"] += 1
-        for a in span["attributes"]:
-            name = a["key"].rsplit(".", 1)[-1]
-            if a["key"].startswith("specscope.spec.") and name in t:
-                t[name] += a["value"].get("int_value", 0)
 
     def _send(self, what: str, message: Any) -> None:
         if self.grpc:
@@ -345,7 +343,7 @@ def _traces_request(items: list[tuple[str, dict[str, Any]]], runs: dict[str, sch
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     by_run: dict[str, list[dict[str, Any]]] = {}
-    for run_id, span in items:
+    for run_id, span, *_ in items:
         span = dict(span, trace_id=os.urandom(16), span_id=os.urandom(8))
         by_run.setdefault(run_id, []).append(span)
     msg = ExportTraceServiceRequest()

@@ -23,7 +23,7 @@ def test_unknown_figures_are_left_out_never_sent_as_zero():
     sink = OtlpSink(_dead(), interval_s=60)
     try:
         sink.write([_req(0), _req(1, num_verify_steps=4, num_draft_tokens=12, num_accepted_tokens=6)])
-        (_, unknown), (_, known) = list(sink._queue)
+        (_, unknown, _), (_, known, _) = list(sink._queue)
         msg = otlp._traces_request([("r", unknown), ("r", known)], {}, "svc")
         a, b = ({kv.key for kv in s.attributes} for s in msg.resource_spans[0].scope_spans[0].spans)
         for key in ("specscope.spec.verify_steps", "specscope.spec.draft_tokens",
