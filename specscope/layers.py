@@ -12,6 +12,7 @@ from __future__ import annotations
 FLOORS: dict[str, int] = {
     "layers": 0,
     "schema": 0,
+    "exact": 0,  #: exact tails and sample sizes of the checks, pure math (hooks and collector)
     "io": 1,
     "hooks": 2,
     "importers": 2,
@@ -21,6 +22,7 @@ FLOORS: dict[str, int] = {
     "engine": 4,
     "serving": 5,
     "dashboard": 5,
+    "probe": 5,  #: the black-box check of an OpenAI-compatible endpoint
     "demo_vllm": 6,  #: the demo on real vLLM servers
     "notebook": 6,
     "demo": 7,  #: the embedded demo, and the switch to demo_vllm

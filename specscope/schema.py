@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 #: Written into every trace file; readers refuse any version not in READABLE_VERSIONS.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: 2 added spec_counts, sample and benchmark records; 3 added per-request speculative figures
 #: and categories on request records, and the draft depth each verify step used; 4 added the
 #: weight of a source's reported figures on spec_counts records (``reported_weight``); 5 added
 #: the drafts that reached each position on spec_counts records (``drafted_per_pos``) and each
-#: output token's top-2 logit margin and second choice on request records.
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+#: output token's top-2 logit margin and second choice on request records; 6 added mismatch
+#: records (a greedy request's committed token that is not its position's argmax, with the margin).
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 
 # Sampling modes. "Requested" is what the request and the engine's configuration call for;
 # "used" is what the verify code path says it ran. The sampling-truth statistics check the
@@ -221,6 +222,27 @@ class FallbackRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MismatchRecord:
+    """A greedy request whose verify step committed a token that is not the target's argmax.
+
+    Written by the hooks on statistics steps for each greedy request-step with a mismatch (its
+    worst position); ``margin`` is the target's argmax logit minus the committed token's (nats,
+    temperature 1, the raw logits). Within the dtype's tie margin it is a numerical tie; beyond
+    it the target was firmly against the token: verify is not lossless.
+    """
+
+    run_id: str
+    rank: int = 0
+    step: int
+    t_ns: int
+    request_id: str
+    position: int  #: index along the verified path (0 = the first draft position)
+    margin: float  #: nats, > 0
+    mode_requested: str = GREEDY
+    num_mismatches: int = 1  #: mismatching positions of this request in this step (1 or more)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EvalRecord:
     """Output-quality signals of one request (None where a signal does not apply)."""
 
@@ -320,6 +342,7 @@ RECORD_TYPES: dict[str, type] = {
     "request": RequestRecord,
     "phase": PhaseRecord,
     "fallback": FallbackRecord,
+    "mismatch": MismatchRecord,
     "eval": EvalRecord,
     "anomaly": AnomalyRecord,
     "hook_health": HookHealthRecord,

@@ -465,9 +465,10 @@ def build_parser() -> argparse.ArgumentParser:
     from . import analysis
 
     analysis.add_parsers(sub)
-    from . import dashboard
+    from . import dashboard, probe
 
     dashboard.add_parsers(sub)
+    probe.add_parser(sub)
     return p
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..io.columns import VerifyColumns
-from .stats import SpecStats, TruthStats, _add_lists
+from .. import schema
+from .stats import SpecStats, TruthStats, _add_lists, truth_key
 
 __all__ = ["VerifyColumns", "observe_columns"]
 
@@ -78,19 +79,29 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
             stats.modes[(modes[code // n_modes], modes[code % n_modes])] += n
     sampled = c.num_verified > 0 if c.num_verified is not None else None
     if sampled is not None and sampled.any():
-        req = c.mode_requested
-        if req.min() == req.max():  # the usual batch: one requested mode, no grouping needed
+        # truth classes (``truth_key``): the requested mode, and top-p / top-k where asked for
+        req = c.mode_requested.astype(np.int64) * 4
+        cp = c
+        greedy = c.mode_requested == modes.index(schema.GREEDY) if schema.GREEDY in modes else None
+        if cp.top_p is not None and len(cp.top_p) == len(req):
+            extra = (cp.top_p < 1.0).astype(np.int64) + 2 * (cp.top_k > 0).astype(np.int64) \
+                if cp.top_k is not None else (cp.top_p < 1.0).astype(np.int64)
+            if greedy is not None:
+                extra = np.where(greedy, 0, extra)
+            req = req + extra
+        if req.min() == req.max():  # the usual batch: one class, no grouping needed
             all_rows = bool(sampled.all())
             sums = [(w if all_rows else w[sampled]).sum()
                     for w in (c.num_verified, c.num_top1, c.expected_top1, c.var_top1)]
             groups = [(int(req[0]), sums)]
         else:
-            r = req[sampled].astype(np.int64)
-            per = [np.bincount(r, weights=w[sampled], minlength=n_modes)
+            r = req[sampled]
+            per = [np.bincount(r, weights=w[sampled], minlength=n_modes * 4)
                    for w in (c.num_verified, c.num_top1, c.expected_top1, c.var_top1)]
             groups = [(code, [p[code] for p in per]) for code in np.flatnonzero(per[0]).tolist()]
         for code, (nv, nt, ex, var) in groups:
-            t = stats.truth.setdefault(modes[code], TruthStats())
+            key = truth_key(modes[code // 4], 0.5 if code & 1 else 1.0, 1 if code & 2 else 0)
+            t = stats.truth.setdefault(key, TruthStats())
             t.num_verified += int(nv)
             t.num_top1 += int(nt)
             t.expected_top1 += float(ex)

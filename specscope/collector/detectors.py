@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import schema
-from .exact import (ALPHA, fmt_p, lower_tail, one_sided_excess, positions_to_detect,
-                    upper_tail)
+from ..exact import (ALPHA, fmt_p, greedy_positions_needed, lower_tail, one_sided_excess,
+                     positions_to_detect, tie_margin, upper_tail)
 from .stats import SpecStats, TruthStats
 from .verdict import FAIL, Assessment, assessed
 
@@ -48,37 +48,55 @@ class SamplingTruthDetector:
     alpha: float = ALPHA
     min_excess: float = 0.05
     greedy_tie_rate: float = 0.01
+    #: nats: a greedy mismatch whose margin exceeds this is structural (``exact.TIE_MARGIN`` of
+    #: the run's dtype; by default the widest, bfloat16's)
+    tie_margin: float = tie_margin("")
 
     def assess(self, stats: SpecStats, run_id: str = "") -> list[Assessment]:
-        return [self.assess_greedy(t, run_id) if mode == schema.GREEDY
-                else self.assess_one(mode, t, run_id)
+        return [self.assess_greedy(t, run_id, mismatches=stats.mismatches)
+                if mode == schema.GREEDY else self.assess_one(mode, t, run_id)
                 for mode, t in sorted(stats.truth.items()) if t.num_verified]
 
     def greedy_needed(self) -> int:
         """Positions at which greedy requests that commit the argmax only ``1 - tie rate -
         min_excess`` of the time would fail the check."""
-        exp = 1.0 - self.greedy_tie_rate
-        rate = exp - self.min_excess - 0.005
-        n = 1
-        while lower_tail(math.floor(rate * n), n, exp) >= self.alpha and n < 100_000:
-            n += max(1, n // 8)
-        return n
+        return greedy_positions_needed(self.greedy_tie_rate, self.min_excess, self.alpha)
 
-    def assess_greedy(self, t: TruthStats, run_id: str = "", scope: str = "") -> Assessment:
-        """Greedy requests' counters: every committed token should be the target argmax."""
+    def assess_greedy(self, t: TruthStats, run_id: str = "", scope: str = "",
+                      mismatches: list[tuple] = ()) -> Assessment:
+        """Greedy requests' counters: every committed token should be the target argmax.
+
+        A mismatch whose margin exceeds ``tie_margin`` (``mismatches``: (margin, request, step,
+        position, rank), widest first) FAILS at once, whatever the count of positions: no
+        numerical tie explains it. Near-ties keep the ``greedy_tie_rate`` allowance."""
         n, k = t.num_verified, t.num_top1
         exp = 1.0 - self.greedy_tie_rate
         obs = k / n
         p_lo = lower_tail(k, n, exp)
         needed = self.greedy_needed()
+        if scope:
+            mismatches = [m for m in mismatches if m[1] == scope]
+        structural = [m for m in mismatches if m[0] > self.tie_margin]
         evidence = {"mode_requested": schema.GREEDY, "num_positions": n,
                     "observed_top1_rate": obs, "expected_top1_rate": 1.0,
                     "allowed_tie_rate": self.greedy_tie_rate, "p_value": p_lo,
-                    "positions_needed": needed}
+                    "positions_needed": needed, "tie_margin": self.tie_margin,
+                    "structural_mismatches": len(structural)}
         where = f" in request {scope}" if scope else ""
         if scope:
             evidence["request_id"] = scope
         check = f"{TRUTH_CHECK} ({schema.GREEDY})"
+        if structural:
+            margin, request, step, position, rank = structural[0]
+            evidence.update(worst_margin=margin, worst_request_id=request, worst_step=step,
+                            worst_position=position, worst_rank=rank)
+            message = (f"a greedy request{where} committed a token its target ranked below the "
+                       f"argmax by {margin:.3g} nats (request {request}, step {step}, position "
+                       f"{position}), beyond the {self.tie_margin:g}-nat tie margin; "
+                       f"{len(structural)} such request-step(s): verify is not lossless")
+            return Assessment(check, FAIL, evidence, anomaly=schema.AnomalyRecord(
+                run_id=run_id, kind="greedy_mismatch", severity="critical", message=message,
+                evidence=evidence))
         if p_lo < self.alpha and exp - obs > self.min_excess:
             message = (f"requests asking for greedy decoding{where} commit the target argmax "
                        f"only {obs:.1%} of the time (p {fmt_p(p_lo)} over {n} positions, "
@@ -409,6 +427,14 @@ DEFAULT_DETECTORS = (SamplingTruthDetector(), FallbackDetector(), DraftHealthDet
                      SpeculationOffDetector())
 
 
+def run_dtype(run: schema.RunRecord | None) -> str:
+    """The dtype the run's target computes its logits in, where the run says ("" = unknown)."""
+    if run is None:
+        return ""
+    labels = run.labels or {}
+    return str(labels.get("dtype") or labels.get("target_dtype") or "").replace("torch.", "")
+
+
 def detectors_for(run: schema.RunRecord | None) -> tuple:
     """The default detectors, told what the run says of itself (its draft's dtype), the
     acceptance- and distribution-based ones run only where the run measures them
@@ -417,7 +443,8 @@ def detectors_for(run: schema.RunRecord | None) -> tuple:
 
     dtype = (run.labels.get("draft_dtype", "") if run is not None else "") or ""
     health = DraftHealthDetector(draft_dtype=dtype) if dtype else DraftHealthDetector()
-    return (ConfiguredVerification(run, (SamplingTruthDetector(), health)), FallbackDetector(),
+    truth = SamplingTruthDetector(tie_margin=tie_margin(run_dtype(run)))
+    return (ConfiguredVerification(run, (truth, health)), FallbackDetector(),
             SpeculationOffDetector())
 
 

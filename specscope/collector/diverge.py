@@ -43,8 +43,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
 from .. import schema
+from ..exact import TIE_MARGIN
 
-TIE_MARGIN = {"float32": 1e-3, "float16": 0.05, "bfloat16": 0.25}
 DEFAULT_DTYPE = "float32"
 NGRAM = 4
 

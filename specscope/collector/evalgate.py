@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .detectors import DRAFT_CHECK, TRUTH_CHECK, detectors_for, evaluate
-from .exact import one_sided_excess
+from ..exact import one_sided_excess
 from .stats import SpecStats
 from .verdict import (FAIL, INCONCLUSIVE, PASS, Assessment, assessed, combine, state_text,
                       why_text)

@@ -14,7 +14,7 @@ from .. import schema
 from .detectors import (DRAFT_CHECK, TRUTH_CHECK, AcceptanceRegressionDetector, QualityDetector,
                         SamplingTruthDetector, detectors_for, evaluate)
 from .evalgate import check_text, eval_gate, gate_text
-from .exact import PER_REQUEST_ALPHA, fmt_p
+from ..exact import PER_REQUEST_ALPHA, fmt_p
 from . import busy as _busy
 from .configured import kind_of
 from .stats import SpecStats, TruthStats, token_times

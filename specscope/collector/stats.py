@@ -22,6 +22,21 @@ def _add_lists(a: list[int], b: list[int]) -> list[int]:
     return [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)]
 
 
+def truth_key(mode: str, top_p: float = 1.0, top_k: int = 0) -> str:
+    """The class a request's sampling-truth counters pool in: its requested mode, and for a
+    sampled one whether it asked for top-p and top-k ("speculative-sampling+top-p"). A fault
+    that hits only the top-p requests (top-p "falling back to argmax") is then tested on their
+    positions alone instead of being diluted among honest ones."""
+    if mode == schema.GREEDY:
+        return mode
+    return mode + ("+top-p" if top_p < 1.0 else "") + ("+top-k" if top_k > 0 else "")
+
+
+def base_mode(key: str) -> str:
+    """The requested mode of a truth class ("speculative-sampling+top-p" -> its mode)."""
+    return key.split("+", 1)[0]
+
+
 @dataclass
 class TruthStats:
     """Sampling-truth counters for one (requested mode): see VerifyEntry."""
@@ -59,6 +74,18 @@ class TruthStats:
 CUMULATIVE_SOURCES = frozenset({"vllm-v0"})
 
 
+#: greedy mismatches a SpecStats keeps by margin (every one counts in ``num_mismatches``)
+MAX_MISMATCHES = 256
+
+
+def _widest(a: list[tuple], b: list[tuple]) -> list[tuple]:
+    """Two lists of mismatches as one, the ``MAX_MISMATCHES`` widest margins first."""
+    if not b:
+        return a
+    out = sorted(a + b, key=lambda m: (-m[0], m[1:]))
+    return out[:MAX_MISMATCHES]
+
+
 def _later(a: tuple[int, float] | None, b: tuple[int, float] | None) -> tuple[int, float] | None:
     """The later of two (t_ns, value) figures (b on a tie: it was read after a)."""
     if a is None or (b is not None and b[0] >= a[0]):
@@ -94,6 +121,10 @@ class SpecStats:
     modes: Counter = field(default_factory=Counter)  #: (requested, used) -> request-steps
     draft_hist: list[int] = field(default_factory=lambda: [0] * schema.DRAFT_HIST_BINS)
     fallbacks: Counter = field(default_factory=Counter)  #: reason -> count
+    #: greedy requests' committed tokens that were not their position's argmax (MismatchRecord),
+    #: the MAX_MISMATCHES widest by margin: (margin nats, request id, step, position, rank)
+    mismatches: list[tuple] = field(default_factory=list)
+    num_mismatches: int = 0  #: mismatching request-steps seen, all of them
     num_clamped: int = 0  #: impossible entries (accepted > drafted, negatives) clamped
     # latency samples, seconds
     ttft_s: list[float] = field(default_factory=list)
@@ -165,6 +196,10 @@ class SpecStats:
                 self.phase_ns.setdefault(record.phase, []).append(record.duration_ns)
         elif isinstance(record, schema.FallbackRecord):
             self.fallbacks[record.reason] += max(0, record.count)
+        elif isinstance(record, schema.MismatchRecord):
+            self.num_mismatches += 1
+            self.mismatches = _widest(self.mismatches, [(
+                float(record.margin), record.request_id, record.step, record.position, record.rank)])
         elif isinstance(record, schema.SpecCountsRecord):
             self._observe_counts(record)
         elif isinstance(record, schema.SampleRecord):
@@ -297,7 +332,7 @@ class SpecStats:
                 for p in range(accepted):
                     self.accepted_per_pos[p] += 1
             if e.num_verified:
-                t = self.truth.setdefault(e.mode_requested, TruthStats())
+                t = self.truth.setdefault(truth_key(e.mode_requested, e.top_p, e.top_k), TruthStats())
                 t.num_verified += e.num_verified
                 t.num_top1 += e.num_top1
                 t.expected_top1 += e.expected_top1
@@ -387,6 +422,8 @@ class SpecStats:
             truth=truth, modes=self.modes + other.modes,
             draft_hist=_add_lists(self.draft_hist, other.draft_hist),
             fallbacks=self.fallbacks + other.fallbacks,
+            mismatches=_widest(self.mismatches, other.mismatches),
+            num_mismatches=self.num_mismatches + other.num_mismatches,
             num_clamped=self.num_clamped + other.num_clamped,
             ttft_s=self.ttft_s + other.ttft_s, tpot_s=self.tpot_s + other.tpot_s,
             itl_chunk_s=self.itl_chunk_s + other.itl_chunk_s,

@@ -76,14 +76,17 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         stats = np.zeros((n, _stats.ROW_WIDTH - base), dtype=np.float32)
         for (start, b), rows in zip(full_at, full_rows):
             stats[start:start + b] = rows
-        hist = stats[:, _stats.COL_HIST - base:].astype(i64)
+        hist = stats[:, _stats.COL_HIST - base:_stats.COL_MISMATCH_MARGIN - base].astype(i64)
         hist[(flags & _HAS_HIST) == 0] = 0
         verified = np.where(truth, stats[:, _stats.COL_NUM_VERIFIED - base], 0).astype(i64)
         top1 = np.where(truth, stats[:, _stats.COL_NUM_TOP1 - base], 0).astype(i64)
         expected = np.where(truth, stats[:, _stats.COL_EXPECTED_TOP1 - base], 0).astype(f64)
         var = np.where(truth, stats[:, _stats.COL_VAR_TOP1 - base], 0).astype(f64)
+        margin = np.where(truth & (temps <= 0), stats[:, _stats.COL_MISMATCH_MARGIN - base], -1.0)
+        mismatches = np.flatnonzero(margin > 0)
     else:  # no statistics in this drain
         hist = verified = top1 = expected = var = None
+        mismatches = ()
     ids = list(itertools.chain.from_iterable(m[2] for m in metas))
     cols = VerifyColumns(
         run_id=rec.run.run_id, config_id=rec.run.config_id, rank=rec.rank,
@@ -102,6 +105,15 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
     reasons = {i: m[10] for i, m in enumerate(metas) if m[10]}
     if reasons:
         cols.depth_reasons = reasons
+    if len(mismatches):
+        seq = np.repeat(np.arange(len(metas)), sizes)
+        for i in mismatches.tolist():
+            m = metas[seq[i]]
+            rec._emit(schema.MismatchRecord(
+                run_id=rec.run.run_id, rank=rec.rank, step=int(m[0]), t_ns=int(m[1]),
+                request_id=ids[i], position=int(stats[i, _stats.COL_MISMATCH_POS - base]),
+                margin=float(margin[i]),
+                num_mismatches=max(1, int(verified[i] - top1[i]))))
     return cols
 
 

@@ -177,7 +177,7 @@ class Recorder:
             self.num_dropped_ring_full += 1
             return
         try:
-            sampled = bool(self.stats_policy(step))
+            sampled = self._wants(step, temperature, top_p, top_k)
             has_truth = sampled and committed_tokens is not None and target_logits is not None
             has_hist = sampled and draft_top1_probs is not None
             lite = None
@@ -241,18 +241,42 @@ class Recorder:
                 tk = self._to_device(top_k, torch.long, dev) if _active(top_k, 0) else None
                 cols[:, _stats.COL_NUM_VERIFIED:_stats.COL_HIST] = _stats.truth_columns(
                     logits, committed, num_accepted, temps, tp, tk)
+                cols[:, _stats.COL_MISMATCH_MARGIN:] = _stats.mismatch_columns(
+                    logits, committed, num_accepted)
             if draft_top1 is not None:
-                cols[:, _stats.COL_HIST:] = _stats.draft_hist_columns(draft_top1)
+                cols[:, _stats.COL_HIST:_stats.COL_MISMATCH_MARGIN] = \
+                    _stats.draft_hist_columns(draft_top1)
         return cols
 
-    def wants_stats(self, step: int | None = None) -> bool:
+    def wants_stats(self, step: int | None = None, temperature: Any = None, top_p: Any = None,
+                    top_k: Any = None) -> bool:
         """Whether the statistics policy samples ``step`` (by default the next verify step): an
-        adapter asks before copying what only the statistics need."""
+        adapter asks before copying what only the statistics need. A policy that decides by
+        the batch's sampling classes (``UntilDecided``) is given its parameters."""
         try:
-            return self.enabled and bool(self.stats_policy(self._step if step is None else step))
+            return self.enabled and self._wants(self._step if step is None else step,
+                                                temperature, top_p, top_k)
         except (Exception, SystemExit):
             self.count_error()
             return False
+
+    def _wants(self, step: int, temperature: Any, top_p: Any, top_k: Any) -> bool:
+        wants = getattr(self.stats_policy, "wants", None)
+        if wants is not None:
+            return bool(wants(step, temperature, top_p, top_k))
+        return bool(self.stats_policy(step))
+
+    def _tell_policy(self, cols: list[VerifyColumns]) -> None:
+        """The drain side: what the statistics found, to a policy that decides from it."""
+        observe = getattr(self.stats_policy, "observe", None)
+        if observe is None:
+            return
+        for c in cols:
+            if c.num_verified is None and c.draft_hist is None:
+                continue
+            hist = int(c.draft_hist.sum()) if c.draft_hist is not None else 0
+            observe(c.temperature, c.top_p, c.top_k, c.num_verified, c.num_top1,
+                    c.expected_top1, draft_positions=hist)
 
     def _to_device(self, values, dtype, dev) -> torch.Tensor:
         host = torch.tensor(values, dtype=dtype)
@@ -317,6 +341,11 @@ class Recorder:
             try:
                 cols = [_drain.columns(self, part)
                         for part in _drain.parts(ready, self.max_columns_entries)]
+                if cols:
+                    try:
+                        self._tell_policy(cols)
+                    except (Exception, SystemExit):
+                        self.count_error()
             finally:  # the slots are free once their contents are copied out
                 self._free.extend(idx for idx, _, _, _ in ready)
                 self.num_recorded += len(ready)

@@ -19,7 +19,12 @@ COL_NUM_TOP1 = 4
 COL_EXPECTED_TOP1 = 5
 COL_VAR_TOP1 = 6
 COL_HIST = 7
-ROW_WIDTH = COL_HIST + DRAFT_HIST_BINS
+#: the largest target logit margin (argmax minus committed, nats at temperature 1) over the
+#: verified positions where the committed token is not the argmax, -1 where there is none; and
+#: the position along the verified path where it is
+COL_MISMATCH_MARGIN = COL_HIST + DRAFT_HIST_BINS
+COL_MISMATCH_POS = COL_MISMATCH_MARGIN + 1
+ROW_WIDTH = COL_MISMATCH_POS + 1
 
 
 def expected_top1(
@@ -86,6 +91,25 @@ def truth_columns(
         ],
         dim=1,
     )
+
+
+def mismatch_columns(logits: torch.Tensor, committed: torch.Tensor,
+                     num_accepted: torch.Tensor) -> torch.Tensor:
+    """``[B, 2]``: the largest logit margin by which a committed token trails its position's
+    argmax (nats; -1 where every verified position committed the argmax) and that position.
+
+    A greedy request's mismatch within the dtype's tie margin is a numerical tie; beyond it, the
+    target was firmly against the token verify committed. One gather and one max over the
+    verified path, no sort."""
+    positions = torch.arange(committed.shape[1], device=committed.device)
+    valid = positions[None, :] <= num_accepted[:, None]
+    x = logits.float()
+    top = x.amax(dim=-1)
+    safe = committed.clamp(0, x.shape[-1] - 1).long()
+    chosen = x.gather(-1, safe[..., None])[..., 0]
+    margin = torch.where(valid & (chosen < top), top - chosen, torch.full_like(top, -1.0))
+    worst, where = margin.max(dim=1)
+    return torch.stack([worst, where.to(worst.dtype)], dim=1)
 
 
 def draft_hist_columns(draft_top1: torch.Tensor) -> torch.Tensor:

@@ -168,7 +168,7 @@ class VerifyColumns:
                 rows.append((r.t_ns, e.num_drafted, e.num_draft_tokens, e.num_accepted,
                              code(e.mode_requested), code(e.mode_used),
                              e.num_verified, e.num_top1, e.expected_top1, e.var_top1, hist,
-                             seq, depth))
+                             seq, depth, e.top_p, e.top_k))
                 if r.depth_reason and seq not in reasons.setdefault(key, {}):
                     reasons[key][seq] = r.depth_reason
                 if detail:
@@ -179,7 +179,7 @@ class VerifyColumns:
                          e.top_k, flags))
         out = []
         for key, rows in groups.items():
-            cols = list(zip(*rows)) if rows else [()] * 13
+            cols = list(zip(*rows)) if rows else [()] * 15
             c = cls(
                 run_id=key[0], config_id=key[1], rank=key[2], num_steps=steps[key],
                 t_ns=np.asarray(cols[0], dtype=np.int64),
@@ -196,7 +196,9 @@ class VerifyColumns:
                 mode_names=tuple(names),
                 # which step each entry is of and its k: aggregation counts steps by k
                 seq=np.asarray(cols[11], dtype=np.int64), draft_depth=np.asarray(cols[12], dtype=np.int64),
-                depth_reasons=reasons.get(key) or None)
+                depth_reasons=reasons.get(key) or None,
+                # the sampling-truth classes pool by top-p and top-k (collector's truth_key)
+                top_p=np.asarray(cols[13], dtype=np.float64), top_k=np.asarray(cols[14], dtype=np.int64))
             if detail:
                 x = list(zip(*extra.get(key, []))) or [()] * 9
                 c.step = np.asarray(x[1], dtype=np.int64)

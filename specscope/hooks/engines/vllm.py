@@ -16,8 +16,8 @@ In the engine-core process:
   after the last committed token), and the mode the sampling metadata says it ran. A call that
   does not come through ``_sample`` (vLLM's warm-up, profile and dummy batches) is no verify
   step and is not recorded.
-- On the steps the statistics policy samples (``SPECSCOPE_STATS_EVERY``, default one in 32), the
-  seeds' checks: the target's raw logits at each row's verified positions are copied before
+- On the steps the statistics policy samples (every step until each sampling class's checks have
+  decided, then one in ``SPECSCOPE_STATS_EVERY``, default 32), the seeds' checks: the target's raw logits at each row's verified positions are copied before
   vLLM processes them in place, and with the committed tokens give sampling truth; with
   ``draft_sample_method: probabilistic``, ``draft_probs`` give the draft's top-1 probability per
   drafted position (draft health). Logits processors (penalties, bad words, min tokens) are not
@@ -87,15 +87,20 @@ def run_fields(vllm_config: Any) -> dict[str, Any]:
 
 
 def stats_policy():
-    """One step in ``SPECSCOPE_STATS_EVERY`` (default 32) gets the sampling-truth and
-    draft-health statistics."""
+    """Which verify steps get the sampling-truth and draft-health statistics: every step until
+    each sampling class served has decided its checks, then one in ``SPECSCOPE_STATS_EVERY``
+    (default 32; ``hooks.policy.UntilDecided``). ``SPECSCOPE_STATS_ADAPTIVE=0`` keeps the fixed
+    one in N from the first step."""
+    from ..policy import UntilDecided
     from ..recorder import every_n
 
     try:
         n = int(os.environ.get("SPECSCOPE_STATS_EVERY", DEFAULT_STATS_EVERY))
     except ValueError:
         n = DEFAULT_STATS_EVERY
-    return every_n(max(1, n))
+    if os.environ.get("SPECSCOPE_STATS_ADAPTIVE", "1") == "0":
+        return every_n(max(1, n))
+    return UntilDecided(every=max(1, n))
 
 
 def make_recorder(process: str):
@@ -135,6 +140,16 @@ def batch_facts(input_batch: Any, num_reqs: int) -> dict | None:
         return facts if len(ids) == num_reqs else None
     except Exception:
         return None
+
+
+def processed(sampling_metadata: Any) -> bool:
+    """Whether penalties, bad words or an allowed-token mask change the logits before verify:
+    the raw logits the statistics read are then not the distribution verify used (a greedy
+    request may rightly commit another token than their argmax), so the step keeps no
+    sampling-truth statistics."""
+    return (getattr(sampling_metadata, "no_penalties", True) is False
+            or getattr(sampling_metadata, "allowed_token_ids_mask", None) is not None
+            or bool(getattr(sampling_metadata, "bad_words_token_ids", None)))
 
 
 def gather_inputs(metadata: Any, draft_probs: Any, logits: Any) -> dict:
@@ -184,7 +199,7 @@ def record_rejection(recorder: Any, metadata: Any, sampling_metadata: Any, outpu
         mode = [schema.GREEDY if t <= 1e-5 else schema.SPECULATIVE_SAMPLING
                 for t in temps.tolist()]
     truth: dict[str, Any] = {}
-    if inputs is not None:
+    if inputs is not None and not processed(sampling_metadata):
         truth["target_logits"] = inputs["logits"]
         truth["committed_tokens"] = out[:, :inputs["logits"].shape[1]]
         if "draft_top1" in inputs:
@@ -244,7 +259,9 @@ def install(recorder: Any = None) -> list[str]:
             inputs = None
             try:
                 rec = lazy.get(make)
-                if rec is not None and rec.enabled and rec.wants_stats():
+                if rec is not None and rec.enabled and rec.wants_stats(
+                        temperature=facts.get("temperature"), top_p=facts.get("top_p"),
+                        top_k=facts.get("top_k")):
                     inputs = gather_inputs(metadata, draft_probs, logits)
             except SPECSCOPE_ERRORS:
                 lazy.count_error()

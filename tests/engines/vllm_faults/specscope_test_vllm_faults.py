@@ -7,6 +7,12 @@ the server runs (clean phase, then faulted phase, one server).
   metadata that reaches the rejection sampler still says "random" (the ROCm incident: sampled
   requests silently verified greedily). The bonus token is still sampled, as vLLM samples it
   apart from verify.
+- ``top_p_greedy``: only the requests that ask for top-p are verified greedily (their
+  temperature reaches the rejection sampler as 0), the seed's "top-p falls back to argmax"; the
+  rest sample honestly.
+- ``lossy``: where verify rejected a draft token, the rejected draft token is committed in
+  place of the token verify drew: a lossy verify that vLLM's counters (accepted drafts per row)
+  do not see.
 - ``draft_prob_one``: under ``draft_sample_method: probabilistic``, the draft's probabilities
   are replaced by a one-hot at the token it drafted (its top-1 probability hard-coded to 1.0).
 - ``break_specscope``: what specscope runs on the engine's hot path (reading the verify inputs,
@@ -65,15 +71,37 @@ def register():
 
     sample = rs.rejection_sample
 
+    def _metadata(args, kwargs, change):
+        if "sampling_metadata" in kwargs:
+            kwargs["sampling_metadata"] = change(kwargs["sampling_metadata"])
+        else:
+            args[7] = change(args[7])
+
+    def _top_p_greedy(md):
+        if md.all_greedy or md.top_p is None or md.temperature is None:
+            return md
+        temperature = md.temperature.clone()
+        temperature[md.top_p.to(temperature.device) < 1.0] = 0.0
+        return dataclasses.replace(md, temperature=temperature, all_random=False)
+
     def rejection_sample(*args, **kwargs):
+        args = list(args)
         if _active("silent_greedy"):
-            args = list(args)
-            if "sampling_metadata" in kwargs:
-                kwargs["sampling_metadata"] = dataclasses.replace(
-                    kwargs["sampling_metadata"], all_greedy=True, all_random=False)
-            else:
-                args[7] = dataclasses.replace(args[7], all_greedy=True, all_random=False)
-        return sample(*args, **kwargs)
+            _metadata(args, kwargs, lambda md: dataclasses.replace(
+                md, all_greedy=True, all_random=False))
+        elif _active("top_p_greedy"):
+            _metadata(args, kwargs, _top_p_greedy)
+        out = sample(*args, **kwargs)
+        if _active("lossy"):
+            draft = kwargs.get("draft_token_ids", args[0] if args else None)
+            nums = kwargs.get("num_draft_tokens", args[1] if len(args) > 1 else None)
+            start = 0
+            for row, n in enumerate(nums):
+                accepted = int((out[row] != -1).sum()) - 1
+                if 0 <= accepted < n:  # a rejection at this position: commit the draft token
+                    out[row, accepted] = draft[start + accepted]
+                start += n
+        return out
 
     rs.rejection_sample = rejection_sample
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specscope.collector.exact import ALPHA, lower_tail, positions_to_detect, upper_tail
+from specscope.exact import ALPHA, lower_tail, positions_to_detect, upper_tail
 
 
 def _binom_upper(k: int, n: int, p: float) -> float:
@@ -65,7 +65,7 @@ def test_the_issue_example_and_the_sample_each_rate_needs():
 
 def test_fisher_s_exact_test_for_the_quality_checks():
     from specscope.collector.evalgate import requests_to_detect
-    from specscope.collector.exact import one_sided_excess
+    from specscope.exact import one_sided_excess
 
     # 3 of 10 vs 1 of 10: P(X >= 3), X hypergeometric(20 requests, 4 hits, 10 drawn)
     excess, p = one_sided_excess(3, 10, 1, 10)

@@ -14,6 +14,19 @@ from __future__ import annotations
 
 import math
 
+#: two target logits closer than this (nats) are a numerical tie in the engine's dtype: 2-3 units
+#: in the last place at a language model's top-logit scale (16-32) for bfloat16 and float16, and
+#: the drift of a reduction in another order for float32 (measured in ``collector/diverge.py``)
+TIE_MARGIN = {"float32": 1e-3, "float16": 0.05, "bfloat16": 0.25}
+
+
+def tie_margin(dtype: str | None) -> float:
+    """The tie margin of ``dtype`` ("bfloat16", "torch.float16", ...); an unknown dtype gets the
+    widest (bfloat16's), so that a tie is never called structural."""
+    name = (dtype or "").replace("torch.", "")
+    return TIE_MARGIN.get(name, max(TIE_MARGIN.values()))
+
+
 #: the detectors' false-alarm budget per one-sided test: about the one-sided 6-sigma normal tail
 ALPHA = 1e-9
 #: per request: one test per request and mode, so a run of 1,000 requests spends at most 1e-3;
@@ -98,6 +111,19 @@ def positions_to_detect(rate: float, alpha: float = ALPHA) -> int | None:
     if rate <= 0.0:
         return 1
     return max(1, math.ceil(math.log(alpha) / math.log(rate)))
+
+
+def greedy_positions_needed(tie_rate: float = 0.01, min_excess: float = 0.05,
+                            alpha: float = ALPHA) -> int:
+    """Positions at which greedy requests that commit the argmax only ``1 - tie_rate -
+    min_excess`` of the time would fail the tie-allowance check (its lower tail at the allowed
+    rate below ``alpha``): the sample a greedy PASS needs."""
+    exp = 1.0 - tie_rate
+    rate = exp - min_excess - 0.005
+    n = 1
+    while lower_tail(math.floor(rate * n), n, exp) >= alpha and n < 100_000:
+        n += max(1, n // 8)
+    return n
 
 
 def one_sided_excess(hits_a: int, n_a: int, hits_b: int, n_b: int) -> tuple[float, float]:

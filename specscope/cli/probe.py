@@ -1,0 +1,105 @@
+"""``specscope probe``: the black-box verify check, a thin shell over ``specscope.probe``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+DESCRIPTION = """\
+Check verify through an OpenAI-compatible endpoint, installing nothing in the engine.
+
+What it sends: a designed workload through /v1/chat/completions (or /v1/completions with
+--endpoint completions) in four classes taken in turn: greedy (temperature 0), temperature
+(0.8), temperature with top-p (0.9) and with top-k (20; leave it out with --classes where an
+engine cannot take it). Prompts make drafts run long (copying, lists, code edits) and
+open-ended text. Every request asks for logprobs with --top-logprobs alternatives (lowered to
+what the server allows). Bounded by --requests, --max-tokens, --token-budget, --concurrency,
+--timeout and --deadline.
+
+What it checks, per class, from the engine's own log-probabilities:
+  greedy losslessness     every committed token is its position's top-1; one that trails it
+                          by more than the dtype's tie margin (--dtype) FAILS at once
+  temperature honoured    committed tokens are the top-1 no more often than the requested
+                          temperature (and top-p) allows: an upper bound of that share from
+                          the returned alternatives, tested on that side only; restricted to
+                          the tokens verify committed where the engine says which (vLLM)
+  truncation honoured     no committed token lies outside its top-p nucleus (a lower bound of
+                          the mass ranked above it, unknown tail bounded, in the engine's
+                          sampler order) or beyond its top-k
+
+Server flags, per engine:
+  vLLM       log-probabilities by default (--max-logprobs caps the alternatives; the probe
+             reads --logprobs-mode raw_logprobs unless told --logprobs-mode processed);
+             --per-request-spec-decode-metrics detailed gives each token's role
+  SGLang     logprobs per request (OpenAI API); raw log-probabilities
+  llama.cpp  logprobs per request; under speculation it returns none after the first token
+             (logprob 0.0, no alternatives: upstream #27972), which the probe counts as unknown
+
+Verdicts: FAIL (the evidence rules honest verify out: exit status 1), PASS (every check had
+the positions at which its fault would have shown, and none did), INCONCLUSIVE (too few
+positions; each check says how many more it needs). An endpoint with no log-probabilities
+at all is an error (exit status 2) that says which flag enables them.
+"""
+
+EXAMPLES = """\
+examples:
+  specscope probe http://127.0.0.1:8000
+  specscope probe http://127.0.0.1:8080 --classes greedy,temperature,top-p --json -o probe.jsonl
+"""
+
+
+def _cmd_probe(args: argparse.Namespace) -> int:
+    from ..probe import ProbeError, ProbePlan, format_probe, probe, probe_records
+
+    plan = ProbePlan(classes=tuple(c for c in args.classes.split(",") if c), requests=args.requests,
+                     max_tokens=args.max_tokens, concurrency=args.concurrency,
+                     token_budget=args.token_budget, timeout_s=args.timeout,
+                     deadline_s=args.deadline, endpoint=args.endpoint, seed=args.seed)
+    try:
+        result = probe(args.url, plan, model=args.model, engine=args.engine,
+                       logprobs_mode=args.logprobs_mode, top_logprobs=args.top_logprobs,
+                       dtype=args.dtype)
+    except ProbeError as exc:
+        print(f"specscope probe: error: {exc}", file=sys.stderr)
+        return 2
+    if args.output:
+        from ..io.trace import write_trace
+
+        run_id = f"probe-{result.engine}-{int(result.seconds * 1000)}-{abs(hash(args.url)) % 10**6}"
+        path = write_trace(args.output, probe_records(result, run_id))
+        print(f"trace written to {path}", file=sys.stderr)
+    print(json.dumps(result.to_json(), indent=1, default=str) if args.json else format_probe(result))
+    return 1 if result.verdict == "fail" else 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("probe", help="check verify through an OpenAI-compatible endpoint from "
+                       "the log-probabilities it returns (exit 1 on FAIL)",
+                       description=DESCRIPTION, epilog=EXAMPLES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", help="the model name to send (default: the first of /v1/models)")
+    p.add_argument("--engine", choices=("vllm", "sglang", "llamacpp", "unknown"),
+                   help="how to read its log-probabilities (default: from /v1/models' owned_by)")
+    p.add_argument("--classes", default="greedy,temperature,top-p,top-k",
+                   help="sampling classes to send, comma-separated (default: all four)")
+    p.add_argument("--requests", type=int, default=24, help="requests in all (default 24)")
+    p.add_argument("--max-tokens", type=int, default=64, help="output tokens per request")
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--token-budget", type=int, default=4096,
+                   help="stop sending once this many output tokens came back (default 4096)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
+    p.add_argument("--deadline", type=float, default=300.0, help="seconds for the whole probe")
+    p.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
+    p.add_argument("--top-logprobs", type=int, default=20,
+                   help="alternatives per position to ask for (default 20)")
+    p.add_argument("--logprobs-mode", choices=("raw", "processed"), default="raw",
+                   help="what the server's log-probabilities are (vLLM --logprobs-mode)")
+    p.add_argument("--dtype", default="",
+                   help="the target's dtype, for the greedy tie margin (bfloat16 0.25, float16 "
+                   "0.05, float32 0.001 nats; default: the widest)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-o", "--output", help="write the probe as a trace (report reads it)")
+    p.add_argument("--json", action="store_true", help="the verdict as JSON")
+    p.set_defaults(func=_cmd_probe)

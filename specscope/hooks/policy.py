@@ -1,0 +1,146 @@
+"""Statistics policies: which verify steps get the sampling-truth and draft-health statistics.
+Stdlib and numpy; never imports the collector (the decision rule comes from ``specscope.exact``).
+
+A policy is a plain function ``step -> bool`` (``every_step``, ``every_n``), or ``UntilDecided``:
+every step until each sampling class the engine has served has the evidence its check needs
+(PASS possible, or FAIL already), then one step in ``every``. A class it has not seen (a new
+mode, a request with top-k where none had asked for it) gets every step again until it too has
+decided. The drain side tells it what the statistics found; the hot path asks it one cheap
+question per step.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..exact import (ALPHA, greedy_positions_needed, lower_tail, positions_to_detect, tie_margin,
+                     upper_tail)
+
+#: sampling classes, as bits: sampled (temperature > 0), top-p < 1, top-k > 0; greedy is 0
+SAMPLED, TOP_P, TOP_K = 1, 2, 4
+#: drafted positions after which a draft-probability check is decided (the half-precision
+#: ceiling's sample, ``exact.positions_to_detect(0.75)``)
+DRAFT_POSITIONS = positions_to_detect(0.75)
+DRAFT = -1  #: the draft-health "class"
+
+
+def classes(temperature: Any, top_p: Any = None, top_k: Any = None) -> set[int]:
+    """The sampling classes present in one batch (a few array operations, no per-row Python
+    where the engine hands numpy arrays)."""
+    t = np.asarray(temperature, dtype=np.float64)
+    if t.size == 0:
+        return set()
+    code = (t > 0).astype(np.int64)
+    if top_p is not None:
+        code |= (np.asarray(top_p, dtype=np.float64) < 1.0).astype(np.int64) * TOP_P
+    if top_k is not None:
+        code |= (np.asarray(top_k, dtype=np.int64) > 0).astype(np.int64) * TOP_K
+    code = np.where(code & SAMPLED, code, 0)
+    return set(np.flatnonzero(np.bincount(code, minlength=8)).tolist())
+
+
+class UntilDecided:
+    """Every verify step until the checks have decided, then one step in ``every``.
+
+    A sampled class is decided where its positions reach the sample at which an all-argmax
+    verify would fail (``exact.positions_to_detect`` at its expected argmax rate), or it has
+    failed already; one whose expected rate is too close to greedy to tell apart stops asking
+    after ``undecidable_positions``. The greedy class is decided at the tie-allowance check's
+    sample, or at its first mismatch beyond ``tie_margin``. Drafted positions with a draft
+    probability decide at ``DRAFT_POSITIONS``.
+    """
+
+    def __init__(self, every: int = 32, *, alpha: float = ALPHA, min_excess: float = 0.05,
+                 undecidable_positions: int = 512, margin: float | None = None) -> None:
+        if every < 1:
+            raise ValueError("every must be >= 1")
+        self.every = every
+        self.alpha = alpha
+        self.min_excess = min_excess
+        self.undecidable_positions = undecidable_positions
+        self.tie_margin = tie_margin("") if margin is None else margin
+        self.greedy_needed = greedy_positions_needed(alpha=alpha, min_excess=min_excess)
+        self.totals: dict[int, list[float]] = {}  #: class -> [positions, argmax hits, expected]
+        self.draft_positions = 0
+        self.decided: set[int] = set()
+        self._lock = threading.Lock()
+        self.num_full_steps = 0  #: steps that got statistics because a class was undecided
+
+    # the hot path ---------------------------------------------------------------------------
+    def __call__(self, step: int) -> bool:
+        """Without the batch's parameters: every step while anything seen is undecided."""
+        return step % self.every == 0 or not self._all_decided()
+
+    def wants(self, step: int, temperature: Any = None, top_p: Any = None,
+              top_k: Any = None) -> bool:
+        if step % self.every == 0:
+            return True
+        if temperature is None:
+            return not self._all_decided()
+        present = classes(temperature, top_p, top_k)
+        if DRAFT in self.totals and DRAFT not in self.decided:
+            present.add(DRAFT)
+        want = not present <= self.decided
+        if want:
+            self.num_full_steps += 1
+        return want
+
+    def _all_decided(self) -> bool:
+        seen = set(self.totals)
+        return bool(seen) and seen <= self.decided
+
+    # the drain side -------------------------------------------------------------------------
+    def observe(self, temperature: Sequence[float], top_p: Sequence[float] | None,
+                top_k: Sequence[int] | None, num_verified: np.ndarray | None,
+                num_top1: np.ndarray | None, expected_top1: np.ndarray | None,
+                draft_positions: int = 0, structural: bool = False) -> None:
+        """What one drain's statistics held, per entry (entries without statistics have 0
+        positions); ``structural``: a greedy mismatch beyond the tie margin was seen."""
+        with self._lock:
+            if draft_positions:
+                self.totals.setdefault(DRAFT, [0, 0, 0.0])[0] += draft_positions
+            if num_verified is not None and len(num_verified):
+                t = np.asarray(temperature, dtype=np.float64)
+                code = (t > 0).astype(np.int64)
+                if top_p is not None:
+                    code |= (np.asarray(top_p) < 1.0).astype(np.int64) * TOP_P
+                if top_k is not None:
+                    code |= (np.asarray(top_k) > 0).astype(np.int64) * TOP_K
+                code = np.where(code & SAMPLED, code, 0)
+                for c in np.unique(code[num_verified > 0]).tolist():
+                    rows = (code == c) & (num_verified > 0)
+                    acc = self.totals.setdefault(c, [0, 0, 0.0])
+                    acc[0] += int(num_verified[rows].sum())
+                    acc[1] += int(num_top1[rows].sum())
+                    acc[2] += float(expected_top1[rows].sum())
+            if structural:
+                self.totals.setdefault(0, [0, 0, 0.0])
+                self.decided.add(0)
+            for c, acc in self.totals.items():
+                if c not in self.decided and self._decides(c, *acc):
+                    self.decided.add(c)
+
+    def _decides(self, c: int, n: float, k: float, expected: float) -> bool:
+        if c == DRAFT:
+            return n >= DRAFT_POSITIONS
+        if not n:
+            return False
+        if c == 0:
+            return n >= self.greedy_needed
+        exp = min(1.0, max(0.0, expected / n))
+        obs = k / n
+        if upper_tail(int(k), int(n), exp) < self.alpha and obs - exp > self.min_excess:
+            return True  # failed already
+        if lower_tail(int(k), int(n), exp) < self.alpha and exp - obs > self.min_excess:
+            return True
+        needed = positions_to_detect(exp, self.alpha) if 1.0 - exp > self.min_excess else None
+        return n >= (needed if needed is not None else self.undecidable_positions)
+
+    def state(self) -> dict[str, Any]:
+        """What it has decided, for tests and the engine's log."""
+        with self._lock:
+            return {"decided": sorted(self.decided), "totals": {c: list(v) for c, v in self.totals.items()},
+                    "full_steps": self.num_full_steps}

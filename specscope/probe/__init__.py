@@ -1,0 +1,188 @@
+"""``specscope probe``: a black-box check of verify through any OpenAI-compatible endpoint.
+Never imports torch; installs nothing in the engine.
+
+It sends a designed workload (``workload.py``: greedy, temperature, temperature with top-p,
+and with top-k where the engine takes it), each request asking for log-probabilities, and
+checks from the engine's own figures (``checks.py``) that greedy requests committed their top-1,
+that sampled ones are not the top-1 more often than their temperature allows, and that no
+committed token lies outside its top-p or top-k. Where the engine gives per-step speculative
+detail (vLLM), the temperature check is restricted to the tokens verify committed (accepted
+drafts and the tokens drawn at a rejection). The verdict is FAIL / PASS / INCONCLUSIVE with
+evidence; a trace of it reads in ``report``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..collector.verdict import FAIL, INCONCLUSIVE, Assessment, state_text
+from ..exact import tie_margin
+from .checks import Semantics, greedy_check, overall, temperature_check, truncation_check
+from .client import ENABLE, Answer, ProbeError, detect, semantics, send
+from .workload import CLASSES, ProbePlan
+
+__all__ = ["CLASSES", "ProbeError", "ProbePlan", "ProbeResult", "format_probe", "probe",
+           "probe_records"]
+
+#: roles of the tokens verify committed (vLLM's per-step detail); the temperature check keeps
+#: only these where the engine says
+VERIFY_ROLES = ("accepted", "correction")
+
+
+@dataclass
+class ProbeResult:
+    url: str
+    engine: str
+    model: str
+    semantics: Semantics
+    checks: list[Assessment]
+    answers: list[Answer]
+    top_logprobs: int
+    seconds: float
+    dtype: str
+    verdict: str = INCONCLUSIVE
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(a.positions) for a in self.answers)
+
+    @property
+    def acceptance(self) -> dict[str, Any]:
+        """The engine's own per-request counts, pooled: drafted, accepted, their rate."""
+        known = [a for a in self.answers if a.drafted is not None and a.accepted is not None]
+        drafted = sum(a.drafted for a in known)
+        accepted = sum(a.accepted for a in known)
+        return {"requests": len(known), "drafted": drafted if known else None,
+                "accepted": accepted if known else None,
+                "acceptance_rate": accepted / drafted if known and drafted else None}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "url": self.url, "engine": self.engine, "model": self.model, "verdict": self.verdict,
+            "seconds": self.seconds, "output_tokens": self.tokens, "dtype": self.dtype,
+            "tie_margin": tie_margin(self.dtype), "top_logprobs": self.top_logprobs,
+            "logprobs": "processed" if self.semantics.processed else "raw",
+            "sampler_order": self.semantics.order, "engine_acceptance": self.acceptance,
+            "requests": {"sent": sum(1 for a in self.answers if a.response is not None),
+                         "failed": [a.error for a in self.answers if a.error][:10]},
+            "checks": [{"check": c.check, "state": c.state, "need": c.need, "unit": c.unit,
+                        **{k: v for k, v in c.evidence.items()}} for c in self.checks],
+            "notes": self.semantics.notes + self.notes,
+        }
+
+
+def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
+          engine: str | None = None, logprobs_mode: str = "raw", top_logprobs: int = 20,
+          dtype: str = "") -> ProbeResult:
+    """Probe ``url`` with ``plan``: send, check, and say. Raises ProbeError where the endpoint
+    cannot be probed (unreachable, or it returns no log-probabilities at all)."""
+    plan = plan or ProbePlan()
+    t0 = time.monotonic()
+    found, model = detect(url, model)
+    engine = engine or found
+    sem = semantics(engine, logprobs_mode)
+    answers, took = send(url, engine, model, plan, plan.requests_to_send(), top_logprobs)
+    got = [a for a in answers if a.response is not None]
+    if not got:
+        errors = sorted({a.error for a in answers})[:3]
+        raise ProbeError(f"{url}: no request was answered ({'; '.join(errors)})")
+    if not any(p.logprob is not None for a in got for p in a.positions):
+        raise ProbeError(f"{url} ({engine}) returned no log-probabilities: {ENABLE.get(engine, ENABLE['unknown'])}")
+    checks = run_checks(answers, sem, dtype)
+    result = ProbeResult(url=url, engine=engine, model=model, semantics=sem, checks=checks,
+                         answers=answers, top_logprobs=took, seconds=time.monotonic() - t0,
+                         dtype=dtype, verdict=overall(checks))
+    unknown = sum(1 for a in got for p in a.positions if p.logprob is None or not p.top)
+    total = sum(len(a.positions) for a in got)
+    if unknown:
+        result.notes.append(
+            f"{unknown} of {total} committed tokens came without log-probabilities"
+            + (" (llama.cpp under speculation returns logprob 0.0 and no alternatives after the "
+               "first token, upstream #27972)" if engine == "llamacpp" else "")
+            + ": unknown, not evidence")
+    if took < top_logprobs:
+        result.notes.append(f"the server allows {took} alternatives per position (asked {top_logprobs})")
+    return result
+
+
+def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[Assessment]:
+    """The checks per class over the answers' positions."""
+    by_class: dict[str, list] = {}
+    for a in answers:
+        by_class.setdefault(a.cls, []).extend(a.positions)
+    checks = []
+    for cls in CLASSES:
+        positions = by_class.get(cls)
+        if positions is None:
+            continue
+        if cls == "greedy":
+            checks.append(greedy_check(positions, tie_margin(dtype)))
+            continue
+        verify = [p for p in positions if p.role in VERIFY_ROLES]
+        roles_known = any(p.role for p in positions)
+        checks.append(temperature_check(verify if roles_known else positions, sem, label=cls))
+        if cls in ("top-p", "top-k"):
+            checks.append(truncation_check(positions, sem, label=cls))
+    return checks
+
+
+def format_probe(r: ProbeResult) -> str:
+    """The verdict as text: one line per check with its evidence, then the engine's own figures."""
+    acc = r.acceptance
+    rate = f"{acc['acceptance_rate']:.3f}" if acc["acceptance_rate"] is not None else "unknown"
+    lines = [f"probe {r.url}  engine {r.engine}  model {r.model}",
+             f"  {sum(1 for a in r.answers if a.response is not None)} requests, {r.tokens} output "
+             f"tokens in {r.seconds:.1f} s; top_logprobs {r.top_logprobs}; "
+             f"{'processed' if r.semantics.processed else 'raw'} log-probabilities, "
+             f"{r.semantics.order}; tie margin {tie_margin(r.dtype):g} nats",
+             f"  engine's own acceptance rate (accepted / drafted, its per-request counts): {rate}"
+             f" over {acc['requests']} requests"]
+    for c in r.checks:
+        ev = c.evidence
+        obs, exp = ev.get("observed_top1_rate"), ev.get("expected_top1_rate_bound", ev.get("expected_top1_rate"))
+        figures = f"n {ev.get('num_positions', 0)}"
+        if obs is not None and exp is not None:
+            figures += f"  top-1 {obs:.3f} vs {'<= ' if 'expected_top1_rate_bound' in ev else ''}{exp:.3f}"
+        if ev.get("p_value") is not None:
+            figures += f"  p {ev['p_value']:.2g}"
+        lines.append(f"  {c.check:<34} {state_text(c.state, c.need, c.unit, ev.get('reason')):<40} {figures}")
+        if ev.get("message") and c.state == FAIL:
+            lines.append(f"      {ev['message']}")
+    for note in r.semantics.notes + r.notes:
+        lines.append(f"  note: {note}")
+    lines.append(f"  VERDICT {r.verdict.upper()}")
+    return "\n".join(lines)
+
+
+def probe_records(r: ProbeResult, run_id: str) -> list[Any]:
+    """The probe as a trace: its run, each answered request (tokens, sampling, the engine's own
+    counts) and each failing check as an anomaly, so that ``report`` reads it."""
+    from .. import schema
+
+    now = time.time_ns()
+    out: list[Any] = [schema.RunRecord(
+        run_id=run_id, config_id=f"probe-{r.engine}", algorithm="unknown", num_steps=0, topk=0,
+        num_draft_tokens=0, backend="", model=r.model, engine=r.engine, started_ns=now,
+        labels={"source_format": "probe", "probe_url": r.url, "probe_verdict": r.verdict,
+                "logprobs": "processed" if r.semantics.processed else "raw",
+                **({"dtype": r.dtype} if r.dtype else {})})]
+    for i, a in enumerate(r.answers):
+        if a.response is None:
+            continue
+        out.append(schema.RequestRecord(
+            run_id=run_id, rank=0, request_id=str(a.response.get("id") or f"probe-{i}"),
+            t_arrival_ns=0, t_first_token_ns=0, t_finish_ns=0, num_prompt_tokens=0,
+            num_output_tokens=len(a.positions), temperature=float(a.sampling.get("temperature", 0)),
+            top_p=float(a.sampling.get("top_p", 1.0)), top_k=int(a.sampling.get("top_k", 0)),
+            output_text=a.text, category=f"probe-{a.cls}",
+            num_draft_tokens=a.drafted, num_accepted_tokens=a.accepted))
+    for c in r.checks:
+        if c.state == FAIL:
+            out.append(schema.AnomalyRecord(
+                run_id=run_id, kind="probe_" + c.check.split(" (")[0].replace(" ", "_"),
+                severity="critical", t_ns=now, message=str(c.evidence.get("message", c.check)),
+                evidence={k: v for k, v in c.evidence.items() if k != "message"}))
+    return out

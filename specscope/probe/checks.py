@@ -1,0 +1,246 @@
+"""The probe's checks: what an engine's own log-probabilities say of the tokens it committed.
+Pure functions over ``Position``s; no I/O, never imports torch.
+
+Each position is one committed token with the log-probability the engine returned for it and
+its top alternatives. Raw log-probabilities (vLLM's default ``raw_logprobs``, llama.cpp's
+pre-sampling probabilities, SGLang's) are the target's log-softmax at temperature 1 over the
+whole vocabulary; processed ones (vLLM ``--logprobs-mode processed_logprobs``) already are the
+distribution the request sampled from, and are used as returned, never tempered again. Where a
+figure depends on tokens the engine did not return, the check uses a bound and tests only the
+side that bound guarantees:
+
+- greedy: a committed token whose log-probability trails its position's top-1 by more than the
+  dtype's tie margin is structural: FAIL at once. Near ties keep the in-engine allowance.
+- temperature honoured: the share of committed tokens that are their position's top-1, against
+  an upper bound of its expectation (p_max after temperature, renormalised over the returned
+  tokens only: the unknown tail only adds to the divisor; under top-p divided by the nucleus
+  mass's lower bound, top-p itself). Tested on the upper side only: "argmax more often than
+  the requested temperature allows" (verify running greedy).
+- top-p and top-k honoured: FAIL only where a lower bound of the probability mass ranked above
+  the committed token already reaches top-p (the unknown tail bounded, not ignored), in the
+  engine's sampler order, or where k returned tokens rank strictly above it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment, assessed
+from ..exact import (ALPHA, fmt_p, greedy_positions_needed, lower_tail, positions_to_detect,
+                     upper_tail)
+
+#: a bound is violated only past this much (log-probabilities travel as rounded decimals)
+SLACK = 1e-4
+#: the vocabulary size used to bound the unknown tail at temperature > 1 (where spreading the
+#: tail over more tokens raises its tempered mass); larger than any current model's
+DEFAULT_VOCAB = 1 << 18
+#: the sampler orders: vLLM and SGLang apply temperature before top-k/top-p, llama.cpp after
+TEMPERATURE_FIRST, TRUNCATION_FIRST = "temperature-first", "truncation-first"
+
+
+@dataclass(frozen=True)
+class Position:
+    """One committed token: its log-probability and the returned alternatives, best first."""
+
+    request: str
+    index: int  #: output index (0 = the first token)
+    token: str
+    logprob: float | None  #: None where the engine returned none (unknown, never 0)
+    top: tuple[tuple[str, float], ...] = ()
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    #: "accepted" (a draft token verify accepted), "correction" (the token verify drew where
+    #: it rejected), "bonus", "undrafted", or "" where the engine does not say
+    role: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.logprob is not None and bool(self.top)
+
+    @property
+    def is_top1(self) -> bool:
+        return bool(self.top) and (self.token == self.top[0][0] or
+                                   (self.logprob is not None and self.logprob >= self.top[0][1] - 1e-9))
+
+    @property
+    def margin(self) -> float:
+        """The top-1 log-probability minus the committed token's (nats; 0 for the top-1)."""
+        return max(0.0, self.top[0][1] - self.logprob) if self.known else 0.0
+
+
+@dataclass
+class Semantics:
+    """How an engine's log-probabilities and sampler are to be read."""
+
+    engine: str = "unknown"
+    processed: bool = False  #: the distribution sampled from (True) or the raw log-softmax
+    order: str = TEMPERATURE_FIRST
+    vocab: int = DEFAULT_VOCAB
+    notes: list[str] = field(default_factory=list)
+
+
+def greedy_check(positions: Sequence[Position], tie_margin: float, *, tie_rate: float = 0.01,
+                 min_excess: float = 0.05, alpha: float = ALPHA) -> Assessment:
+    """Every committed token of a greedy request is its position's top-1 beyond ``tie_margin``."""
+    known = [p for p in positions if p.known]
+    n = len(known)
+    mismatched = [p for p in known if not p.is_top1]
+    structural = sorted((p for p in mismatched if p.margin > tie_margin + SLACK),
+                        key=lambda p: -p.margin)
+    needed = greedy_positions_needed(tie_rate, min_excess, alpha)
+    ev: dict[str, Any] = {"mode_requested": "greedy", "num_positions": n,
+                          "num_unknown": len(positions) - n, "num_mismatches": len(mismatched),
+                          "structural_mismatches": len(structural), "tie_margin": tie_margin,
+                          "positions_needed": needed,
+                          "observed_top1_rate": (n - len(mismatched)) / n if n else None,
+                          "expected_top1_rate": 1.0}
+    if structural:
+        w = structural[0]
+        ev.update(worst_margin=w.margin, worst_request_id=w.request, worst_position=w.index,
+                  message=f"request {w.request} committed a token {w.margin:.3g} nats below its "
+                  f"top-1 at output position {w.index} (tie margin {tie_margin:g}); "
+                  f"{len(structural)} such position(s)")
+        return Assessment("greedy losslessness", FAIL, ev)
+    if n:
+        p_lo = lower_tail(n - len(mismatched), n, 1.0 - tie_rate)
+        ev["p_value"] = p_lo
+        if p_lo < alpha and len(mismatched) / n > tie_rate + min_excess:
+            ev["message"] = (f"{len(mismatched)} of {n} greedy positions are near-ties broken "
+                             f"against the top-1 (p {fmt_p(p_lo)})")
+            return Assessment("greedy losslessness", FAIL, ev)
+    state, need = assessed(False, n, needed)
+    return Assessment("greedy losslessness", state, ev, need, "positions")
+
+
+def p_max_bound(p: Position, sem: Semantics) -> float:
+    """An upper bound of the probability that honest sampling commits this position's top-1
+    under the request's temperature and top-p (top-k only raises it: bounded by 1 there)."""
+    if p.top_k and p.top_k <= len(p.top) and not sem.processed:
+        # top-k: renormalised over exactly the k best, which the engine returned
+        lps = [lp for _, lp in p.top[:p.top_k]]
+    else:
+        lps = [lp for _, lp in p.top]
+        if p.top_k and not sem.processed:
+            return 1.0  # k beyond the returned tokens: no bound below 1 from these alone
+    if sem.processed:
+        return min(1.0, math.exp(p.top[0][1]))
+    t = max(p.temperature, 1e-6)
+    best = lps[0]
+    z = sum(math.exp((lp - best) / t) for lp in lps)
+    bound = 1.0 / z
+    if p.top_p < 1.0:
+        bound = bound / p.top_p
+    return min(1.0, bound)
+
+
+def temperature_check(positions: Sequence[Position], sem: Semantics, *, label: str,
+                      alpha: float = ALPHA, min_excess: float = 0.05) -> Assessment:
+    """Committed tokens are their position's top-1 no more often than the requested sampling
+    allows (upper side only: the expectation is an upper bound)."""
+    known = [p for p in positions if p.known]
+    n = len(known)
+    k = sum(1 for p in known if p.is_top1)
+    bound = sum(p_max_bound(p, sem) for p in known)
+    exp = bound / n if n else None
+    ev: dict[str, Any] = {"mode_requested": label, "num_positions": n,
+                          "num_unknown": len(positions) - n, "observed_top1_rate": k / n if n else None,
+                          "expected_top1_rate_bound": exp,
+                          "roles": sorted({p.role for p in known if p.role})}
+    check = f"temperature honoured ({label})"
+    if not n:
+        ev["positions_needed"] = None
+        ev["reason"] = "no position with log-probabilities"
+        return Assessment(check, INCONCLUSIVE, ev)
+    p_hi = upper_tail(k, n, exp)
+    needed = positions_to_detect(exp, alpha) if 1.0 - exp > min_excess else None
+    ev.update(p_value=p_hi, positions_needed=needed)
+    if p_hi < alpha and k / n - exp > min_excess:
+        ev["message"] = (f"{k} of {n} committed tokens are their position's top-1 ({k / n:.1%}); "
+                         f"the requested sampling allows at most {exp:.1%} on average "
+                         f"(p {fmt_p(p_hi)}): verify is committing the argmax")
+        return Assessment(check, FAIL, ev)
+    if needed is None:
+        ev["reason"] = (f"honest sampling here commits the top-1 up to {exp:.0%} of the time: too "
+                        "close to greedy to tell apart")
+    state, need = assessed(False, n, needed)
+    return Assessment(check, state, ev, need, "positions")
+
+
+def _tail_bound(lps: Sequence[float], t: float, vocab: int) -> float:
+    """An upper bound of the tempered mass sum(p^(1/t)) of the tokens not returned: their raw
+    mass is 1 - sum(returned), each at most the smallest returned probability."""
+    probs = [math.exp(lp) for lp in lps]
+    rest = max(0.0, 1.0 - sum(probs))
+    if rest <= 0.0:
+        return 0.0
+    smallest = min(probs)
+    a = 1.0 / t
+    if a >= 1.0:  # convex: the most mass sits in as few tokens as possible, each at the cap
+        return rest * smallest ** (a - 1.0)
+    spread = max(1, vocab - len(lps))  # concave: spread over every other token
+    return spread * (rest / spread) ** a
+
+
+def mass_above(p: Position, sem: Semantics) -> float | None:
+    """A lower bound of the sampling distribution's mass ranked strictly above the committed
+    token, in the order the engine applies top-p; None where nothing ranks above it."""
+    above = [lp for tok, lp in p.top if lp > p.logprob + SLACK and tok != p.token]
+    if not above:
+        return None
+    if sem.processed or sem.order == TRUNCATION_FIRST or p.temperature == 1.0:
+        return sum(math.exp(lp) for lp in above)  # raw probabilities: exact, normalised
+    t = max(p.temperature, 1e-6)
+    lps = [lp for _, lp in p.top]
+    ref = max(lps)
+    scale = math.exp(-ref / t)  # keep the powers in range
+    num = sum(math.exp(lp / t) * scale for lp in above)
+    den = sum(math.exp(lp / t) * scale for lp in lps) + _tail_bound(lps, t, sem.vocab) * scale
+    return num / den if den > 0 else None
+
+
+def truncation_check(positions: Sequence[Position], sem: Semantics, *, label: str,
+                     alpha: float = ALPHA) -> Assessment:
+    """No committed token lies outside the requested top-p nucleus or top-k set."""
+    known = [p for p in positions if p.known and (p.top_p < 1.0 or p.top_k > 0)]
+    outside: list[tuple[Position, str]] = []
+    for p in known:
+        if p.top_k > 0:
+            above = sum(1 for tok, lp in p.top if lp > p.logprob + SLACK and tok != p.token)
+            if above >= p.top_k:
+                outside.append((p, f"{above} returned tokens rank above it (top-k {p.top_k})"))
+                continue
+        if p.top_p < 1.0:
+            if sem.processed and p.logprob == -math.inf:
+                outside.append((p, "its processed log-probability is -inf"))
+                continue
+            m = mass_above(p, sem)
+            if m is not None and m >= p.top_p + SLACK:
+                outside.append((p, f"at least {m:.4f} of the mass ranks above it (top-p {p.top_p})"))
+    top_p = min((p.top_p for p in known), default=1.0)
+    needed = positions_to_detect(top_p, alpha) if top_p < 1.0 else positions_to_detect(0.9, alpha)
+    ev: dict[str, Any] = {"mode_requested": label, "num_positions": len(known),
+                          "num_outside": len(outside), "positions_needed": needed,
+                          "sampler_order": sem.order}
+    check = f"truncation honoured ({label})"
+    if outside:
+        p, why = outside[0]
+        ev.update(worst_request_id=p.request, worst_position=p.index,
+                  message=f"request {p.request} committed a token outside its truncation at output "
+                  f"position {p.index}: {why}; {len(outside)} such position(s)")
+        return Assessment(check, FAIL, ev)
+    state, need = assessed(False, len(known), needed)
+    return Assessment(check, state, ev, need, "positions")
+
+
+def overall(checks: Sequence[Assessment]) -> str:
+    """The probe's verdict: FAIL if any check failed, else INCONCLUSIVE if any could not tell
+    (or there is none), else PASS."""
+    states = [c.state for c in checks]
+    if FAIL in states:
+        return FAIL
+    if not states or INCONCLUSIVE in states:
+        return INCONCLUSIVE
+    return PASS

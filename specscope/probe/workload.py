@@ -1,0 +1,77 @@
+"""The probe's designed workload: sampling classes and prompts. Stdlib only.
+
+Prompts are chosen so that drafts run long (copying, lists, code edits: the answer repeats the
+prompt, where prompt lookup and draft models accept most) and so does the open-ended text (a
+story, an explanation: many positions where honest sampling rarely picks the top-1, which is
+what lets a check see verify committing the argmax).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: the sampling classes the probe sends, by name: each class's request fields
+CLASSES: dict[str, dict[str, Any]] = {
+    "greedy": {"temperature": 0.0},
+    "temperature": {"temperature": 0.8},
+    "top-p": {"temperature": 0.8, "top_p": 0.9},
+    "top-k": {"temperature": 0.8, "top_k": 20},
+}
+
+REPETITIVE = (
+    "Repeat the following text exactly, word for word:\nThe committee met on Tuesday to review "
+    "the budget for the new library. After a long discussion, the members agreed to fund the "
+    "reading room, the children's corner and the archive, and to postpone the café until spring.",
+    "Copy these lines exactly:\nalpha, bravo, charlie, delta, echo, foxtrot, golf, hotel, india, "
+    "juliett, kilo, lima, mike, november, oscar, papa, quebec, romeo, sierra, tango",
+    "Rename the variable `total` to `subtotal` in this function and print the whole function:\n"
+    "def add_items(items):\n    total = 0\n    for item in items:\n        total += item.price * "
+    "item.quantity\n    if total > 100:\n        total = total * 0.9\n    return total",
+    "List the numbers from 1 to 30, one per line, each followed by its square, like `4: 16`.",
+    "Repeat the following text exactly:\nTo reset the router, unplug it, wait thirty seconds, "
+    "plug it back in and wait until the light turns green. If the light stays red, hold the "
+    "reset button for ten seconds and repeat the steps above.",
+    "Add type hints to this function and print it:\ndef merge(a, b):\n    out = dict(a)\n    for "
+    "key, value in b.items():\n        out[key] = value\n    return out",
+)
+OPEN_ENDED = (
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "Describe a walk through a busy market on a summer morning.",
+    "Explain to a child why the sky changes colour at sunset.",
+    "Write a letter to a friend about a trip to the mountains.",
+    "Invent a new board game and explain its rules.",
+    "Describe your ideal weekend in a few paragraphs.",
+)
+
+
+@dataclass
+class ProbePlan:
+    """What the probe sends: classes, prompts, and its bounds."""
+
+    classes: tuple[str, ...] = ("greedy", "temperature", "top-p", "top-k")
+    requests: int = 24  #: requests in all, spread over the classes in turn
+    max_tokens: int = 64
+    concurrency: int = 4
+    token_budget: int = 4096  #: no request is sent once this many output tokens came back
+    timeout_s: float = 120.0  #: per request
+    deadline_s: float = 300.0  #: the whole probe
+    endpoint: str = "chat"  #: "chat" (/v1/chat/completions) or "completions"
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)  #: more fields for every request
+
+    def requests_to_send(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """(class, prompt, sampling fields) per request: classes in turn; greedy requests take
+        the repetitive prompts first, sampled ones alternate repetitive and open-ended."""
+        unknown = [c for c in self.classes if c not in CLASSES]
+        if unknown:
+            raise ValueError(f"unknown probe class(es) {', '.join(unknown)}; known: "
+                             f"{', '.join(CLASSES)}")
+        out = []
+        for i in range(self.requests):
+            cls = self.classes[i % len(self.classes)]
+            j = i // len(self.classes)
+            pool = REPETITIVE if cls == "greedy" or j % 2 == 0 else OPEN_ENDED
+            out.append((cls, pool[(j // (1 if cls == "greedy" else 2)) % len(pool)],
+                        dict(CLASSES[cls])))
+        return out

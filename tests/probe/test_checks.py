@@ -1,0 +1,110 @@
+"""The probe's checks on positions built to a known truth: a structural greedy mismatch fails and
+a near-tie does not; an all-argmax temperature request fails and honest samples never do; a
+token outside its nucleus fails, while one that only looks outside when the returned tokens are
+renormalised alone does not; and the shapes each engine returns read into positions."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from specscope.probe.checks import (TRUNCATION_FIRST, Position, Semantics, greedy_check,
+                                    mass_above, temperature_check, truncation_check)
+from specscope.probe.client import positions_of, roles
+
+
+def _pos(top, token, t=0.8, top_p=1.0, top_k=0, i=0, request="r"):
+    lp = dict(top)[token] if token in dict(top) else -20.0
+    return Position(request=request, index=i, token=token, logprob=lp, top=tuple(top),
+                    temperature=t, top_p=top_p, top_k=top_k)
+
+
+def _dist(rng: random.Random, n: int = 8) -> list[tuple[str, float]]:
+    """A random target distribution over ``n`` tokens with a small remainder (the tail)."""
+    w = [rng.random() ** 2 for _ in range(n)]
+    s = sum(w) / 0.97
+    return sorted(((f"t{i}", math.log(x / s)) for i, x in enumerate(w)), key=lambda x: -x[1])
+
+
+def test_greedy_structural_mismatch_fails_at_once_and_a_near_tie_does_not():
+    top = [("a", -0.1), ("b", -0.2), ("c", -3.0)]
+    ties = [_pos(top, "b", t=0.0, i=i) for i in range(3)]  # 0.1 nats: a bfloat16 tie
+    assert greedy_check(ties, tie_margin=0.25).state == "inconclusive"
+    firm = ties + [_pos(top, "c", t=0.0, i=3)]
+    check = greedy_check(firm, tie_margin=0.25)
+    assert check.state == "fail" and check.evidence["worst_position"] == 3
+    assert abs(check.evidence["worst_margin"] - 2.9) < 1e-9
+
+
+def test_all_argmax_under_temperature_fails_and_honest_sampling_never_does():
+    rng = random.Random(0)
+    sem = Semantics()
+    greedy = [_pos(d, d[0][0], i=i) for i, d in enumerate(_dist(rng) for _ in range(150))]
+    assert temperature_check(greedy, sem, label="temperature").state == "fail"
+    states = []
+    for seed in range(40):  # honest draws at T = 0.8 from each position's distribution
+        rng = random.Random(seed)
+        honest = []
+        for i in range(150):
+            d = _dist(rng)
+            w = [math.exp(lp / 0.8) for _, lp in d]
+            tok = rng.choices([t for t, _ in d], weights=w)[0]
+            honest.append(_pos(d, tok, i=i))
+        states.append(temperature_check(honest, sem, label="temperature").state)
+    assert "fail" not in states and states.count("pass") > 30
+
+
+def test_outside_the_nucleus_fails_and_renormalising_over_returned_tokens_would_lie():
+    sem = Semantics()
+    top = [("a", math.log(0.6)), ("b", math.log(0.35)), ("c", math.log(0.04))]
+    outside = _pos(top, "c", t=1.0, top_p=0.9)  # 0.95 of the mass ranks above it
+    assert truncation_check([outside], sem, label="top-p").state == "fail"
+    # the three returned tokens hold only half the mass: over them alone "a" + "b" would be 0.94
+    # of it (> 0.9, a false alarm); with the tail bounded the mass above "c" is at most 0.47
+    half = [("a", math.log(0.3)), ("b", math.log(0.17)), ("c", math.log(0.03))]
+    inside = _pos(half, "c", t=1.0, top_p=0.9)
+    assert mass_above(inside, sem) < 0.5
+    assert truncation_check([inside], sem, label="top-p").state != "fail"
+    # top-k: 20 tokens returned above the committed one
+    many = [(f"t{i}", -1.0 - i * 0.1) for i in range(25)]
+    assert truncation_check([_pos(many, "t21", top_k=20)], sem, label="top-k").state == "fail"
+    assert truncation_check([_pos(many, "t5", top_k=20)], sem, label="top-k").state != "fail"
+
+
+def test_temperature_first_mass_is_a_lower_bound_of_the_true_tempered_mass():
+    rng = random.Random(3)
+    for _ in range(200):
+        full = _dist(rng, 40)
+        t = rng.choice([0.5, 0.8, 1.3])
+        returned = full[:6]
+        c = returned[-1][0]
+        p = _pos(returned, c, t=t, top_p=0.9)
+        w = [math.exp(lp / t) for _, lp in full]
+        true = sum(w[:5]) / (sum(w) + (0.03 ** (1 / t)))  # the 3% tail, at worst one token
+        bound = mass_above(p, Semantics(vocab=40))
+        assert bound <= true + 1e-9
+    # truncation first (llama.cpp): the raw probabilities ranked above, exactly
+    p = _pos([("a", math.log(0.5)), ("b", math.log(0.3))], "b", t=0.5, top_p=0.9)
+    assert abs(mass_above(p, Semantics(order=TRUNCATION_FIRST)) - 0.5) < 1e-12
+
+
+def test_engine_shapes_read_into_positions_and_vllm_step_detail_gives_roles():
+    chat = {"id": "c1", "choices": [{"logprobs": {"content": [
+        {"token": "A", "logprob": -0.1, "top_logprobs": [{"token": "A", "logprob": -0.1},
+                                                         {"token": "B", "logprob": -2.5}]},
+        {"token": "B", "logprob": 0.0, "top_logprobs": []},  # llama.cpp under speculation
+        {"token": "C", "logprob": -0.3, "top_logprobs": [{"token": "C", "logprob": -0.3}]},
+        {"token": "D", "logprob": -0.2, "top_logprobs": [{"token": "D", "logprob": -0.2}]},
+    ]}}], "metrics": {"speculative_decoding": {"per_step_accepted": [1, 0],
+                                               "per_step_drafted": [2, 2],
+                                               "num_draft_tokens": 4, "num_accepted_draft_tokens": 1}}}
+    ps = positions_of(chat, "c1", {"temperature": 0.8})
+    assert [p.known for p in ps] == [True, False, True, True] and ps[1].logprob is None
+    ps, drafted, accepted = roles(ps, chat)
+    assert [p.role for p in ps] == ["prefill", "accepted", "correction", "correction"]
+    assert (drafted, accepted) == (4, 1)
+    completions = {"choices": [{"logprobs": {"tokens": ["x", "y"], "token_logprobs": [-0.5, -1.0],
+                                             "top_logprobs": [{"x": -0.5, "z": -1.5},
+                                                              {"z": -0.2, "y": -1.0}]}}]}
+    ps = positions_of(completions, "k", {"temperature": 0.0})
+    assert [p.is_top1 for p in ps] == [True, False] and abs(ps[1].margin - 0.8) < 1e-9
