@@ -7,9 +7,11 @@ import statistics
 import time
 from typing import Callable
 
+import numpy as np
 import torch
 
 from specscope.hooks import Recorder, every_n, every_step
+from specscope.hooks.policy import UntilDecided
 
 from .common import Row, _interleaved, _run_record, _spread, _timeit, paired_ratio, ratio_verdict
 
@@ -60,12 +62,20 @@ def bench_hooks(reps: int) -> list[Row]:
         return out
 
     t_sample = _timeit(lambda: sample_only(logits), reps)
+    # the adaptive default at steady state: every class of the batch decided, so each step asks
+    # the policy about its batch's classes and takes statistics on one in 32
+    steady = UntilDecided(every=32)
+    n = np.array([100_000])
+    steady.observe([0.7], None, None, n, n // 2, n * 0.5)
     costs = {"counts": recorder_cost(lambda s: False, 64),
-             "every32": recorder_cost(every_n(32), 64), "every1": recorder_cost(every_step, 4)}
+             "every32": recorder_cost(every_n(32), 64), "every1": recorder_cost(every_step, 4),
+             "adaptive": recorder_cost(steady, 64)}
     t_full = _timeit(lambda: sample_only(forward()), max(3, reps // 3))
     base, full = statistics.median(t_sample), statistics.median(t_full)
     for name, label in (("counts", "counts only, no statistics"),
                         ("every32", "statistics on 1 step in 32"),
+                        ("adaptive", "statistics until decided, then 1 step in 32 (the vLLM "
+                         "default), steady state"),
                         ("every1", "statistics on every step")):
         cost = statistics.median(costs[name])
         for figure, ref, noise in (("verify sampling alone", base, t_sample),

@@ -45,6 +45,7 @@ at all is an error (exit status 2) that says which flag enables them.
 EXAMPLES = """\
 examples:
   specscope probe http://127.0.0.1:8000
+  specscope probe http://127.0.0.1:8000 --every 600 --metrics-port 9410   # an exporter
   specscope probe http://127.0.0.1:8080 --classes greedy,temperature,top-p --json -o probe.jsonl
 """
 
@@ -55,11 +56,17 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     plan = ProbePlan(classes=tuple(c for c in args.classes.split(",") if c), requests=args.requests,
                      max_tokens=args.max_tokens, concurrency=args.concurrency,
                      token_budget=args.token_budget, timeout_s=args.timeout,
-                     deadline_s=args.deadline, endpoint=args.endpoint, seed=args.seed)
+                     deadline_s=args.deadline, endpoint=args.endpoint, seed=args.seed,
+                     fail_fast=not args.no_fail_fast)
+    def once():
+        return probe(args.url, plan, model=args.model, engine=args.engine,
+                     logprobs_mode=args.logprobs_mode, top_logprobs=args.top_logprobs,
+                     dtype=args.dtype, reference=args.reference)
+
+    if args.every is not None:
+        return _loop(args, once)
     try:
-        result = probe(args.url, plan, model=args.model, engine=args.engine,
-                       logprobs_mode=args.logprobs_mode, top_logprobs=args.top_logprobs,
-                       dtype=args.dtype)
+        result = once()
     except ProbeError as exc:
         print(f"specscope probe: error: {exc}", file=sys.stderr)
         return 2
@@ -71,6 +78,46 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         print(f"trace written to {path}", file=sys.stderr)
     print(json.dumps(result.to_json(), indent=1, default=str) if args.json else format_probe(result))
     return 1 if result.verdict == "fail" else 0
+
+
+def _loop(args: argparse.Namespace, once) -> int:
+    """``--every``: a round every so many seconds, its verdict served on ``--metrics-port``."""
+    import time
+
+    from ..exporters.http import MetricsServer
+    from ..probe.exporter import ProbeLoop
+
+    def said(result, error: str) -> None:
+        line = f"probe error: {error}" if result is None else \
+            f"probe {result.verdict.upper()} ({result.tokens} tokens, {result.seconds:.1f} s)"
+        print(line, flush=True)
+
+    loop = ProbeLoop(args.url, once, args.every, on_round=said)
+    server = None
+    if args.metrics_port is not None:
+        server = MetricsServer(loop, host=args.metrics_host, port=args.metrics_port,
+                               text=loop.render).start()
+        print(f"probe metrics at {server.url}", flush=True)
+    try:
+        if args.rounds:
+            for i in range(args.rounds):
+                t0 = time.monotonic()
+                loop.round()
+                if i + 1 < args.rounds:
+                    time.sleep(max(0.0, args.every - (time.monotonic() - t0)))
+            if server is not None and args.linger:
+                time.sleep(args.linger)
+        else:
+            loop.start()
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        loop.close()
+        if server is not None:
+            server.close()
+    return 1 if loop.failures else 0
 
 
 def add_parser(sub) -> None:
@@ -100,6 +147,20 @@ def add_parser(sub) -> None:
                    help="the target's dtype, for the greedy tie margin (bfloat16 0.25, float16 "
                    "0.05, float32 0.001 nats; default: the widest)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-fail-fast", action="store_true",
+                   help="send every request even after a check has failed (by default the "
+                   "probe stops sending there: the verdict cannot change)")
+    p.add_argument("--reference", help="a target-only endpoint: the greedy prompts are sent "
+                   "there too and each pair compared as `specscope diverge` does")
+    p.add_argument("--every", type=float, metavar="SECONDS",
+                   help="probe periodically, every SECONDS (with --metrics-port: an exporter)")
+    p.add_argument("--rounds", type=int, default=0,
+                   help="with --every: stop after this many rounds (default: run until Ctrl-C)")
+    p.add_argument("--metrics-port", type=int, help="serve the last verdict on /metrics "
+                   "(specscope_probe_*)")
+    p.add_argument("--metrics-host", default="127.0.0.1")
+    p.add_argument("--linger", type=float, default=0.0,
+                   help="with --rounds: keep /metrics up this many seconds after the last round")
     p.add_argument("-o", "--output", help="write the probe as a trace (report reads it)")
     p.add_argument("--json", action="store_true", help="the verdict as JSON")
     p.set_defaults(func=_cmd_probe)

@@ -50,9 +50,22 @@ def board_json(title: str, uid: str, panels: list[tuple[str, str]]) -> str:
     }, indent=1)
 
 
+#: over ``specscope probe --every S --metrics-port P``
+PROBE_PANELS = [
+    ("Probe checks failing (1 = FAIL)", 'specscope_probe_check_state{state="fail"}'),
+    ("Top-1 share: observed vs allowed", "specscope_probe_observed_top1_rate or specscope_probe_expected_top1_rate"),
+    ("Positions per check", "specscope_probe_positions"),
+    ("Engine's own acceptance rate (accepted / drafted)", "specscope_probe_engine_acceptance_rate"),
+    ("Probe rounds failed per hour", "sum by (target) (increase(specscope_probe_failures_total[1h]))"),
+    ("Probe round duration (s)", "specscope_probe_duration_seconds"),
+]
+
+
 def dashboard_json(engine: str = "specscope") -> str:
-    """The board over specscope's exporter, or over an engine's own series
-    (``engine_rules.panels``)."""
+    """The board over specscope's exporter, over an engine's own series
+    (``engine_rules.panels``), or over ``specscope probe``'s exporter (``probe``)."""
+    if engine == "probe":
+        return board_json("specscope: probe", "specscope-probe", PROBE_PANELS)
     if engine != "specscope":
         from .engine_rules import TITLE, panels
 

@@ -33,12 +33,16 @@ class _Server(ThreadingHTTPServer):
 
 
 class MetricsServer:
-    """Serves ``/metrics`` (Prometheus text) and ``/health`` for one collector."""
+    """Serves ``/metrics`` (Prometheus text) and ``/health`` for one collector (or any source
+    of exposition text)."""
 
     def __init__(self, collector: Any, *, host: str = "127.0.0.1", port: int = 0,
                  basic_auth: tuple[str, str] | None = None,
-                 tls: tuple[str, str] | None = None) -> None:
+                 tls: tuple[str, str] | None = None, text: Any = None) -> None:
+        """``text``: a function returning the exposition text, for a source that renders its
+        own (the probe's exporter); by default the collector's snapshot, rendered."""
         self.collector = collector
+        self.text = text or (lambda: render(collector.snapshot()))
         expected = None
         if basic_auth:
             expected = "Basic " + base64.b64encode(f"{basic_auth[0]}:{basic_auth[1]}".encode()).decode()
@@ -53,7 +57,7 @@ class MetricsServer:
                     return
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    body, ctype = render(server_self.collector.snapshot()).encode(), CONTENT_TYPE
+                    body, ctype = server_self.text().encode(), CONTENT_TYPE
                 elif path == "/health":
                     body, ctype = b"ok\n", "text/plain"
                 else:

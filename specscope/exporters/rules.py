@@ -82,18 +82,48 @@ groups:
 """
 
 
-ENGINES = ("specscope", "vllm", "sglang", "trtllm", "llamacpp")
+#: over ``specscope probe --every S --metrics-port P`` (``probe/exporter.py`` names the series)
+PROBE_RULES = """\
+groups:
+  - name: specscope-probe-recording
+    rules:
+      - record: specscope_probe_failures_1h
+        expr: sum by (target) (increase(specscope_probe_failures_total[1h]))
+      - record: specscope_probe_excess_top1_rate
+        # observed top-1 share minus what honest sampling allows (> 0: more argmax than allowed)
+        expr: specscope_probe_observed_top1_rate - specscope_probe_expected_top1_rate
+  - name: specscope-probe-alerts
+    rules:
+      - alert: SpecscopeProbeVerifyFault
+        expr: specscope_probe_check_state{state="fail"} == 1
+        labels:
+          severity: critical
+        annotations:
+          summary: "The black-box probe finds verify wrong on {{ $labels.target }} ({{ $labels.check }})"
+          description: "specscope probe's last round failed this check from the engine's own log-probabilities."
+      - alert: SpecscopeProbeCannotProbe
+        expr: increase(specscope_probe_errors_total[30m]) > 0 and increase(specscope_probe_rounds_total[30m]) == increase(specscope_probe_errors_total[30m])
+        labels:
+          severity: warning
+        annotations:
+          summary: "specscope probe could not probe {{ $labels.target }} for 30 minutes"
+          description: "Every round in 30 minutes failed to probe (unreachable, or no log-probabilities)."
+"""
+
+ENGINES = ("specscope", "vllm", "sglang", "trtllm", "llamacpp", "probe")
 
 
 def alert_rules(engine: str = "specscope") -> str:
     """The rules file (YAML): over specscope's exporter (and ``specscope scrape
-    --metrics-port``), or over an engine's own series (``vllm``, ``sglang``, ``trtllm``,
-    ``llamacpp``: ``engine_rules.py``)."""
+    --metrics-port``), over an engine's own series (``vllm``, ``sglang``, ``trtllm``,
+    ``llamacpp``: ``engine_rules.py``), or over ``specscope probe``'s exporter (``probe``)."""
     from ..importers.metrics import BY_NAME
     from .engine_rules import rules
 
     if engine == "specscope":
         return RULES
+    if engine == "probe":
+        return PROBE_RULES
     if engine not in BY_NAME:
         raise ValueError(f"no rules for engine {engine!r}; known: {', '.join(ENGINES)}")
     return rules(engine)

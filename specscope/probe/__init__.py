@@ -76,7 +76,7 @@ class ProbeResult:
 
 def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
           engine: str | None = None, logprobs_mode: str = "raw", top_logprobs: int = 20,
-          dtype: str = "") -> ProbeResult:
+          dtype: str = "", reference: str | None = None) -> ProbeResult:
     """Probe ``url`` with ``plan``: send, check, and say. Raises ProbeError where the endpoint
     cannot be probed (unreachable, or it returns no log-probabilities at all)."""
     plan = plan or ProbePlan()
@@ -84,7 +84,8 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
     found, model = detect(url, model)
     engine = engine or found
     sem = semantics(engine, logprobs_mode)
-    answers, took = send(url, engine, model, plan, plan.requests_to_send(), top_logprobs)
+    stop = (lambda done: overall(run_checks(done, sem, dtype)) == FAIL) if plan.fail_fast else None
+    answers, took = send(url, engine, model, plan, plan.requests_to_send(), top_logprobs, stop)
     got = [a for a in answers if a.response is not None]
     if not got:
         errors = sorted({a.error for a in answers})[:3]
@@ -103,6 +104,9 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
             + (" (llama.cpp under speculation returns logprob 0.0 and no alternatives after the "
                "first token, upstream #27972)" if engine == "llamacpp" else "")
             + ": unknown, not evidence")
+    if reference:
+        result.checks.append(against_reference(reference, plan, answers, dtype, top_logprobs))
+        result.verdict = overall(result.checks)
     if took < top_logprobs:
         result.notes.append(f"the server allows {took} alternatives per position (asked {top_logprobs})")
     return result
@@ -127,6 +131,54 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
         if cls in ("top-p", "top-k"):
             checks.append(truncation_check(positions, sem, label=cls))
     return checks
+
+
+def against_reference(reference: str, plan: ProbePlan, answers: list[Answer], dtype: str,
+                      top_logprobs: int) -> Assessment:
+    """The greedy prompts sent to a target-only endpoint too, each pair compared as ``diverge``
+    does (first divergence, the reference's top-2 margin there, tie-flip or structural)."""
+    from .. import schema
+    from ..collector.diverge import TIE_MARGIN, diverge
+
+    engine, model = detect(reference)
+    greedy = [(i, a) for i, a in enumerate(answers) if a.cls == "greedy" and a.response is not None]
+    ref_answers, _ = send(reference, engine, model, plan,
+                          [(a.cls, a.prompt, a.sampling) for _, a in greedy], top_logprobs)
+    vocab: dict[str, int] = {}
+
+    def ids(tokens):
+        return tuple(vocab.setdefault(t, len(vocab)) for t in tokens)
+
+    def request(run_id: str, i: int, a: Answer, margins: bool) -> schema.RequestRecord:
+        pos = a.positions
+        extra = {}
+        if margins and pos and all(len(p.top) >= 2 for p in pos):
+            extra = {"top2_margins": tuple(p.top[0][1] - p.top[1][1] for p in pos),
+                     "second_token_ids": ids(p.top[1][0] for p in pos)}
+        return schema.RequestRecord(
+            run_id=run_id, rank=0, request_id=f"{run_id}-{i}", prompt_id=f"greedy-{i}",
+            t_arrival_ns=0, t_first_token_ns=0, t_finish_ns=0, num_prompt_tokens=0,
+            num_output_tokens=len(pos), output_token_ids=ids(p.token for p in pos), **extra)
+
+    kind = dtype if dtype in TIE_MARGIN else "bfloat16"
+    run = schema.RunRecord(run_id="probe", config_id="probe", algorithm="unknown", num_steps=1,
+                           topk=1, num_draft_tokens=2, backend="", model=model)
+    mine = [run] + [request("probe", i, a, False) for i, a in greedy]
+    refs = [request("reference", i, r, True) for (i, _), r in zip(greedy, ref_answers)
+            if r.response is not None]
+    (res,) = diverge(mine, refs, dtype=kind) or [None]
+    summary = res.summary() if res is not None else {"verdict": "INCONCLUSIVE", "pairs": 0}
+    state = str(summary["verdict"]).lower()
+    ev = {"mode_requested": "greedy", "reference": reference, "pairs": summary.get("pairs", 0),
+          "identical": summary.get("identical"), "structural": summary.get("structural"),
+          "share_tie_flips": summary.get("share_tie_flips"), "tie_margin": TIE_MARGIN[kind],
+          "num_positions": sum(len(a.positions) for _, a in greedy)}
+    if state == FAIL and res is not None:
+        p = next(p for p in res.diverged if p.verdict == "structural")
+        ev["message"] = (f"greedy request {p.prompt_id} first differs from the target-only "
+                         f"endpoint at token {p.first_index}, where the reference's margin is "
+                         f"{p.margin:.3g} nats (structural)")
+    return Assessment("greedy against target-only", state, ev)
 
 
 def format_probe(r: ProbeResult) -> str:

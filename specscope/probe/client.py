@@ -183,11 +183,12 @@ def top_logprobs_limit(message: str) -> int | None:
 
 
 def send(url: str, engine: str, model: str, plan: Any, requests: list[tuple[str, str, dict]],
-         top_logprobs: int) -> tuple[list[Answer], int]:
+         top_logprobs: int, stop: Any = None) -> tuple[list[Answer], int]:
     """Every request with at most ``plan.concurrency`` in flight, until the token budget or the
-    deadline is spent; returns the answers and the top-logprobs count the server took."""
+    deadline is spent, or ``stop(answers so far)`` says the verdict is in (a check failed);
+    returns the answers and the top-logprobs count the server took."""
     answers = [Answer(cls, prompt, sampling) for cls, prompt, sampling in requests]
-    used = {"tokens": 0}
+    used = {"tokens": 0, "stopped": False}
     lock = threading.Lock()
     limit = {"n": top_logprobs}
     t_end = time.monotonic() + plan.deadline_s
@@ -195,6 +196,9 @@ def send(url: str, engine: str, model: str, plan: Any, requests: list[tuple[str,
     def one(i: int) -> None:
         a = answers[i]
         with lock:
+            if used["stopped"]:
+                a.error = "not sent: a check had failed"
+                return
             if used["tokens"] >= plan.token_budget or time.monotonic() > t_end:
                 a.error = "not sent: token budget or deadline spent"
                 return
@@ -228,6 +232,8 @@ def send(url: str, engine: str, model: str, plan: Any, requests: list[tuple[str,
         a.text = str((choice.get("message") or {}).get("content") or choice.get("text") or "")
         with lock:
             used["tokens"] += len(a.positions) or int((a.response.get("usage") or {}).get("completion_tokens", 0))
+            if stop is not None and not used["stopped"]:
+                used["stopped"] = bool(stop([x for x in answers if x.response is not None]))
 
     with concurrent.futures.ThreadPoolExecutor(max(1, plan.concurrency)) as pool:
         list(pool.map(one, range(len(answers))))

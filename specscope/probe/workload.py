@@ -59,6 +59,9 @@ class ProbePlan:
     endpoint: str = "chat"  #: "chat" (/v1/chat/completions) or "completions"
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)  #: more fields for every request
+    #: send no more requests once a check has failed (the verdict cannot change); those in
+    #: flight finish and count
+    fail_fast: bool = True
 
     def requests_to_send(self) -> list[tuple[str, str, dict[str, Any]]]:
         """(class, prompt, sampling fields) per request: classes in turn; greedy requests take

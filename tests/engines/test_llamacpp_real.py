@@ -148,3 +148,30 @@ def test_speculation_configured_but_nothing_drafted_is_said(llama_server, smollm
     assert trap in log.traps, log.traps
     responses = import_file(tmp_path / "chat.json")
     assert responses.format == "llamacpp-responses" and "nothing-drafted" in responses.traps
+
+
+@pytest.mark.parametrize("speculation", ["draft-simple", "ngram-simple", "none"])
+def test_probe_never_fails_a_clean_llamacpp_and_says_what_it_cannot_see(
+        llama_server, smollm2_gguf_file, tmp_path, speculation):
+    """``specscope probe`` against a real llama-server, all four classes (llama.cpp takes top-k).
+    Under speculation it returns logprob 0.0 and no alternatives after each request's first
+    token (upstream #27972): never FAIL, and the probe says those positions are unknown.
+    Without speculation every position carries its alternatives: PASS."""
+    from specscope.probe import ProbePlan, format_probe, probe
+
+    draft = smollm2_gguf_file if speculation == "draft-simple" else None
+    srv = LlamaCppServer(model=smollm2_gguf_file, draft=draft, k=3, binary=llama_server,
+                         spec_type=speculation, log=tmp_path / "server.log")
+    plan = ProbePlan(requests=32, max_tokens=64, concurrency=2, token_budget=32 * 64,
+                     deadline_s=400, extra={"ignore_eos": True})
+    with srv:
+        result = probe(srv.url, plan)
+    print(format_probe(result))
+    states = {c.check: c.state for c in result.checks}
+    assert result.engine == "llamacpp" and "fail" not in states.values(), format_probe(result)
+    unknown = [n for n in result.notes if "without log-probabilities" in n]
+    if speculation == "draft-simple":
+        assert unknown and "#27972" in unknown[0], result.notes
+        assert result.acceptance["drafted"], result.acceptance  # its own timings, per request
+    if speculation == "none":
+        assert not unknown and result.verdict == "pass", format_probe(result)

@@ -196,5 +196,5 @@ def test_promtool_checks_and_unit_tests_each_engines_rules(tmp_path, engine, n_r
 
 
 def test_unknown_engine_names_the_known_ones():
-    with pytest.raises(ValueError, match="known: specscope, vllm, sglang, trtllm, llamacpp"):
+    with pytest.raises(ValueError, match="known: specscope, vllm, sglang, trtllm, llamacpp, probe"):
         alert_rules("tgi")

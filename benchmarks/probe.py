@@ -1,0 +1,141 @@
+"""Verify truth on real engines: time and tokens to a verdict per seeded fault, in-engine at the
+plugin's defaults and by ``specscope probe``, the engine's own acceptance rate beside them; and
+false alarms over repeated clean probe rounds (vLLM and llama.cpp)."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from .common import Row
+
+#: the vLLM faults (the tests' fault plugin), as in tests/engines/test_verify_truth_real.py:
+#: seeded fault, repaired CPU expand kernel, in-engine class and probe check that must fail
+FAULTS = {
+    "silent greedy (temperature requests verified by argmax)": ("silent_greedy", True,
+                                                               "speculative-sampling"),
+    "top-p requests verified by argmax": ("top_p_greedy", True, "speculative-sampling+top-p"),
+    "lossy verify (rejected draft token committed)": ("lossy", True, "greedy"),
+    "vLLM 0.32 CPU as shipped (expand kernel, upstream #55005)": ("", False, "greedy"),
+}
+
+
+def _plan(**kw):
+    from specscope.probe import ProbePlan
+
+    return ProbePlan(classes=("greedy", "temperature", "top-p"), requests=18, max_tokens=64,
+                     concurrency=6, token_budget=18 * 64, deadline_s=120, **kw)
+
+
+def _vllm(tmp: Path, name: str, fault: str, fix: bool):
+    from specscope.engine.models import smollm2_dir, smollm2_draft_dir
+    from specscope.serving.vllm import VllmServer, speculative_config
+
+    env = {"SPECSCOPE_TEST_FAULT": fault} if fault else {}
+    if fix:
+        env["SPECSCOPE_TEST_FIX"] = "cpu_expand"
+    spec = speculative_config("draft_model", draft=smollm2_draft_dir("int:4"), k=3)
+    return VllmServer(model=smollm2_dir(), spec=spec, trace_dir=tmp / name, log=tmp / f"{name}.log",
+                      env=env)
+
+
+def _engine_states(folder: Path) -> dict[str, str]:
+    from specscope.collector.report import build_report
+    from specscope.io.trace import read_trace
+
+    files = sorted(folder.glob("*.jsonl"))
+    if not files:
+        return {}
+    try:
+        (section,) = build_report(read_trace(files).records)["runs"]
+    except ValueError:
+        return {}
+    return {t["mode_requested"]: t["state"] for t in section["sampling_truth"]}
+
+
+def bench_probe(reps: int) -> list[Row]:
+    from specscope.probe import probe
+    from specscope.serving.vllm import vllm_python
+
+    if vllm_python() is None:
+        return [Row("verify faults on a real vLLM: time to a verdict", "not run", "", "", "",
+                    "n/a", "vLLM's environment missing (make vllm-env)")]
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for label, (fault, fix, cls) in FAULTS.items():
+            name = fault or "shipped"
+            with _vllm(tmp, name, fault, fix) as srv:
+                box: dict = {}
+                t0 = time.monotonic()
+                worker = threading.Thread(target=lambda: box.update(
+                    r=probe(srv.url, _plan(), dtype="bfloat16")))
+                worker.start()
+                in_engine = None
+                while in_engine is None and time.monotonic() - t0 < 120:
+                    if _engine_states(tmp / name).get(cls) == "fail":
+                        in_engine = time.monotonic() - t0
+                    time.sleep(0.5)
+                worker.join()
+            r = box["r"]
+            fails = [c.check for c in r.checks if c.state == "fail"]
+            rate = r.acceptance["acceptance_rate"]
+            rows.append(Row(
+                f"vLLM CPU, SmolLM2 + 4-bit draft k 3, fault: {label}: time to FAIL in-engine at the "
+                f"plugin's defaults (class {cls}) / by probe (18 requests x 64 tokens, conc 6); "
+                "the engine's own acceptance rate in the same run",
+                f"in-engine {in_engine:.0f} s" if in_engine is not None else "in-engine no FAIL",
+                f"probe {r.verdict.upper()} after {r.seconds:.0f} s, {r.tokens} tokens "
+                f"({', '.join(fails) or 'nothing failed'})",
+                f"acceptance rate {rate:.3f}" if rate is not None else "acceptance rate unknown",
+                "FAIL within 60 s", "met" if in_engine is not None and in_engine <= 60 and fails
+                and r.seconds <= 60 else "not met", "one run"))
+        rounds = max(20, reps)
+        rows.append(_clean_rounds("vLLM CPU, SmolLM2 + 4-bit draft k 3 (repaired expand kernel)",
+                                  lambda: _vllm(tmp, "clean", "", True), rounds))
+    rows += _llamacpp_rounds(rounds)
+    return rows
+
+
+def _clean_rounds(label: str, make, rounds: int, plan=lambda i: _plan(seed=1000 * i)) -> Row:
+    from specscope.probe import probe
+
+    verdicts, seconds = [], []
+    with make() as srv:
+        for i in range(rounds):
+            r = probe(srv.url, plan(i), dtype="bfloat16")
+            verdicts.append(r.verdict)
+            seconds.append(r.seconds)
+    fails = verdicts.count("fail")
+    return Row(f"probe false alarms, {label}: clean rounds, a new seed each",
+               f"{fails} FAIL in {rounds} rounds", f"{verdicts.count('pass')} PASS, "
+               f"{verdicts.count('inconclusive')} INCONCLUSIVE", "", "0 false alarms",
+               "met" if not fails else "not met",
+               f"{min(seconds):.0f}-{max(seconds):.0f} s a round")
+
+
+def _llamacpp_rounds(rounds: int) -> list[Row]:
+    from specscope.engine.models import smollm2_gguf
+    from specscope.probe import ProbePlan
+    from specscope.serving.llamacpp import LlamaCppServer, llama_server_binary
+
+    try:
+        binary = llama_server_binary()
+    except FileNotFoundError:
+        binary = None
+    if binary is None:
+        return [Row("probe false alarms, llama.cpp", "not run", "", "", "0 false alarms", "n/a",
+                    "llama.cpp's environment missing (make llamacpp-env)")]
+    gguf = smollm2_gguf()
+    out = []
+    for spec in ("draft-simple", "none"):
+        def plan(i: int) -> ProbePlan:
+            return ProbePlan(requests=16, max_tokens=48, concurrency=2, token_budget=16 * 48,
+                             deadline_s=300, seed=1000 * i, extra={"ignore_eos": True})
+        out.append(_clean_rounds(
+            f"llama.cpp build 11434, SmolLM2, speculation {spec}, all four classes",
+            lambda: LlamaCppServer(model=gguf, draft=gguf if spec != "none" else None, k=3,
+                                   binary=binary, spec_type=spec), rounds, plan))
+    return out

@@ -1,0 +1,161 @@
+"""``specscope probe --every S --metrics-port P``: the probe run periodically, its last verdict
+served as Prometheus metrics, in the spirit of Prometheus' blackbox_exporter. Stdlib only.
+
+Series (label ``target``: the probed URL; ``check``: the check's name):
+
+- ``specscope_probe_success``: 1 where the last round did not FAIL (PASS or INCONCLUSIVE), 0
+  where it did (gauge);
+- ``specscope_probe_check_state{check, state}``: 1 for the state the check is in, 0 for the others
+  (``pass``, ``fail``, ``inconclusive``);
+- ``specscope_probe_positions{check}``: positions the last round's check had;
+- ``specscope_probe_observed_top1_rate{check}`` and ``specscope_probe_expected_top1_rate{check}``
+  (an upper bound of it for sampled classes, 1 for greedy);
+- ``specscope_probe_engine_acceptance_rate``: the engine's own accepted / drafted over the
+  round's requests (absent where the engine gives no per-request counts);
+- ``specscope_probe_duration_seconds``, ``specscope_probe_output_tokens``,
+  ``specscope_probe_last_round_timestamp_seconds``;
+- counters: ``specscope_probe_rounds_total``, ``specscope_probe_failures_total`` (rounds whose
+  verdict was FAIL), ``specscope_probe_errors_total`` (rounds that could not probe).
+
+PromQL: a verify fault in the last hour: ``increase(specscope_probe_failures_total[1h]) > 0``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from ..collector.verdict import FAIL, STATES
+
+#: name -> (type, help)
+SERIES = {
+    "specscope_probe_success": ("gauge", "1 where the last probe round did not FAIL, 0 where it did"),
+    "specscope_probe_check_state": ("gauge", "1 for the state each check of the last round is in"),
+    "specscope_probe_positions": ("gauge", "positions the last round's check had (committed tokens "
+                                  "with log-probabilities)"),
+    "specscope_probe_observed_top1_rate": ("gauge", "share of the check's committed tokens that are "
+                                           "their position's top-1"),
+    "specscope_probe_expected_top1_rate": ("gauge", "what honest sampling allows of that share (an "
+                                           "upper bound for sampled classes; 1 for greedy)"),
+    "specscope_probe_engine_acceptance_rate": ("gauge", "the engine's own accepted / drafted draft "
+                                               "tokens over the last round's requests"),
+    "specscope_probe_duration_seconds": ("gauge", "wall time of the last round"),
+    "specscope_probe_output_tokens": ("gauge", "output tokens the last round received"),
+    "specscope_probe_last_round_timestamp_seconds": ("gauge", "when the last round ended (Unix time)"),
+    "specscope_probe_rounds_total": ("counter", "probe rounds run"),
+    "specscope_probe_failures_total": ("counter", "probe rounds whose verdict was FAIL"),
+    "specscope_probe_errors_total": ("counter", "probe rounds that could not probe (unreachable, "
+                                     "no log-probabilities)"),
+}
+
+
+def _esc(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class ProbeLoop:
+    """Runs ``run_once()`` (one probe round, returning a ProbeResult) every ``every_s`` seconds in
+    a thread of its own, keeping the last result and the counters."""
+
+    def __init__(self, target: str, run_once: Callable[[], Any], every_s: float,
+                 on_round: Callable[[Any, str], None] | None = None) -> None:
+        self.target = target
+        self.run_once = run_once
+        self.every_s = every_s
+        self.on_round = on_round
+        self.last: Any = None
+        self.last_error = ""
+        self.rounds = self.failures = self.errors = 0
+        self.last_ns = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def round(self) -> None:
+        """One probe round, counted (an error is counted and kept, never raised)."""
+        from . import ProbeError
+
+        try:
+            result, error = self.run_once(), ""
+        except (ProbeError, OSError, ValueError) as exc:
+            result, error = None, str(exc)
+        with self._lock:
+            self.rounds += 1
+            self.last_ns = time.time_ns()
+            if result is None:
+                self.errors += 1
+                self.last_error = error
+            else:
+                self.last, self.last_error = result, ""
+                self.failures += result.verdict == FAIL
+        if self.on_round is not None:
+            self.on_round(result, error)
+
+    def start(self) -> "ProbeLoop":
+        def loop() -> None:
+            while not self._stop.is_set():
+                t0 = time.monotonic()
+                self.round()
+                self._stop.wait(max(0.0, self.every_s - (time.monotonic() - t0)))
+        self._thread = threading.Thread(target=loop, name="specscope-probe", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1)
+
+    def snapshot(self) -> "ProbeLoop":
+        return self  # what MetricsServer asks for: render() reads it under the lock
+
+    def render(self) -> str:
+        """The exposition text of the last round and the counters."""
+        with self._lock:
+            return render_probe(self.target, self.last, self.rounds, self.failures, self.errors,
+                                self.last_ns)
+
+
+def render_probe(target: str, result: Any, rounds: int, failures: int, errors: int,
+                 last_ns: int) -> str:
+    """Prometheus text for one probed target (pure)."""
+    t = f'target="{_esc(target)}"'
+    lines: dict[str, list[str]] = {name: [] for name in SERIES}
+    lines["specscope_probe_rounds_total"].append(f"specscope_probe_rounds_total{{{t}}} {rounds}")
+    lines["specscope_probe_failures_total"].append(f"specscope_probe_failures_total{{{t}}} {failures}")
+    lines["specscope_probe_errors_total"].append(f"specscope_probe_errors_total{{{t}}} {errors}")
+    if last_ns:
+        lines["specscope_probe_last_round_timestamp_seconds"].append(
+            f"specscope_probe_last_round_timestamp_seconds{{{t}}} {last_ns / 1e9:.3f}")
+    if result is not None:
+        lines["specscope_probe_success"].append(
+            f"specscope_probe_success{{{t}}} {0 if result.verdict == FAIL else 1}")
+        lines["specscope_probe_duration_seconds"].append(
+            f"specscope_probe_duration_seconds{{{t}}} {result.seconds:.3f}")
+        lines["specscope_probe_output_tokens"].append(f"specscope_probe_output_tokens{{{t}}} {result.tokens}")
+        rate = result.acceptance["acceptance_rate"]
+        if rate is not None:
+            lines["specscope_probe_engine_acceptance_rate"].append(
+                f"specscope_probe_engine_acceptance_rate{{{t}}} {rate:.6g}")
+        for c in result.checks:
+            lc = f'{t},check="{_esc(c.check)}"'
+            for state in STATES:
+                lines["specscope_probe_check_state"].append(
+                    f'specscope_probe_check_state{{{lc},state="{state}"}} {int(c.state == state)}')
+            ev = c.evidence
+            lines["specscope_probe_positions"].append(
+                f"specscope_probe_positions{{{lc}}} {ev.get('num_positions', 0)}")
+            obs = ev.get("observed_top1_rate")
+            exp = ev.get("expected_top1_rate_bound", ev.get("expected_top1_rate"))
+            if obs is not None:
+                lines["specscope_probe_observed_top1_rate"].append(
+                    f"specscope_probe_observed_top1_rate{{{lc}}} {obs:.6g}")
+            if exp is not None:
+                lines["specscope_probe_expected_top1_rate"].append(
+                    f"specscope_probe_expected_top1_rate{{{lc}}} {exp:.6g}")
+    out = []
+    for name, (kind, help_text) in SERIES.items():
+        if lines[name]:
+            out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *lines[name]]
+    return "\n".join(out) + "\n"
