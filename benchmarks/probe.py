@@ -132,8 +132,8 @@ def _llamacpp_rounds(rounds: int) -> list[Row]:
     out = []
     for spec in ("draft-simple", "none"):
         def plan(i: int) -> ProbePlan:
-            return ProbePlan(requests=16, max_tokens=48, concurrency=2, token_budget=16 * 48,
-                             deadline_s=300, seed=1000 * i, extra={"ignore_eos": True})
+            return ProbePlan(requests=48, max_tokens=64, concurrency=2, token_budget=48 * 64,
+                             deadline_s=300, seed=1000 * i)
         out.append(_clean_rounds(
             f"llama.cpp build 11434, SmolLM2, speculation {spec}, all four classes",
             lambda: LlamaCppServer(model=gguf, draft=gguf if spec != "none" else None, k=3,

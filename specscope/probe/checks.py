@@ -128,11 +128,23 @@ def p_max_bound(p: Position, sem: Semantics) -> float:
     if sem.processed:
         return min(1.0, math.exp(p.top[0][1]))
     t = max(p.temperature, 1e-6)
+    truncated_first = p.top_p < 1.0 and sem.order == TRUNCATION_FIRST
+    if truncated_first:
+        # top-p on the raw probabilities, then temperature over what it kept: the returned
+        # tokens inside the nucleus (the raw mass ranked above each is exact) are a part of the
+        # divisor, so renormalising over them alone bounds p_max from above
+        kept, above = [], 0.0
+        for lp in lps:
+            if above >= p.top_p:
+                break
+            kept.append(lp)
+            above += math.exp(lp)
+        lps = kept
     best = lps[0]
     z = sum(math.exp((lp - best) / t) for lp in lps)
     bound = 1.0 / z
-    if p.top_p < 1.0:
-        bound = bound / p.top_p
+    if p.top_p < 1.0 and not truncated_first:
+        bound = bound / p.top_p  # the tempered nucleus holds at least top-p of the mass
     return min(1.0, bound)
 
 

@@ -58,7 +58,9 @@ class ProbePlan:
     deadline_s: float = 300.0  #: the whole probe
     endpoint: str = "chat"  #: "chat" (/v1/chat/completions) or "completions"
     seed: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)  #: more fields for every request
+    #: more fields for every request; never a logit bias (``ignore_eos`` is one): the checks
+    #: read the distribution before it, so a biased token would look like a verify fault
+    extra: dict[str, Any] = field(default_factory=dict)
     #: send no more requests once a check has failed (the verdict cannot change); those in
     #: flight finish and count
     fail_fast: bool = True

@@ -162,10 +162,33 @@ def test_probe_never_fails_a_clean_llamacpp_and_says_what_it_cannot_see(
     draft = smollm2_gguf_file if speculation == "draft-simple" else None
     srv = LlamaCppServer(model=smollm2_gguf_file, draft=draft, k=3, binary=llama_server,
                          spec_type=speculation, log=tmp_path / "server.log")
-    plan = ProbePlan(requests=32, max_tokens=64, concurrency=2, token_budget=32 * 64,
-                     deadline_s=400, extra={"ignore_eos": True})
+    # no ignore_eos: it is a logit bias, so a greedy request would rightly commit another token
+    # than the top-1 of the pre-sampling probabilities where EOS leads
+    n = 16 if speculation == "draft-simple" else 48
+    plan = ProbePlan(requests=n, max_tokens=64, concurrency=2, token_budget=n * 64, deadline_s=400)
     with srv:
-        result = probe(srv.url, plan)
+        if speculation != "none":
+            result = probe(srv.url, plan)
+        else:  # as the exporter runs it: one round, its verdict on /metrics
+            from prometheus_client.parser import text_string_to_metric_families
+
+            from specscope.exporters.http import MetricsServer
+            from specscope.probe.exporter import ProbeLoop
+
+            loop = ProbeLoop(srv.url, lambda: probe(srv.url, plan), every_s=600)
+            loop.round()
+            metrics = MetricsServer(loop, text=loop.render).start()
+            try:
+                page = urllib.request.urlopen(metrics.url, timeout=10).read().decode()
+            finally:
+                metrics.close()
+            result = loop.last
+            fams = {f.name: f for f in text_string_to_metric_families(page)}
+            assert fams["specscope_probe_success"].samples[0].value == 1
+            assert fams["specscope_probe_rounds"].samples[0].value == 1
+            on = {s.labels["check"] for s in fams["specscope_probe_check_state"].samples
+                  if s.labels["state"] == "pass" and s.value == 1}
+            assert on == {c.check for c in result.checks}, page
     print(format_probe(result))
     states = {c.check: c.state for c in result.checks}
     assert result.engine == "llamacpp" and "fail" not in states.values(), format_probe(result)

@@ -108,3 +108,30 @@ def test_engine_shapes_read_into_positions_and_vllm_step_detail_gives_roles():
                                                               {"z": -0.2, "y": -1.0}]}}]}
     ps = positions_of(completions, "k", {"temperature": 0.0})
     assert [p.is_top1 for p in ps] == [True, False] and abs(ps[1].margin - 0.8) < 1e-9
+
+
+def test_p_max_bound_holds_in_both_sampler_orders():
+    """Against the exact p_max of the full distribution, truncated and tempered in each order."""
+    from specscope.probe.checks import TEMPERATURE_FIRST, p_max_bound
+
+    rng = random.Random(7)
+    for _ in range(300):
+        full = _dist(rng, 60)
+        t, top_p = rng.choice([0.5, 0.8, 1.2]), rng.choice([0.7, 0.9, 1.0])
+        p = _pos(full[:10], full[0][0], t=t, top_p=top_p)
+        raw = [math.exp(lp) for _, lp in full] + [0.03 / 30] * 30  # the tail as 30 tokens
+        for order in (TEMPERATURE_FIRST, TRUNCATION_FIRST):
+            probs = sorted(raw, reverse=True)
+            if order == TEMPERATURE_FIRST:
+                probs = [x ** (1 / t) for x in probs]
+                probs = [x / sum(probs) for x in probs]
+            kept, above = [], 0.0
+            for x in probs:
+                if above >= top_p:
+                    break
+                kept.append(x)
+                above += x
+            if order == TRUNCATION_FIRST:
+                kept = [x ** (1 / t) for x in kept]
+            exact = kept[0] / sum(kept)
+            assert p_max_bound(p, Semantics(order=order)) >= exact - 1e-9
