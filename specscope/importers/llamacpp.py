@@ -24,11 +24,14 @@ summary.
 
 Drafts are the verify steps that had a draft; acceptance length is 1 + accepted / drafts,
 bonus included, as llama.cpp defines it. The run's counts come from one kind of line only (per
-step, else statistics, else per request), so no step is counted twice.
+step, else statistics, else per request), so no step is counted twice. Where the kind used
+disagrees with the per-request lines' sums (the slots' own counters, which /metrics sums), a
+trap names both figures and the lines, and the per-request sums are the run's counts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -82,6 +85,8 @@ class _Log:
     labels: dict[str, str] = field(default_factory=dict)
     draft_model: bool = False
     tasks: int = 0  #: finished tasks (their ``total time`` lines)
+    stats_lines: list[int] = field(default_factory=list)  #: line numbers of 'statistics' lines
+    request_lines: list[int] = field(default_factory=list)  #: of 'draft acceptance' lines
     k_seen: int = 0
     n_stats: int = 0
 
@@ -130,6 +135,7 @@ def _line(res: ImportResult, log: _Log, line: str, run_id: str, slot: str, task:
         rec = _request(res, a, run_id, slot, task, len(log.requests), name, lineno,
                        log.steps.get(key))
         log.last[key] = len(log.requests)
+        log.request_lines.append(lineno)
         if a.group(5):
             log.task_rates[len(log.requests)] = _rates(a.group(5))
         log.requests.append(rec)
@@ -147,6 +153,7 @@ def _line(res: ImportResult, log: _Log, line: str, run_id: str, slot: str, task:
         if not s:
             raise ValueError("unrecognised 'statistics' line")
         stats.append(_stats(res, s, log.prev, run_id, slot, name, lineno))
+        log.stats_lines.append(lineno)
         log.k_seen = max(log.k_seen, len(_rates(s.group(9))))
         log.n_stats += 1
     elif "speculative implementation" in line:
@@ -181,6 +188,9 @@ def _pooled(res: ImportResult, log: _Log, run_id: str, stats: list) -> None:
     summary, requests = log.summary, log.requests
     steps = [s for task in log.steps.values() for s in task]
     if steps:
+        if _disagree(res, log, "per-step lines", sum(d for d, _ in steps),
+                     sum(a for _, a in steps), []):
+            return
         depths = sorted({d for d, _ in steps})
         k = max(depths)
         per_pos = [sum(1 for _, a in steps if a > i) for i in range(k)]
@@ -198,11 +208,16 @@ def _pooled(res: ImportResult, log: _Log, run_id: str, stats: list) -> None:
                      "the drafts that reached each position")
         return
     if stats:
-        for rec in stats:
+        windows = coalesce(stats)
+        if _disagree(res, log, "statistics lines", sum(w.draft_tokens for w in windows),
+                     sum(w.accepted_tokens for w in windows), log.stats_lines):
+            return
+        for rec in windows:
             res.add(rec)
         res.trap("llamacpp-cumulative", "llama.cpp 'statistics' lines count since the drafter "
                  "began (per slot in older builds, per server since #calls(b,g,a)): windows are "
-                 "their differences")
+                 "their differences, a window joined to the next where a line came before the "
+                 "steps it counts accepted were drafted (accepted above drafted)")
         return
     if "n_drafted" in summary and "n_accept" in summary:
         drafted, accepted = int(summary["n_drafted"]), int(summary["n_accept"])
@@ -227,6 +242,60 @@ def _pooled(res: ImportResult, log: _Log, run_id: str, stats: list) -> None:
             num_drafts=sum(r.num_verify_steps for r in requests) if all_steps else None,
             accepted_per_pos=per_pos,
             source=f"llamacpp-log: sum over {len(requests)} requests"))
+
+
+def coalesce(windows: list[schema.SpecCountsRecord]) -> list[schema.SpecCountsRecord]:
+    """Differenced windows joined where one is not a window of its own: a 'statistics' line
+    printed when one slot's request ends counts the tokens another slot's steps accepted of
+    drafts an earlier line had already counted, so its window can hold more accepted than
+    drafted tokens (or per-position counts above its drafts). Such a window is added to the
+    next one of its drafter until the sum is consistent; totals are unchanged."""
+    out: list[schema.SpecCountsRecord] = []
+    pending: dict[tuple, schema.SpecCountsRecord] = {}
+    for w in windows:
+        key = (w.rank, w.source)
+        p = pending.pop(key, None)
+        if p is not None:
+            pp = tuple(a + b for a, b in zip(p.accepted_per_pos, w.accepted_per_pos)) \
+                if len(p.accepted_per_pos) == len(w.accepted_per_pos) else ()
+            w = dataclasses.replace(w, num_drafts=(p.num_drafts or 0) + (w.num_drafts or 0),
+                                    draft_tokens=(p.draft_tokens or 0) + (w.draft_tokens or 0),
+                                    accepted_tokens=(p.accepted_tokens or 0) + (w.accepted_tokens or 0),
+                                    accepted_per_pos=pp)
+        if (w.accepted_tokens or 0) > (w.draft_tokens or 0) or \
+                any(a > (w.num_drafts or 0) for a in w.accepted_per_pos):
+            pending[key] = w
+        else:
+            out.append(w)
+    return out + list(pending.values())
+
+
+def _disagree(res: ImportResult, log: _Log, kind: str, drafted: int, accepted: int,
+              lines: list[int]) -> bool:
+    """Whether ``kind``'s totals disagree with the per-request lines' sums (the slots' own
+    counters, which the server's /metrics counters also sum). If so, a trap names both figures
+    and the lines, the run's counts come from the per-request lines, and True is returned."""
+    requests = log.requests
+    if not requests or any(r.num_draft_tokens is None or r.num_accepted_tokens is None
+                           for r in requests):
+        return False
+    req_d = sum(r.num_draft_tokens for r in requests)
+    req_a = sum(r.num_accepted_tokens for r in requests)
+    if (req_d, req_a) == (drafted, accepted):
+        return False
+    where = f" (lines {', '.join(map(str, lines[-3:]))})" if lines else ""
+    res.trap("llamacpp-disagree",
+             f"the {kind}{where} count {drafted} drafted and {accepted} accepted tokens; the "
+             f"{len(requests)} per-request 'draft acceptance' lines (lines "
+             f"{', '.join(map(str, log.request_lines[:3]))}{' ...' if len(requests) > 3 else ''}) "
+             f"sum to {req_d} and {req_a}: the run's counts are the per-request lines', the "
+             "slots' own counters that the server's /metrics counters sum")
+    all_steps = all(r.num_verify_steps for r in requests)
+    res.add(schema.SpecCountsRecord(
+        run_id=requests[0].run_id, t_ns=0, draft_tokens=req_d, accepted_tokens=req_a,
+        num_drafts=sum(r.num_verify_steps for r in requests) if all_steps else None,
+        source=f"llamacpp-log: sum over {len(requests)} requests"))
+    return True
 
 
 def _config_traps(res: ImportResult, log: _Log) -> None:

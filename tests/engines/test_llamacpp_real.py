@@ -198,3 +198,41 @@ def test_probe_never_fails_a_clean_llamacpp_and_says_what_it_cannot_see(
         assert result.acceptance["drafted"], result.acceptance  # its own timings, per request
     if speculation == "none":
         assert not unknown and result.verdict == "pass", format_probe(result)
+
+
+def test_a_two_slot_log_imports_to_the_servers_own_counters(llama_server, smollm2_gguf_file, prompts,
+                                                          tmp_path):
+    """Two slots, a draft depth of 5, 14 chat requests: the server's cumulative 'statistics'
+    lines are printed as each request ends, while the other slot's drafts are still being
+    verified, so a differenced window can hold more accepted than drafted tokens. The import
+    of the ``-lv 4`` view of the log (its per-step lines left out) and of the whole ``-lv 5`` log
+    must both equal the server's /metrics counters exactly, and the per-position counts read
+    from the statistics lines must equal those of the per-step lines."""
+    import re
+
+    from specscope.collector.stats import SpecStats
+
+    srv = LlamaCppServer(model=smollm2_gguf_file, draft=smollm2_gguf_file, k=5, binary=llama_server,
+                         verbosity=5, slots=2, log=tmp_path / "server.log")
+    with srv:
+        drive(srv.url, "smollm2", prompts[:14], concurrency=2, max_tokens=64, sampling=MIXED_SAMPLING)
+        page = urllib.request.urlopen(srv.url + "/metrics", timeout=10).read().decode()
+    counter = {name: int(float(v)) for name, v in
+               re.findall(r"^llamacpp:(spec_decode_num_\w+?)(?:_total)? (\S+)$", page, re.M)}
+    full = (tmp_path / "server.log").read_text(errors="replace")
+    lv4 = tmp_path / "server-lv4.log"  # what -lv 4 prints of the same run
+    lv4.write_text("".join(ln for ln in full.splitlines(keepends=True) if "add accepted tokens" not in ln))
+    stats = {}
+    for name, path in (("lv4", lv4), ("lv5", tmp_path / "server.log")):
+        res = import_file(path)
+        assert not res.problems and "llamacpp-disagree" not in res.traps, (res.problems[:3], res.traps)
+        stats[name] = SpecStats().observe_all(res.records)
+        s = stats[name]
+        assert (s.num_drafts, s.draft_tokens, s.accepted_tokens) == (
+            counter["spec_decode_num_drafts"], counter["spec_decode_num_draft_tokens"],
+            counter["spec_decode_num_accepted_tokens"]), (name, counter, s.num_clamped)
+        assert s.num_clamped == 0
+    assert "llamacpp-cumulative" in import_file(lv4).traps  # the statistics path was taken
+    assert stats["lv4"].accepted_per_pos == stats["lv5"].accepted_per_pos
+    assert len(stats["lv5"].accepted_per_pos) == 5 and sum(stats["lv5"].accepted_per_pos) == \
+        counter["spec_decode_num_accepted_tokens"]
