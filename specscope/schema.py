@@ -357,9 +357,17 @@ class SchemaError(ValueError):
     """A record that does not fit the schema."""
 
 
+#: a record field named like the record tag (AnomalyRecord.kind) travels under this name
+FIELD_KIND = "anomaly_kind"
+
+
 def to_dict(record: Any) -> dict[str, Any]:
-    """A record as a JSON-ready dict with its ``kind``."""
-    return {"kind": KIND_OF[type(record)], **_fields(record)}
+    """A record as a JSON-ready dict with its ``kind`` (the record's own ``kind`` field, an
+    anomaly's, as ``anomaly_kind``)."""
+    fields = _fields(record)
+    if "kind" in fields:
+        fields[FIELD_KIND] = fields.pop("kind")
+    return {"kind": KIND_OF[type(record)], **fields}
 
 
 _NAMES: dict[type, tuple[str, ...]] = {}
@@ -393,16 +401,20 @@ def from_dict(data: Mapping[str, Any]) -> Any:
     if cls is None:
         raise SchemaError(f"unknown record kind {kind!r}; known: {', '.join(RECORD_TYPES)}")
     kwargs: dict[str, Any] = {}
+    if FIELD_KIND in data:
+        data = {k: v for k, v in data.items() if k not in ("kind", FIELD_KIND)} | \
+            {"kind": kind, "_field_kind": data[FIELD_KIND]}
     for f in dataclasses.fields(cls):
-        if f.name not in data:
+        name = "_field_kind" if f.name == "kind" else f.name
+        if name not in data:
             continue
-        value = data[f.name]
+        value = data[name]
         if f.name == "entries":
             value = tuple(_entry(v) for v in value)
         elif isinstance(value, list):
             value = tuple(value)
         kwargs[f.name] = value
-    unknown = set(data) - {f.name for f in dataclasses.fields(cls)} - {"kind"}
+    unknown = set(data) - {f.name for f in dataclasses.fields(cls)} - {"kind", "_field_kind"}
     if unknown:
         raise SchemaError(f"{kind} record has unknown fields: {', '.join(sorted(unknown))}")
     try:

@@ -203,9 +203,28 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
 
         found = diverge(records, reference, run_id=run.run_id)
         divergence = found[0].summary() if found and found[0].pairs else None
-    return stats_section(s, run, _windows(records, window_s, target_only), reference=ref_stats,
-                         baseline=baseline, health=health, per_request=per_request,
-                         divergence=divergence)
+    section = stats_section(s, run, _windows(records, window_s, target_only), reference=ref_stats,
+                            baseline=baseline, health=health, per_request=per_request,
+                            divergence=divergence)
+    if run is not None and run.labels.get("source_format") == "probe":
+        section["probe"] = probe_section(run, records)
+    return section
+
+
+def _anomaly(a: schema.AnomalyRecord) -> dict[str, Any]:
+    """A finding as the report lists it: its own ``kind`` ("silent_greedy", ...)."""
+    d = schema.to_dict(a)
+    d["kind"] = d.pop(schema.FIELD_KIND)
+    return d
+
+
+def probe_section(run: schema.RunRecord, records: Sequence[Any]) -> dict[str, Any]:
+    """A ``specscope probe`` trace: its verdict, the endpoint, and each failing check as the
+    probe recorded it (its anomalies)."""
+    found = [r for r in records if isinstance(r, schema.AnomalyRecord)]
+    return {"url": run.labels.get("probe_url"), "verdict": run.labels.get("probe_verdict"),
+            "logprobs": run.labels.get("logprobs"),
+            "failed": [{"check": a.kind, "message": a.message} for a in found]}
 
 
 def _latency(s: SpecStats, name: str) -> dict[str, Any]:
@@ -296,7 +315,8 @@ def stats_section(s: SpecStats, run: schema.RunRecord | None, windows: list[dict
         "engine_gauges": {k: v[0] / v[1] for k, v in sorted(s.gauges.items()) if v[1]},
         "benchmarks": [{"source": b.source, "metrics": dict(b.metrics), "config": dict(b.config)}
                        for b in s.benchmarks],
-        "anomalies": [schema.to_dict(a) for a in anomalies],
+        #: each finding with its own ``kind`` ("silent_greedy", ...), not the record tag
+        "anomalies": [_anomaly(a) for a in anomalies],
         "hooks": [schema.to_dict(h) for h in health],
     }
 
@@ -376,6 +396,11 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"  accept-length hist {hist}")
         lines.append(f"  requests {t['num_requests']}  output tokens {t['output_tokens']}  "
                      f"tok/s {_f(t['output_tokens_per_s'], '.1f')}")
+        if sec.get("probe"):
+            pr = sec["probe"]
+            lines.append(f"  black-box probe of {pr['url']}: {str(pr['verdict']).upper()} "
+                         f"({pr['logprobs']} log-probabilities)")
+            lines += [f"    [FAIL] {f['check']}: {f['message']}" for f in pr["failed"]]
         lines.append("  sampling truth (committed == target argmax):")
         for row in sec["sampling_truth"]:
             p = f"  p {fmt_p(row['p_value'])}" if row.get("p_value") is not None else ""

@@ -19,6 +19,7 @@ LIVE_LATENCY = "live-latency"
 
 TRUTH_FIGURE = "truth-figure"
 TRUTH_MODES = "truth-modes"
+TRUTH_PROBE = "truth-probe"  #: the black-box probe runs among the selected ones
 TRUTH_FALLBACKS = "truth-fallbacks"
 TRUTH_BY_BATCH = "truth-by-batch"
 

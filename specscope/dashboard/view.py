@@ -147,6 +147,8 @@ class Section:
     benchmarks: tuple[Benchmark, ...]
     anomalies: tuple[Anomaly, ...]
     gate_text: str = "N/A"  #: e.g. "INCONCLUSIVE (need ~12 more positions): sampling truth (...)"
+    #: a ``specscope probe`` trace's verdict: url, verdict, logprobs, failed [{check, message}]
+    probe: Mapping[str, Any] | None = None
 
     @classmethod
     def from_report(cls, sec: Mapping[str, Any]) -> Section:
@@ -169,6 +171,7 @@ class Section:
                              for b in sec.get("benchmarks") or ()),
             anomalies=tuple(Anomaly(a["kind"], a["severity"], a["message"],
                                     a.get("evidence") or {}) for a in sec.get("anomalies") or ()),
+            probe=sec.get("probe"),
         )
 
 

@@ -193,6 +193,20 @@ def modes_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def probe_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
+    """The selected runs that are ``specscope probe`` rounds: endpoint, verdict, what failed."""
+    rows = []
+    for v in views:
+        pr = v.view.probe
+        if not pr:
+            continue
+        rows.append({"run": v.label, "endpoint": pr.get("url"),
+                     "log-probabilities": pr.get("logprobs"),
+                     "verdict": str(pr.get("verdict") or "n/a").upper(),
+                     "failed": "; ".join(f["message"] for f in pr.get("failed") or ()) or "none"})
+    return rows
+
+
 def fallbacks_over_time(views: Sequence[Any]) -> go.Figure:
     series = []
     for v in views:

@@ -1,5 +1,6 @@
 """Sampling truth: requested vs effective mode, observed vs expected top-1 rate with its
-interval, the same by batch-size class, fallback events by reason over time."""
+interval, the same by batch-size class, the black-box probe's verdicts, fallback events by
+reason over time."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ def layout() -> html.Div:
         card(term("sampling truth", "Is verify sampling what the requests asked for?"),
              graph(ids.TRUTH_FIGURE)),
         card("Requested vs effectively used mode (request-steps)", table(ids.TRUTH_MODES)),
+        card("Black-box probe (specscope probe): each endpoint's verdict from its own "
+             "log-probabilities", table(ids.TRUTH_PROBE)),
         card("By batch size: a fault confined to large batches is diluted in the run's figure",
              graph(ids.TRUTH_BY_BATCH)),
         row(card("Fallbacks", graph(ids.TRUTH_FALLBACKS))),
@@ -37,6 +40,12 @@ def register(app, ctx) -> None:
         views = ctx.views(selected)
         rows = fig.modes_rows(views)
         return fig.truth_figure(views), render_table(rows), fig.fallbacks_over_time(views)
+
+    @app.callback(Output(ids.TRUTH_PROBE, "children"), Input(ids.RUNS, "value"))
+    def probe(selected):
+        rows = fig.probe_rows(ctx.views(selected))
+        return render_table(rows) if rows else html.P(
+            "No probe run selected: `specscope probe URL -o probe.jsonl` writes one.")
 
     @app.callback(Output(ids.TRUTH_BY_BATCH, "figure"), Input(ids.RUNS, "value"))
     def by_batch(selected):
