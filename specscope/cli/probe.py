@@ -10,7 +10,7 @@ DESCRIPTION = """\
 Check verify through an OpenAI-compatible endpoint, installing nothing in the engine.
 
 What it sends: a designed workload through /v1/chat/completions (or /v1/completions with
---endpoint completions) in four classes taken in turn: greedy (temperature 0), temperature
+--endpoint completions, SGLang's native /generate with --endpoint generate) in four classes taken in turn: greedy (temperature 0), temperature
 (0.8), temperature with top-p (0.9) and with top-k (20; leave it out with --classes where an
 engine cannot take it). Prompts make drafts run long (copying, lists, code edits) and
 open-ended text. Every request asks for logprobs with --top-logprobs alternatives (lowered to
@@ -32,7 +32,8 @@ Server flags, per engine:
   vLLM       log-probabilities by default (--max-logprobs caps the alternatives; the probe
              reads --logprobs-mode raw_logprobs unless told --logprobs-mode processed);
              --per-request-spec-decode-metrics detailed gives each token's role
-  SGLang     logprobs per request (OpenAI API); raw log-probabilities
+  SGLang     logprobs per request (OpenAI API; native /generate: return_logprob and
+             top_logprobs_num, read from meta_info); raw log-probabilities
   llama.cpp  logprobs per request; under speculation it returns none after the first token
              (logprob 0.0, no alternatives: upstream #27972), which the probe counts as unknown
 
@@ -138,7 +139,9 @@ def add_parser(sub) -> None:
                    help="stop sending once this many output tokens came back (default 4096)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
     p.add_argument("--deadline", type=float, default=300.0, help="seconds for the whole probe")
-    p.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
+    p.add_argument("--endpoint", choices=("chat", "completions", "generate"), default="chat",
+                   help="/v1/chat/completions, /v1/completions, or SGLang's native /generate "
+                   "(return_logprob, meta_info)")
     p.add_argument("--top-logprobs", type=int, default=20,
                    help="alternatives per position to ask for (default 20)")
     p.add_argument("--logprobs-mode", choices=("raw", "processed"), default="raw",

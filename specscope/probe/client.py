@@ -1,15 +1,20 @@
 """The probe's side of the wire: the endpoint's engine, requests with log-probabilities, and each
-response read into positions. Stdlib only.
+response read into positions. Never imports torch (the importers' response readers, lazily).
 
 Shapes read (the OpenAI API as each engine serves it):
 - chat: ``choices[0].logprobs.content[i] = {token, logprob, top_logprobs: [{token, logprob}]}``;
 - completions: ``choices[0].logprobs = {tokens, token_logprobs, top_logprobs: [{token: lp}]}``;
+- SGLang's native ``/generate`` (``return_logprob``, ``top_logprobs_num``):
+  ``meta_info.output_token_logprobs = [[logprob, token id, text], ...]`` and
+  ``meta_info.output_top_logprobs`` (per position, a list of the same), from its sources;
 - vLLM's per-request speculative detail (``--per-request-spec-decode-metrics detailed``):
   ``metrics.speculative_decoding.per_step_accepted`` / ``per_step_drafted`` give each output
   token's role (accepted draft, the token verify drew at a rejection, bonus);
-- llama.cpp's ``timings.draft_n`` / ``draft_n_accepted`` (per request); under speculation it
-  returns ``logprob`` 0.0 and no alternatives after the first token (upstream #27972): such a
-  position is unknown, never evidence.
+- each engine's per-request acceptance as ``specscope import`` reads a saved response
+  (``importers.responses``: vLLM's per-request metrics, SGLang's ``meta_info``
+  ``spec_verify_ct`` and draft counts, llama.cpp's ``timings.draft_n`` / ``draft_n_accepted``);
+- llama.cpp under speculation returns ``logprob`` 0.0 and no alternatives after the first
+  token (upstream #27972): such a position is unknown, never evidence.
 """
 
 from __future__ import annotations
@@ -106,6 +111,12 @@ def body(plan: Any, engine: str, cls: str, prompt: str, sampling: dict[str, Any]
     if engine == "llamacpp":  # its defaults truncate: off unless the class asks
         fields.setdefault("top_k", 0)
         fields.setdefault("min_p", 0.0)
+    if plan.endpoint == "generate":  # SGLang's native API
+        params = {"max_new_tokens": plan.max_tokens, **fields}
+        if "seed" not in params:
+            params["sampling_seed"] = seed
+        return "/generate", {"text": prompt, "sampling_params": params, "return_logprob": True,
+                             "top_logprobs_num": top_logprobs, **plan.extra}
     out: dict[str, Any] = {"model": model, "max_tokens": plan.max_tokens, "seed": seed, **fields}
     if plan.endpoint == "completions":
         out.update(prompt=prompt, logprobs=top_logprobs)
@@ -131,6 +142,15 @@ def positions_of(response: dict[str, Any], request: str, sampling: dict[str, Any
             top = tuple((str(a.get("token")), float(a["logprob"])) for a in e.get("top_logprobs") or []
                         if a.get("logprob") is not None)
             rows.append((str(e.get("token")), _lp(e.get("logprob"), top), top))
+    elif isinstance((response.get("meta_info") or {}).get("output_token_logprobs"), list):
+        # SGLang's native /generate with return_logprob: [logprob, token id, text] per token and
+        # per position a list of them as the top alternatives; tokens compared by id
+        meta = response["meta_info"]
+        tops = meta.get("output_top_logprobs") or []
+        for i, e in enumerate(meta["output_token_logprobs"]):
+            alts = tops[i] if i < len(tops) and isinstance(tops[i], list) else []
+            top = tuple((str(a[1]), float(a[0])) for a in alts if a and a[0] is not None)
+            rows.append((str(e[1]), _lp(e[0], top), top))
     elif isinstance(lp.get("tokens"), list):
         for tok, v, alts in zip(lp["tokens"], lp.get("token_logprobs") or [], lp.get("top_logprobs") or []):
             top = tuple(sorted(((str(a), float(b)) for a, b in (alts or {}).items()),
@@ -153,15 +173,28 @@ def _lp(value: Any, top: tuple) -> float | None:
     return v
 
 
+def engine_counts(response: dict[str, Any]) -> Any:
+    """The request's own speculative figures as ``specscope import`` reads them from a saved
+    response (vLLM's per-request metrics, SGLang's ``meta_info``, llama.cpp's ``timings``,
+    TensorRT-LLM's ``perf_metrics``), or None."""
+    from ..importers.responses import EXTRACT, shape
+
+    fmt = shape(response)
+    if fmt not in EXTRACT:
+        return None
+    found = EXTRACT[fmt][1](response, "response")
+    return found[0] if found else None
+
+
 def roles(positions: list[Position], response: dict[str, Any]) -> tuple[list[Position], int | None, int | None]:
-    """Each position's role from vLLM's per-step detail where the response has it (exact only
-    when every step drafted, else left unknown), and the request's drafted and accepted counts
-    (vLLM's per-request metrics, llama.cpp's timings)."""
-    spec = ((response.get("metrics") or {}).get("speculative_decoding") or {})
-    timings = response.get("timings") or {}
-    drafted = spec.get("num_draft_tokens", timings.get("draft_n"))
-    accepted = spec.get("num_accepted_draft_tokens", timings.get("draft_n_accepted"))
-    acc, dra = spec.get("per_step_accepted"), spec.get("per_step_drafted")
+    """Each position's role from the per-step detail where the response has it (vLLM's
+    ``per_step_accepted`` / ``per_step_drafted``; exact only when every step drafted, else left
+    unknown), and the request's drafted and accepted counts (``engine_counts``)."""
+    req = engine_counts(response)
+    drafted = req.drafted if req is not None else None
+    accepted = req.accepted if req is not None else None
+    detail = req.extra if req is not None else {}
+    acc, dra = detail.get("per_step_accepted"), detail.get("per_step_drafted")
     if not acc or not dra or len(acc) != len(dra):
         return positions, drafted, accepted
     committed = 1 + sum(a + 1 for a in acc)  # prefill's token, then accepted + 1 per step
@@ -229,7 +262,8 @@ def send(url: str, engine: str, model: str, plan: Any, requests: list[tuple[str,
         rid = str(a.response.get("id") or f"probe-{i}")
         a.positions, a.drafted, a.accepted = roles(positions_of(a.response, rid, a.sampling), a.response)
         choice = (a.response.get("choices") or [{}])[0]
-        a.text = str((choice.get("message") or {}).get("content") or choice.get("text") or "")
+        a.text = str((choice.get("message") or {}).get("content") or choice.get("text")
+                     or a.response.get("text") or "")
         with lock:
             used["tokens"] += len(a.positions) or int((a.response.get("usage") or {}).get("completion_tokens", 0))
             if stop is not None and not used["stopped"]:

@@ -56,7 +56,7 @@ class ProbePlan:
     token_budget: int = 4096  #: no request is sent once this many output tokens came back
     timeout_s: float = 120.0  #: per request
     deadline_s: float = 300.0  #: the whole probe
-    endpoint: str = "chat"  #: "chat" (/v1/chat/completions) or "completions"
+    endpoint: str = "chat"  #: "chat", "completions" or "generate" (SGLang's native API)
     seed: int = 0
     #: more fields for every request; never a logit bias (``ignore_eos`` is one): the checks
     #: read the distribution before it, so a biased token would look like a verify fault

@@ -135,3 +135,18 @@ def test_p_max_bound_holds_in_both_sampler_orders():
                 kept = [x ** (1 / t) for x in kept]
             exact = kept[0] / sum(kept)
             assert p_max_bound(p, Semantics(order=order)) >= exact - 1e-9
+
+
+def test_sglang_native_meta_info_reads_into_positions_and_its_counts():
+    """SGLang's /generate with return_logprob (shape from its sources: [logprob, id, text] per
+    token, per position a list of them): tokens compared by id; its spec counts as the
+    importer reads them."""
+    resp = {"text": "ab", "meta_info": {
+        "id": "s1", "completion_tokens": 2, "spec_verify_ct": 1, "spec_num_correct_drafts": 1,
+        "spec_num_proposed_drafts": 3,
+        "output_token_logprobs": [[-0.2, 11, "a"], [-1.9, 12, "b"]],
+        "output_top_logprobs": [[[-0.2, 11, "a"], [-2.0, 13, "c"]], [[-0.3, 13, "c"], [-1.9, 12, "b"]]]}}
+    ps = positions_of(resp, "s1", {"temperature": 0.0})
+    assert [p.is_top1 for p in ps] == [True, False] and abs(ps[1].margin - 1.6) < 1e-9
+    _, drafted, accepted = roles(ps, resp)
+    assert (drafted, accepted) == (3, 1)
