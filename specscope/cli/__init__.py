@@ -419,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("files", nargs="+")
     im.add_argument("-o", "--output", required=True,
                     help="the trace: Parquet (a directory) for a .parquet name, JSONL otherwise")
-    im.add_argument("--format", default=None, help="force a format (see specscope.importers)")
+    im.add_argument("--format", default=None, help="force a format (listed below)")
     im.add_argument("--run", default=None, help="put every file's records under this run id")
     im.set_defaults(func=_cmd_import)
 
@@ -470,6 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     dashboard.add_parsers(sub)
     probe.add_parser(sub)
+    from .examples import add_examples
+
+    add_examples(sub)
     return p
 
 

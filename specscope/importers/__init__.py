@@ -3,31 +3,8 @@
 The format is detected from the content (not the file name); ``format=`` forces one. Each
 parser reports lines it could not read with file and line, and keeps everything else.
 
-| format | source | what it gives |
-| --- | --- | --- |
-| vllm-log | vLLM server log, V0 and V1 spec-decode lines, stage times, Engine lines | SpecCounts per interval, Phase, Sample |
-| sglang-log | SGLang server log, Decode/Prefill batch lines | reported accept length, Sample |
-| prometheus-text | /metrics snapshots from vLLM (counters) or SGLang (gauges) | SpecCounts per snapshot |
-| vllm-bench | `vllm bench serve` result JSON | Benchmark, SpecCounts from `spec_decode_*` |
-| sglang-bench | `sglang.bench_serving` result JSONL | Benchmark (accept_length reported) |
-| bench-console | the console block of either benchmark | Benchmark, SpecCounts |
-| aiperf | AIPerf / genai-perf profile export JSON | Benchmark |
-| aiperf-records | AIPerf per-request JSONL | Request |
-| inferencex-row | InferenceX aggregate result row | Benchmark with configuration |
-| inferencex-acceptance | measured acceptance counts per position | SpecCounts (exact) |
-| inferencex-golden-al | golden acceptance length per num_speculative_tokens | Benchmark per level |
-| inferencex-config | master config search space | Run records |
-| guidellm | GuideLLM benchmarks.json | Benchmark per strategy |
-| kineto | PyTorch profiler Chrome trace | Phase records |
-| vllm-responses | vLLM responses with per-request spec-decode stats (both shapes) | Request per response, summed SpecCounts |
-| sglang-responses | SGLang responses: `meta_info` / `sglext.spec_tokens_details` | Request per response, summed SpecCounts |
-| llamacpp-responses | llama.cpp responses with `timings.draft_n` | Request per response (no steps) |
-| trtllm-requests | TensorRT-LLM per-request `perf_metrics` | Request per response |
-| trtllm-iteration-stats | TensorRT-LLM iteration stats with `specDecodingStats` | SpecCounts per iteration |
-| llamacpp-log | llama-server log / llama-speculative summary | Request per task, SpecCounts per statistics line |
-| specbench | Spec-Bench model-answer JSONL | Request per answer with its category |
-| otlp-json | OTLP JSON span exports: SGLang's speculative stage spans, vLLM's `llm_request`, specscope's own | Request per request span, SpecCounts (steps, accepted), Phase per stage span |
-| specscope | a specscope trace | its records |
+``FORMATS`` says, per format, what it reads, what it gives and what it cannot know (the
+import reference and ``specscope import --help`` are written from it).
 
 Every parser also tallies the identities its source's figures must satisfy and the
 definitional traps that apply (``ImportResult.identities`` / ``.traps``; ``specscope check``).
@@ -193,6 +170,61 @@ PARSERS: dict[str, Callable[[Path, str], ImportResult]] = {
 }
 
 
+#: format -> (what it reads, what it gives, what it cannot know): the import reference and
+#: ``specscope import --help`` are written from this table
+FORMATS: dict[str, tuple[str, str, str]] = {
+    "vllm-log": ("vLLM server log: V0 and V1 spec-decode lines, stage times, Engine lines",
+                 "SpecCounts per logging interval, Phase, Sample",
+                 "per-request figures; V0's accepted counter is no prefix count"),
+    "sglang-log": ("SGLang server log: Decode and Prefill batch lines",
+                   "its reported accept length per line, Sample",
+                   "drafted and accepted counts (only the mean it prints)"),
+    "prometheus-text": ("a /metrics snapshot of vLLM, SGLang, TensorRT-LLM or llama.cpp",
+                        "SpecCounts per snapshot (counters) or reported gauges",
+                        "anything before the first snapshot; per-request figures"),
+    "vllm-bench": ("`vllm bench serve` result JSON", "Benchmark, SpecCounts from spec_decode_*",
+                   "per-position counts the result does not list"),
+    "sglang-bench": ("`sglang.bench_serving` result JSONL", "Benchmark (accept length as reported)",
+                     "drafted and accepted counts"),
+    "bench-console": ("the console block of either benchmark", "Benchmark, SpecCounts",
+                      "figures the block rounds away"),
+    "aiperf": ("AIPerf / genai-perf profile export JSON", "Benchmark", "speculative figures"),
+    "aiperf-records": ("AIPerf per-request JSONL", "Request per record", "speculative figures"),
+    "inferencex-row": ("InferenceX aggregate result row", "Benchmark with its configuration",
+                       "per-request figures"),
+    "inferencex-acceptance": ("InferenceX measured acceptance counts per position",
+                              "SpecCounts (exact)", "latencies"),
+    "inferencex-golden-al": ("InferenceX golden acceptance length per num_speculative_tokens",
+                             "Benchmark per level", "counts: a golden figure is a target"),
+    "inferencex-config": ("InferenceX master config search space", "Run records",
+                          "any measurement"),
+    "guidellm": ("GuideLLM benchmarks.json", "Benchmark per strategy", "speculative figures"),
+    "kineto": ("PyTorch profiler (Kineto) Chrome trace", "Phase records",
+               "acceptance (a profile has no verify outcome)"),
+    "vllm-responses": ("vLLM responses with per-request spec-decode metrics (both shapes; "
+                       "per-step detail when detailed)",
+                       "Request per response, summed SpecCounts", "per-position counts "
+                       "without the detailed level"),
+    "sglang-responses": ("SGLang responses: meta_info / sglext spec details",
+                         "Request per response, summed SpecCounts", "per-step detail"),
+    "llamacpp-responses": ("llama.cpp responses with timings.draft_n (chat, completions, "
+                           "native, a stream's last chunk)", "Request per response",
+                           "verify steps (timings give no step count)"),
+    "trtllm-requests": ("TensorRT-LLM per-request perf_metrics", "Request per response",
+                        "per-position counts"),
+    "trtllm-iteration-stats": ("TensorRT-LLM iteration stats with specDecodingStats",
+                               "SpecCounts per iteration", "per-request figures"),
+    "llamacpp-log": ("llama-server log (per-step, per-task and statistics lines) or the "
+                     "llama-speculative summary", "Request per task, SpecCounts",
+                     "per-position counts at the default log level"),
+    "specbench": ("Spec-Bench model-answer JSONL", "Request per answer with its category",
+                  "drafted counts (answers give steps and tokens)"),
+    "otlp-json": ("OTLP JSON span exports: SGLang's speculative stage spans, vLLM's "
+                  "llm_request, specscope's own", "Request per request span, SpecCounts, Phase "
+                  "per stage span", "drafted counts where no span carries them"),
+    "specscope": ("a specscope trace", "its records", "nothing more than the trace holds"),
+}
+
 STREAMING = {"vllm-log", "sglang-log", "llamacpp-log"}
 
 
@@ -238,4 +270,4 @@ def import_files(paths: list[str | os.PathLike], out: str | os.PathLike, *,
     return results
 
 
-__all__ = ["ImportResult", "PARSERS", "detect", "import_file", "import_files"]
+__all__ = ["FORMATS", "ImportResult", "PARSERS", "detect", "import_file", "import_files"]
