@@ -25,8 +25,8 @@ FAULTS = {
 def _plan(**kw):
     from specscope.probe import ProbePlan
 
-    return ProbePlan(classes=("greedy", "temperature", "top-p"), requests=18, max_tokens=64,
-                     concurrency=6, token_budget=18 * 64, deadline_s=120, **kw)
+    return ProbePlan(classes=("greedy", "temperature", "top-p"), requests=18, max_tokens=48,
+                     concurrency=6, token_budget=18 * 48, deadline_s=120, **kw)
 
 
 def _vllm(tmp: Path, name: str, fault: str, fix: bool):
@@ -84,7 +84,7 @@ def bench_probe(reps: int) -> list[Row]:
             rate = r.acceptance["acceptance_rate"]
             rows.append(Row(
                 f"vLLM CPU, SmolLM2 + 4-bit draft k 3, fault: {label}: time to FAIL in-engine at the "
-                f"plugin's defaults (class {cls}) / by probe (18 requests x 64 tokens, conc 6); "
+                f"plugin's defaults (class {cls}) / by probe (18 requests x 48 tokens, conc 6); "
                 "the engine's own acceptance rate in the same run",
                 f"in-engine {in_engine:.0f} s" if in_engine is not None else "in-engine no FAIL",
                 f"probe {r.verdict.upper()} after {r.seconds:.0f} s, {r.tokens} tokens "
@@ -131,8 +131,10 @@ def _llamacpp_rounds(rounds: int) -> list[Row]:
     gguf = smollm2_gguf()
     out = []
     for spec in ("draft-simple", "none"):
-        def plan(i: int) -> ProbePlan:
-            return ProbePlan(requests=48, max_tokens=64, concurrency=2, token_budget=48 * 64,
+        n = 48 if spec == "none" else 16  # under speculation its log-probabilities are missing
+
+        def plan(i: int, n: int = n) -> ProbePlan:
+            return ProbePlan(requests=n, max_tokens=64, concurrency=2, token_budget=n * 64,
                              deadline_s=300, seed=1000 * i)
         out.append(_clean_rounds(
             f"llama.cpp build 11434, SmolLM2, speculation {spec}, all four classes",
