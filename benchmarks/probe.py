@@ -56,7 +56,6 @@ def _engine_states(folder: Path) -> dict[str, str]:
 
 
 def bench_probe(reps: int) -> list[Row]:
-    from specscope.probe import probe
     from specscope.serving.vllm import vllm_python
 
     if vllm_python() is None:
