@@ -101,3 +101,11 @@ def test_the_site_builds_strict(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert (tmp_path / "site" / "reference" / "metrics" / "index.html").exists()
     assert "reference decoder tok/s" in (tmp_path / "site" / "benchmarks" / "index.html").read_text()
+
+
+def test_no_line_of_prose_starts_like_a_heading():
+    """A wrapped line that starts with ``#12345`` renders as a heading on the site."""
+    bad = [f"{p.name}:{i}" for p in [README, *GUIDES]
+           for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+           if re.match(r"#+[^#\s]", line)]
+    assert not bad, bad
