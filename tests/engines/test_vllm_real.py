@@ -26,7 +26,7 @@ from specscope.collector.report import build_report
 from specscope.collector.views import format_views, views_agree
 from specscope.importers import import_file
 from specscope.io.trace import read_trace
-from specscope.probe import format_probe, probe
+from specscope.probe import format_probe
 from specscope.scrape import scrape
 from specscope.serving.vllm import (MIXED_SAMPLING, VllmServer, client_request_id, drive,
                                     speculative_config)
@@ -150,7 +150,7 @@ def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_c
 
 
 def test_five_views_of_one_vllm_run_agree_and_vllm_cpu_verify_is_caught(
-        vllm_env, smollm2_checkpoints, prompts, tmp_path):
+        vllm_env, smollm2_checkpoints, prompts, tmp_path, capsys):
     """vLLM as shipped: a mixed-temperature workload at concurrency 4. The trace, a scrape of
     /metrics, the server log and the saved responses give the same counts; AIPerf's client-side
     timings sit beside the engine's. And specscope finds vLLM CPU's verify defect: greedy
@@ -178,16 +178,24 @@ def test_five_views_of_one_vllm_run_agree_and_vllm_cpu_verify_is_caught(
         client = run_aiperf(srv.url, model=str(target), tokenizer=target,
                             artifact_dir=tmp_path / "aiperf", concurrency=2, requests=6,
                             input_tokens=48, output_tokens=16, server_metrics=False)
-        # the black-box probe sees the same defect from vLLM's own log-probabilities
-        from tests.engines.test_verify_truth_real import PLAN
+        # the black-box probe sees the same defect from vLLM's own log-probabilities, as a CI
+        # gate runs it: the command, its JSON verdict, exit status 1, and its trace
+        from specscope.cli import main
 
-        import dataclasses
-
+        capsys.readouterr()
+        t0 = time.monotonic()
         # three in flight, one per class: the first greedy answer decides (fail-fast)
-        probed = probe(srv.url, dataclasses.replace(PLAN, concurrency=3), dtype="bfloat16")
-    print(format_probe(probed))
-    assert {c.check: c.state for c in probed.checks}["greedy losslessness"] == "fail"
-    assert probed.seconds <= 60, probed.seconds
+        rc = main(["probe", srv.url, "--classes", "greedy,temperature,top-p", "--requests", "18",
+                   "--max-tokens", "48", "--concurrency", "3", "--dtype", "bfloat16", "--json",
+                   "-o", str(tmp_path / "probe.jsonl")])
+        took = time.monotonic() - t0
+    verdict = json.loads(capsys.readouterr().out)
+    print(json.dumps(verdict["checks"], indent=1))
+    assert rc == 1 and verdict["verdict"] == "fail" and took <= 60, (rc, verdict["verdict"], took)
+    assert {c["check"]: c["state"] for c in verdict["checks"]}["greedy losslessness"] == "fail"
+    (probe_section,) = build_report(read_trace(tmp_path / "probe.jsonl").records)["runs"]
+    assert probe_section["probe"]["verdict"] == "fail"
+    assert "probe_greedy_losslessness" in {f["check"] for f in probe_section["probe"]["failed"]}
     views = {"trace": records, "scrape": read_trace(tmp_path / "scrape.jsonl").records,
              "log": import_file(tmp_path / "workload.log").records,
              "responses": import_file(tmp_path / "responses.json").records}
