@@ -27,18 +27,22 @@ DRAFT_POSITIONS = positions_to_detect(0.75)
 DRAFT = -1  #: the draft-health "class"
 
 
-def classes(temperature: Any, top_p: Any = None, top_k: Any = None) -> set[int]:
-    """The sampling classes present in one batch (a few array operations, no per-row Python
-    where the engine hands numpy arrays)."""
-    t = np.asarray(temperature, dtype=np.float64)
-    if t.size == 0:
-        return set()
-    code = (t > 0).astype(np.int64)
+def class_codes(temperature: Any, top_p: Any = None, top_k: Any = None) -> np.ndarray:
+    """Each row's sampling class as a code (a few array operations, no per-row Python where the
+    engine hands numpy arrays)."""
+    code = (np.asarray(temperature, dtype=np.float64) > 0).astype(np.int64)
     if top_p is not None:
         code |= (np.asarray(top_p, dtype=np.float64) < 1.0).astype(np.int64) * TOP_P
     if top_k is not None:
         code |= (np.asarray(top_k, dtype=np.int64) > 0).astype(np.int64) * TOP_K
-    code = np.where(code & SAMPLED, code, 0)
+    return np.where(code & SAMPLED, code, 0)
+
+
+def classes(temperature: Any, top_p: Any = None, top_k: Any = None) -> set[int]:
+    """The sampling classes present in one batch."""
+    code = class_codes(temperature, top_p, top_k)
+    if code.size == 0:
+        return set()
     return set(np.flatnonzero(np.bincount(code, minlength=8)).tolist())
 
 
@@ -103,13 +107,7 @@ class UntilDecided:
             if draft_positions:
                 self.totals.setdefault(DRAFT, [0, 0, 0.0])[0] += draft_positions
             if num_verified is not None and len(num_verified):
-                t = np.asarray(temperature, dtype=np.float64)
-                code = (t > 0).astype(np.int64)
-                if top_p is not None:
-                    code |= (np.asarray(top_p) < 1.0).astype(np.int64) * TOP_P
-                if top_k is not None:
-                    code |= (np.asarray(top_k) > 0).astype(np.int64) * TOP_K
-                code = np.where(code & SAMPLED, code, 0)
+                code = class_codes(temperature, top_p, top_k)
                 for c in np.unique(code[num_verified > 0]).tolist():
                     rows = (code == c) & (num_verified > 0)
                     acc = self.totals.setdefault(c, [0, 0, 0.0])

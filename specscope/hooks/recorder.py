@@ -99,6 +99,7 @@ class Recorder:
         self._out: collections.deque[Any] = collections.deque()
         self._drain_lock = threading.Lock()
         self._step = 0
+        self._asked: tuple[int, bool] | None = None  #: (step, the policy's answer for it)
         self.num_recorded = 0
         self.num_dropped_ring_full = 0
         self.num_dropped_batch_too_large = 0
@@ -261,10 +262,15 @@ class Recorder:
             return False
 
     def _wants(self, step: int, temperature: Any, top_p: Any, top_k: Any) -> bool:
+        # an adapter asks before the step (wants_stats) and the step asks again: the policy is
+        # asked once per step, so both get the same answer and nothing is computed twice
+        if self._asked is not None and self._asked[0] == step:
+            return self._asked[1]
         wants = getattr(self.stats_policy, "wants", None)
-        if wants is not None:
-            return bool(wants(step, temperature, top_p, top_k))
-        return bool(self.stats_policy(step))
+        answer = bool(wants(step, temperature, top_p, top_k)) if wants is not None \
+            else bool(self.stats_policy(step))
+        self._asked = (step, answer)
+        return answer
 
     def _tell_policy(self, cols: list[VerifyColumns]) -> None:
         """The drain side: what the statistics found, to a policy that decides from it."""
