@@ -11,14 +11,18 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 #: Written into every trace file; readers refuse any version not in READABLE_VERSIONS.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 #: 2 added spec_counts, sample and benchmark records; 3 added per-request speculative figures
 #: and categories on request records, and the draft depth each verify step used; 4 added the
 #: weight of a source's reported figures on spec_counts records (``reported_weight``); 5 added
 #: the drafts that reached each position on spec_counts records (``drafted_per_pos``) and each
 #: output token's top-2 logit margin and second choice on request records; 6 added mismatch
-#: records (a greedy request's committed token that is not its position's argmax, with the margin).
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+#: records (a greedy request's committed token that is not its position's argmax, with the margin);
+#: 7 added the node (host) a record's process ran on (``node``, "" where unknown).
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+#: what the ``node`` field means, said once for every record that has one
+NODE_DOC = "the node (host) the recording process ran on: $SPECSCOPE_NODE, else the hostname"
+
 
 # Sampling modes. "Requested" is what the request and the engine's configuration call for;
 # "used" is what the verify code path says it ran. The sampling-truth statistics check the
@@ -73,6 +77,7 @@ class RunRecord:
     env_flags: Mapping[str, str] = field(default_factory=dict)
     host: Mapping[str, Any] = field(default_factory=dict)  #: CPU count, memory, platform (psutil)
     labels: Mapping[str, str] = field(default_factory=dict)
+    node: str = ""  #: see NODE_DOC
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,6 +125,7 @@ class VerifyStepRecord:
     #: source does not say. Adaptive policies change it from step to step.
     draft_depth: int | None = None
     depth_reason: str = ""  #: why k changed at this step ("" = unchanged)
+    node: str = ""  #: see NODE_DOC
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,6 +193,7 @@ class RequestRecord:
         if not self.num_verify_steps or self.num_accepted_tokens is None:
             return None
         return (self.num_accepted_tokens + self.num_verify_steps) / self.num_verify_steps
+    node: str = ""  #: see NODE_DOC
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,6 +208,7 @@ class PhaseRecord:
     t_start_ns: int  #: host time at phase start, ns since the epoch
     duration_ns: int
     clock: str = "perf_counter"  #: "perf_counter" (host) or "cuda_event" (device)
+    node: str = ""  #: see NODE_DOC
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,6 +227,7 @@ class FallbackRecord:
     mode_requested: str = ""
     mode_used: str = FALLBACK_ARGMAX
     count: int = 1
+    node: str = ""  #: see NODE_DOC
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -240,6 +249,7 @@ class MismatchRecord:
     margin: float  #: nats, > 0
     mode_requested: str = GREEDY
     num_mismatches: int = 1  #: mismatching positions of this request in this step (1 or more)
+    node: str = ""  #: see NODE_DOC
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,6 +275,7 @@ class AnomalyRecord:
     message: str
     t_ns: int = 0
     evidence: Mapping[str, Any] = field(default_factory=dict)
+    node: str = ""  #: see NODE_DOC
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -280,6 +291,7 @@ class HookHealthRecord:
     num_hook_errors: int
     num_sink_errors: int
     disabled: bool
+    node: str = ""  #: see NODE_DOC
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -440,3 +452,11 @@ def _entry(data: Mapping[str, Any]) -> VerifyEntry:
 def mode_for(temperature: float, configured: str) -> str:
     """The mode a request asks for: greedy at temperature 0, else the configured sampler."""
     return GREEDY if temperature <= 0.0 else configured
+
+
+def default_node() -> str:
+    """This process's node name: ``$SPECSCOPE_NODE`` where set, else the hostname."""
+    import os
+    import socket
+
+    return os.environ.get("SPECSCOPE_NODE", "").strip() or socket.gethostname()

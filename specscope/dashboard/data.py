@@ -95,7 +95,7 @@ def discover(paths: Iterable[str | os.PathLike]) -> list[Path]:
     directories (a sweep directory, a folder of nightly traces)."""
     out: list[Path] = []
     for p in map(Path, paths):
-        if p.is_dir() and (any(p.glob("*/config=*")) or any(p.glob("config=*"))
+        if p.is_dir() and (any(p.glob("*/date=*")) or any(p.glob("*/config=*")) or any(p.glob("config=*"))
                            or any(p.glob("*.parquet"))):
             out.append(p)
         elif p.is_dir():

@@ -37,7 +37,8 @@ def _batches(paths: Sequence[str | os.PathLike], batch: int,
         if p.is_dir() or p.suffix == ".parquet":
             from ..io.parquet import _files, iter_verify_columns, read_parquet
 
-            others = [r for f in _files(p) if f.relative_to(p if p.is_dir() else p.parent).parts[0] != "verify"
+            store, files = _files(p)
+            others = [r for f in files if f[len(store.root):].strip("/").split("/")[0] != "verify"
                       for r in read_parquet(f)]
             runs = [r for r in others if type(r).__name__ == "RunRecord"]
             if runs:

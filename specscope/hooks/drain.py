@@ -89,7 +89,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         mismatches = ()
     ids = list(itertools.chain.from_iterable(m[2] for m in metas))
     cols = VerifyColumns(
-        run_id=rec.run.run_id, config_id=rec.run.config_id, rank=rec.rank,
+        run_id=rec.run.run_id, config_id=rec.run.config_id, rank=rec.rank, node=rec.node,
         num_steps=len(metas),
         t_ns=np.fromiter((m[1] for m in metas), dtype=i64, count=len(metas)),
         num_drafted=drafted, num_draft_tokens=draft_tokens, num_accepted=accepted,
@@ -110,7 +110,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         for i in mismatches.tolist():
             m = metas[seq[i]]
             rec._emit(schema.MismatchRecord(
-                run_id=rec.run.run_id, rank=rec.rank, step=int(m[0]), t_ns=int(m[1]),
+                run_id=rec.run.run_id, rank=rec.rank, node=rec.node, step=int(m[0]), t_ns=int(m[1]),
                 request_id=ids[i], position=int(stats[i, _stats.COL_MISMATCH_POS - base]),
                 margin=float(margin[i]),
                 num_mismatches=max(1, int(verified[i] - top1[i]))))

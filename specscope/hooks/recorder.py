@@ -9,6 +9,7 @@ the recorder disables itself past ``max_errors``. Nothing here ever raises into 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 import time
 from typing import Any, Callable, Iterable, Protocol, Sequence
@@ -74,7 +75,9 @@ class Recorder:
         clock_ns: Callable[[], int] = time.time_ns,
         max_columns_entries: int = 1 << 16,
     ) -> None:
-        self.run = run
+        # every record this process writes names its node (hostname, or $SPECSCOPE_NODE)
+        self.run = run if run.node else dataclasses.replace(run, node=schema.default_node())
+        self.node = self.run.node
         self.rank = rank
         self.device = torch.device(device)
         self.stats_policy = stats_policy
@@ -106,7 +109,7 @@ class Recorder:
         self.num_dropped_out_full = 0
         self.num_hook_errors = 0
         self.num_sink_errors = 0
-        self.phases = PhaseTimer(run_id=run.run_id, rank=rank, device=self.device,
+        self.phases = PhaseTimer(run_id=run.run_id, rank=rank, device=self.device, node=self.node,
                                  emit=self._emit, on_error=self.count_error,
                                  is_enabled=lambda: self.enabled)
         self._thread: threading.Thread | None = None
@@ -114,7 +117,7 @@ class Recorder:
         self._wake = threading.Event()  #: set by the hot path when half the ring is waiting
         self._wake_at = max(1, ring_slots // 2)
         self._closed = False
-        self._out.append(run)
+        self._out.append(self.run)
 
     # ----------------------------------------------------------------- hot path
     def record_verify(
@@ -291,8 +294,8 @@ class Recorder:
         return host
 
     def record_request(self, record: schema.RequestRecord) -> None:
-        """Record a finished request (host values only)."""
-        self._emit(record)
+        """Record a finished request (host values only), stamped with this node."""
+        self._emit(record if record.node else dataclasses.replace(record, node=self.node))
 
     def record_fallback(self, *, reason: str, request_id: str = "", temperature: float = 0.0,
                         top_p: float = 1.0, top_k: int = 0, mode_requested: str = "",
@@ -302,7 +305,7 @@ class Recorder:
             return
         try:
             self._emit(schema.FallbackRecord(
-                run_id=self.run.run_id, rank=self.rank,
+                run_id=self.run.run_id, rank=self.rank, node=self.node,
                 step=self._step if step is None else step, t_ns=self.clock_ns(), reason=reason,
                 request_id=request_id, temperature=temperature, top_p=top_p, top_k=top_k,
                 mode_requested=mode_requested, count=count))
@@ -414,7 +417,7 @@ class Recorder:
     def health(self) -> schema.HookHealthRecord:
         """The recorder's own accounting so far."""
         return schema.HookHealthRecord(
-            run_id=self.run.run_id, rank=self.rank, num_recorded=self.num_recorded,
+            run_id=self.run.run_id, rank=self.rank, node=self.node, num_recorded=self.num_recorded,
             num_dropped_ring_full=self.num_dropped_ring_full,
             num_dropped_batch_too_large=self.num_dropped_batch_too_large,
             num_dropped_queue_full=self.num_dropped_out_full,

@@ -64,8 +64,9 @@ class PhaseTimer:
 
     def __init__(self, *, run_id: str, rank: int, device: torch.device,
                  emit: Callable[[Any], None], on_error: Callable[[], None],
-                 is_enabled: Callable[[], bool] = lambda: True) -> None:
+                 is_enabled: Callable[[], bool] = lambda: True, node: str = "") -> None:
         self.run_id = run_id
+        self.node = node
         self.rank = rank
         self.emit = emit
         self.on_error = on_error
@@ -111,4 +112,4 @@ class PhaseTimer:
                 clock: str) -> schema.PhaseRecord:
         return schema.PhaseRecord(run_id=self.run_id, rank=self.rank, step=step, phase=name,
                                   device=self.device, t_start_ns=t0_wall, duration_ns=duration_ns,
-                                  clock=clock)
+                                  clock=clock, node=self.node)

@@ -128,6 +128,7 @@ class VerifyColumns:
     #: value per step rather than per entry: the compact form the recorder and the wire use,
     #: expanded by ``per_entry()`` where a consumer needs entry-aligned arrays.
     step_sizes: np.ndarray | None = None
+    node: str = ""  #: the node (host) the entries were recorded on (schema.NODE_DOC)
 
     def __len__(self) -> int:
         return int(self.num_drafted.shape[0])
@@ -148,7 +149,7 @@ class VerifyColumns:
     @classmethod
     def from_records(cls, records: Iterable[schema.VerifyStepRecord], *,
                      detail: bool = False) -> list["VerifyColumns"]:
-        """Group verify-step records by (run, config, rank) into columns."""
+        """Group verify-step records by (run, config, rank, node) into columns."""
         groups: dict[tuple, list] = {}
         steps: dict[tuple, int] = {}
         extra: dict[tuple, list] = {}
@@ -157,7 +158,7 @@ class VerifyColumns:
         names = list(MODES)
         code = mode_coder(names)
         for r in records:
-            key = (r.run_id, r.config_id, r.rank)
+            key = (r.run_id, r.config_id, r.rank, r.node)
             rows = groups.setdefault(key, [])
             seq = steps.get(key, 0)
             steps[key] = seq + 1
@@ -181,7 +182,7 @@ class VerifyColumns:
         for key, rows in groups.items():
             cols = list(zip(*rows)) if rows else [()] * 15
             c = cls(
-                run_id=key[0], config_id=key[1], rank=key[2], num_steps=steps[key],
+                run_id=key[0], config_id=key[1], rank=key[2], node=key[3], num_steps=steps[key],
                 t_ns=np.asarray(cols[0], dtype=np.int64),
                 num_drafted=np.asarray(cols[1], dtype=np.int64),
                 num_draft_tokens=np.asarray(cols[2], dtype=np.int64),
@@ -254,7 +255,7 @@ class VerifyColumns:
                     else ()))
             depth = int(self.draft_depth[s])
             out.append(schema.VerifyStepRecord(
-                run_id=self.run_id, config_id=self.config_id, rank=self.rank,
+                run_id=self.run_id, config_id=self.config_id, rank=self.rank, node=self.node,
                 step=int(self.step[s]), t_ns=int(self.t_ns[s]),
                 batch_size=int(self.batch_size[s]), entries=tuple(entries),
                 draft_depth=None if depth < 0 else depth,
@@ -268,7 +269,7 @@ class VerifyColumns:
         arrays = {name: None if getattr(self, name) is None else getattr(self, name)[mask]
                   for name in AGGREGATE_ARRAYS}
         return VerifyColumns(run_id=self.run_id, config_id=self.config_id, rank=self.rank,
-                             num_steps=0, mode_names=self.mode_names, **arrays)
+                             node=self.node, num_steps=0, mode_names=self.mode_names, **arrays)
 
 
 AGGREGATE_ARRAYS = ("t_ns", "num_drafted", "num_draft_tokens", "num_accepted", "mode_requested",

@@ -1,10 +1,11 @@
 """Parquet trace datasets: one dataset per record kind, verify steps flattened per request,
-partitioned by configuration and run (hive layout: ``verify/config=C/run=R/part-0.parquet``), so
-a directory of many runs is one query for DuckDB, pandas or pyarrow.
+in the fleet store's layout (``verify/date=D/config=C/run=R/node=N/part-<unique>.parquet``, see
+``store``), so a directory of many runs and nodes is one query for DuckDB, Spark or pyarrow.
 
 Imports pyarrow (the ``parquet`` extra). The schema version travels in each file's metadata.
 The partition columns ``config`` and ``run`` are path-safe copies of ``config_id``/``run_id``,
-which stay in the data unchanged.
+which stay in the data unchanged; the node is in the path only and restored on reading. Traces
+written before the fleet layout (``verify/config=C/run=R/part-0.parquet``) read as before.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from .. import schema
 from ..schema import TraceError
 from .columns import HAS_HIST, HAS_TRUTH, VerifyColumns, expand
 from .intervals import BATCHES
+from .store import ROW_GROUP, Store, Where, day, open_store, partition_path, partition_values, row_time
 
 _VERSION_KEY = b"specscope_schema_version"
 _STEP_FIELDS = ("run_id", "config_id", "rank", "step", "t_ns", "batch_size", "draft_depth",
                 "depth_reason")
 _SEQ = "record_seq"
-ROW_GROUP = 1 << 15  #: rows per row group: what a reader holds in memory at once
 _JSON_FIELDS = {"env_flags", "host", "labels", "evidence", "values", "metrics", "config"}
 
 
@@ -47,6 +48,7 @@ def _rows(records: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
         if kind == "verify":
             base = {f: getattr(r, f) for f in _STEP_FIELDS}
             base[_SEQ] = seq  # keeps record boundaries even where two steps share a key
+            base["node"] = r.node  # the partition, taken out of the data by the writer
             seq += 1
             for e in r.entries:
                 row = dict(base)
@@ -67,20 +69,17 @@ def _rows(records: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
     return rows
 
 
-def _safe(value: Any) -> str:
-    text = str(value or "_")
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:120] or "_"
+def write_parquet(records: Iterable[Any], out_dir: str | os.PathLike,
+                  store: Store | None = None) -> str | Path:
+    """Write records (and VerifyColumns) as a partitioned dataset per kind under ``out_dir`` (a
+    path or filesystem URI, see ``store``).
 
-
-def write_parquet(records: Iterable[Any], out_dir: str | os.PathLike) -> Path:
-    """Write records (and VerifyColumns) as a partitioned dataset per kind under ``out_dir``.
-
-    Each call adds new part files; a part is written under a temporary name and renamed when
-    complete, so a reader (or a writer killed mid-way) never sees half a file.
+    Each call adds new part files with names no other writer picks; a local part is written
+    under a temporary name and renamed when complete, so a reader (or a writer killed mid-way)
+    never sees half a file.
     """
     pa, pq = _pa()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    store = store or open_store(out_dir, create=True)
     items = list(records)
     columns = [r for r in items if isinstance(r, VerifyColumns)]
     batches = [r for r in items if isinstance(r, BATCHES)]
@@ -88,38 +87,34 @@ def write_parquet(records: Iterable[Any], out_dir: str | os.PathLike) -> Path:
     rows_by_kind = _rows(r for r in items if not isinstance(r, (VerifyColumns, *BATCHES)))
     for row in rows_by_kind.get("run", []):
         configs[row["run_id"]] = row.get("config_id", "")
-    parts: list[tuple[str, str, str, Any]] = []
+    nodes = {row["run_id"]: row.get("node", "") for row in rows_by_kind.get("run", [])}
+    parts: list[tuple[str, Any]] = []
     for kind, rows in rows_by_kind.items():
-        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        groups: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             run_id = row.get("run_id", "")
             config = row.get("config_id", configs.get(run_id, ""))
-            groups.setdefault((_safe(config), _safe(run_id)), []).append(row)
-        for (config, run), part in groups.items():
-            parts.append((kind, config, run, pa.Table.from_pylist(part)))
+            # in the path, not the data; a kind without a node takes its run's
+            node = row.pop("node") if "node" in row else nodes.get(run_id, "")
+            folder = partition_path(kind, day(row_time(row)), config, run_id, node)
+            groups.setdefault(folder, []).append(row)
+        for folder, part in groups.items():
+            parts.append((folder, pa.Table.from_pylist(part)))
     for c in columns:
         if len(c):
-            parts.append(("verify", _safe(c.config_id), _safe(c.run_id), _columns_table(c, pa)))
+            t0 = int(c.t_ns[0]) if len(c.t_ns) else None
+            parts.append((partition_path("verify", day(t0), c.config_id, c.run_id, c.node),
+                          _columns_table(c, pa)))
     for cc in batches:
         if len(cc):
-            parts.append((schema.KIND_OF[cc.record_type], _safe(configs.get(cc.run_id, "")), _safe(cc.run_id), cc.table(pa)))
-    for kind, config, run, table in parts:
+            kind = schema.KIND_OF[cc.record_type]
+            parts.append((partition_path(kind, day(None), configs.get(cc.run_id, ""), cc.run_id,
+                                         nodes.get(cc.run_id, "")), cc.table(pa)))
+    for folder, table in parts:
+        kind = folder.split("/", 1)[0]
         meta = {_VERSION_KEY: str(schema.SCHEMA_VERSION).encode(), b"specscope_kind": kind.encode()}
-        _write_part(out / kind / f"config={config}" / f"run={run}",
-                    table.replace_schema_metadata(meta), pq)
-    return out
-
-
-def _write_part(folder: Path, table: Any, pq: Any) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    n = len(list(folder.glob("part-*.parquet")))
-    while (folder / f"part-{n}.parquet").exists():
-        n += 1
-    final = folder / f"part-{n}.parquet"
-    tmp = folder / f".part-{n}.parquet.tmp"
-    pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP)
-    os.replace(tmp, final)
-    return final
+        store.write(folder, table.replace_schema_metadata(meta))
+    return Path(store.root) if store.local else store.uri
 
 
 def _columns_table(c: VerifyColumns, pa: Any) -> Any:
@@ -193,8 +188,8 @@ class ParquetTraceWriter:
         import time
 
         _pa()  # fail at construction, not on the first roll
-        self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.store = open_store(path, create=True)
+        self.path = Path(self.store.root) if self.store.local else self.store.uri
         self.roll_records = roll_records
         self.roll_s = roll_s
         self._clock = time.monotonic
@@ -215,7 +210,7 @@ class ParquetTraceWriter:
 
     def _roll(self) -> None:
         if self._buf:
-            write_parquet(self._buf, self.path)
+            write_parquet(self._buf, self.path, store=self.store)
             self.num_written += self._buffered
             self.num_parts += 1
         self._buf, self._buffered, self._last_roll = [], 0, self._clock()
@@ -234,32 +229,47 @@ class ParquetTraceWriter:
         self.close()
 
 
-def _files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    files = sorted(path.rglob("*.parquet"))
-    if not files:
-        raise TraceError(f"{path}: no .parquet files")
-    return files
+def _files(path: str | os.PathLike, where: Where | None = None) -> tuple[Store, list[str]]:
+    """The store and its parts (pruned by ``where``), or one file."""
+    text = os.fspath(path)
+    if "://" not in text and Path(text).is_file():
+        store = open_store(Path(text).parent)
+        return store, [str(Path(text).resolve()).replace(os.sep, "/")]
+    store = open_store(text)
+    files = store.files(where=where)
+    if not files and not where:
+        raise TraceError(f"{text}: no .parquet files")
+    return store, files
 
 
-def _check(f: Path, meta: dict) -> str:
+def _node_of(f: str) -> str:
+    node = partition_values(f).get("node", "")
+    return "" if node == "_" else node
+
+
+def _check(f: str, meta: dict) -> str:
     version = meta.get(_VERSION_KEY)
     if version is None or int(version) not in schema.READABLE_VERSIONS:
         readable = ", ".join(str(v) for v in schema.READABLE_VERSIONS)
         raise TraceError(f"{f}: trace schema version {version!r} is not readable; this "
                          f"specscope reads schema version(s) {readable}")
-    return meta.get(b"specscope_kind", f.stem.encode()).decode()
+    return meta.get(b"specscope_kind", Path(f).stem.encode()).decode()
 
 
-def read_parquet(path: str | os.PathLike) -> list[Any]:
-    """Read a Parquet trace dataset (or one file) back into records."""
+def read_parquet(path: str | os.PathLike, where: Where | None = None) -> list[Any]:
+    """Read a Parquet trace dataset (or one file) back into records; ``where`` reads only the
+    partitions it admits (date range, configurations, runs, nodes)."""
     pa, pq = _pa()
     records: list[Any] = []
-    for f in _files(Path(path)):
-        table = pq.read_table(f, partitioning=None)
+    store, files = _files(path, where)
+    for f in files:
+        table = pq.read_table(f, partitioning=None, filesystem=store.fs)
         kind = _check(f, table.schema.metadata or {})
         rows = table.to_pylist()
+        node = _node_of(f)
+        if node and "node" in schema.RECORD_TYPES[kind].__dataclass_fields__:
+            for row in rows:
+                row["node"] = node
         if kind == "verify":
             records.extend(_unflatten_verify(rows))
             continue
@@ -270,23 +280,26 @@ def read_parquet(path: str | os.PathLike) -> list[Any]:
     return records
 
 
-def iter_verify_columns(path: str | os.PathLike):
+def iter_verify_columns(path: str | os.PathLike, where: Where | None = None):
     """Verify entries of a Parquet trace as VerifyColumns, one row group at a time."""
     import numpy as np
 
     pa, pq = _pa()
+    store, files = _files(path, where)
     cols = ["run_id", "config_id", "rank", "step", "t_ns", "num_drafted", "num_draft_tokens",
             "num_accepted", "mode_requested", "mode_used", "num_verified", "num_top1",
             "expected_top1", "var_top1", "draft_top1_hist"]
     depth_cols = [_SEQ, "draft_depth", "depth_reason"]  #: the steps' k (traces since they had it)
-    for f in _files(Path(path)):
-        file_schema = pq.read_schema(f)
+    for f in files:
+        file_schema = pq.read_schema(f, filesystem=store.fs)
         meta = file_schema.metadata or {}
         if _check(f, meta) != "verify":
             continue
         has_depth = all(c in file_schema.names for c in depth_cols)
         # strings arrive dictionary-encoded: no per-row string objects on the fast path
-        pf = pq.ParquetFile(f, read_dictionary=["run_id", "config_id", "mode_requested", "mode_used"])
+        pf = pq.ParquetFile(store.fs.open_input_file(f),
+                            read_dictionary=["run_id", "config_id", "mode_requested", "mode_used"])
+        node = _node_of(f)
         for group in range(pf.metadata.num_row_groups):  # one row group in memory at a time
             names = cols + depth_cols if has_depth else cols
             batch = pf.read_row_group(group, columns=names)
@@ -320,7 +333,7 @@ def iter_verify_columns(path: str | os.PathLike):
                 first = 0 if len(keys) == 1 else int(np.flatnonzero(mask)[0])
                 yield VerifyColumns(
                     run_id=runs.dictionary[ri].as_py(), config_id=col["config_id"][first].as_py(),
-                    rank=int(rank), num_steps=int(np.unique(arr("step", np.int64)[mask]).size),
+                    rank=int(rank), node=node, num_steps=int(np.unique(arr("step", np.int64)[mask]).size),
                     t_ns=arr("t_ns", np.int64)[mask], num_drafted=arr("num_drafted", np.int64)[mask],
                     num_draft_tokens=arr("num_draft_tokens", np.int64)[mask],
                     num_accepted=arr("num_accepted", np.int64)[mask], mode_requested=req[mask],
@@ -364,12 +377,12 @@ def _hist_matrix(column, n: int, np):
 def _unflatten_verify(rows: list[dict[str, Any]]) -> list[schema.VerifyStepRecord]:
     steps: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        key = (row.get(_SEQ),) + tuple(row.get(f) for f in _STEP_FIELDS)
+        key = (row.get(_SEQ),) + tuple(row.get(f) for f in _STEP_FIELDS + ("node",))
         steps.setdefault(key, []).append(row)
     out = []
     for key, group in steps.items():
-        base = {k: v for k, v in zip(_STEP_FIELDS, key[1:]) if v is not None}
-        entries = [{k: v for k, v in row.items() if k not in _STEP_FIELDS and k != _SEQ}
+        base = {k: v for k, v in zip(_STEP_FIELDS + ("node",), key[1:]) if v is not None}
+        entries = [{k: v for k, v in row.items() if k not in _STEP_FIELDS and k not in (_SEQ, "node")}
                    for row in group]
         out.append(schema.from_dict({"kind": "verify", **base, "entries": entries}))
     return out

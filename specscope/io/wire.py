@@ -94,7 +94,7 @@ def _chunks(c: VerifyColumns) -> list[VerifyColumns]:
     for start in range(0, n, MAX_ENTRIES):
         sl = slice(start, start + MAX_ENTRIES)
         part = VerifyColumns(
-            run_id=c.run_id, config_id=c.config_id, rank=c.rank, num_steps=0,
+            run_id=c.run_id, config_id=c.config_id, rank=c.rank, node=c.node, num_steps=0,
             mode_names=c.mode_names,
             **{a: (None if getattr(c, a) is None else getattr(c, a)[sl])
                for a in AGGREGATE_ARRAYS},
@@ -148,6 +148,8 @@ def _column_header(c: VerifyColumns, buffers: list) -> dict[str, Any]:
     head: dict[str, Any] = {"run_id": c.run_id, "config_id": c.config_id, "rank": c.rank,
                             "num_steps": c.num_steps, "n": n, "modes": list(c.mode_names),
                             "arrays": arrays}
+    if c.node:
+        head["node"] = c.node
     if c.depth_reasons:
         head["depth_reasons"] = {str(k): v for k, v in c.depth_reasons.items()}
     if c.request_ids is not None:
@@ -289,6 +291,7 @@ def _columns(head: Any, payload: memoryview) -> VerifyColumns:
         modes = tuple(str(m) for m in head["modes"])
         run_id, config_id = str(head["run_id"]), str(head["config_id"])
         rank, num_steps = int(head["rank"]), int(head["num_steps"])
+        node = str(head.get("node", ""))
         if not isinstance(arrays, dict) or not modes or len(modes) > 127:
             raise TypeError
     except (KeyError, TypeError, ValueError):
@@ -323,8 +326,8 @@ def _columns(head: Any, payload: memoryview) -> VerifyColumns:
     for code in ("mode_requested", "mode_used"):
         if n and (fields[code].min() < 0 or fields[code].max() >= len(modes)):
             raise WireError("malformed", n)
-    cols = VerifyColumns(run_id=run_id, config_id=config_id, rank=rank, num_steps=num_steps,
-                         mode_names=modes, step_sizes=sizes,
+    cols = VerifyColumns(run_id=run_id, config_id=config_id, rank=rank, node=node,
+                         num_steps=num_steps, mode_names=modes, step_sizes=sizes,
                          **{a: fields[a] for a in AGGREGATE_ARRAYS})
     detail = [a for a in DETAIL_ARRAYS if a in fields]
     if detail:

@@ -17,7 +17,7 @@ from specscope.io.trace import TraceError, TraceWriter, read_trace, write_trace
 
 def _phase(i: int) -> schema.PhaseRecord:
     return schema.PhaseRecord(run_id="r", rank=0, step=i, phase="draft", device="cpu",
-                              t_start_ns=i, duration_ns=1000 + i)
+                              t_start_ns=1_700_000_000_000_000_000 + i, duration_ns=1000 + i)
 
 
 WRITER = """
@@ -101,10 +101,11 @@ def test_parquet_version_checked(tmp_path):
     out = compact(src, tmp_path / "pq")
     assert [r.step for r in read_trace(out).records] == [0, 1, 2]
     (part,) = (out / "phase").rglob("*.parquet")
-    assert part.relative_to(out).parts[:3] == ("phase", "config=_", "run=r")  # partitioned
+    # partitioned by the records' day, configuration, run and node
+    assert part.relative_to(out).parts[:5] == ("phase", "date=2023-11-14", "config=_", "run=r", "node=_")
     table = pq.read_table(part)
-    pq.write_table(table.replace_schema_metadata({b"specscope_schema_version": b"7"}), part)
-    with pytest.raises(TraceError, match="version b'7' is not readable"):
+    pq.write_table(table.replace_schema_metadata({b"specscope_schema_version": b"99"}), part)
+    with pytest.raises(TraceError, match="version b'99' is not readable"):
         read_trace(out)
     assert pa is not None
 
