@@ -19,6 +19,7 @@ FLOORS: dict[str, int] = {
     "collector": 2,
     "exporters": 3,
     "scrape": 3,
+    "fleet": 3,  #: a fleet's store queried on DuckDB (embedded) or Spark (a cluster)
     "engine": 4,
     "serving": 5,
     "dashboard": 5,
