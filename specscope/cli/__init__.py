@@ -42,7 +42,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
     if args.metrics_port is not None or otlp is not None:
         from ..collector.service import Collector
 
-        collector = Collector(sinks=[otlp] if otlp else ()).start()
+        collector = Collector(sinks=[otlp] if otlp else (), node_label=args.node_label).start()
         sinks.append(collector)
         if args.metrics_port is not None:
             from ..exporters.http import MetricsServer
@@ -62,68 +62,10 @@ def _cmd_record(args: argparse.Namespace) -> int:
         time.sleep(args.linger)
         server.close()
     if args.report:
+        from .traces import _cmd_report
+
         return _cmd_report(argparse.Namespace(trace=[str(path)], json=False, window=None,
                                               baseline=None))
-    return 0
-
-
-def _measured_runs(path: str) -> list:
-    from ..collector.compare import run_sample
-    from ..io.trace import read_trace
-    from .. import schema
-
-    records = read_trace(path).records
-    runs = [r for r in records if isinstance(r, schema.RunRecord) and r.labels.get("role") != "reference"]
-    if not runs:
-        raise ValueError(f"{path}: no measured run in this trace")
-    return [run_sample(records, r.run_id) for r in runs]
-
-
-def _fmt(v, spec: str = ".3f") -> str:
-    return "n/a" if v is None else (v if isinstance(v, str) else format(v, spec))
-
-
-def _cmd_compare(args: argparse.Namespace) -> int:
-    from ..collector.compare import compare
-
-    a, b = _measured_runs(args.a)[0], _measured_runs(args.b)[0]
-    rows = compare(a, b, n_boot=args.bootstrap)
-    if args.json:
-        print(json.dumps({"a": a.run_id, "b": b.run_id, "rows": rows}, indent=1))
-        return 0
-    print(f"A = {a.run_id}\nB = {b.run_id}   (delta = B vs A, {int(rows[0]['level'] * 100)}% "
-          "bootstrap interval over requests)")
-    print(f"{'metric':<34} {'A':>10} {'B':>10} {'delta %':>9} {'interval %':>19}  verdict")
-    for r in rows:
-        ci = "" if not r["ci_pct"] else f"[{r['ci_pct'][0]:+.1f}, {r['ci_pct'][1]:+.1f}]"
-        delta = "" if r["delta_pct"] is None else f"{r['delta_pct']:+.1f}"
-        print(f"{r['label']:<34} {_fmt(r['a']):>10} {_fmt(r['b']):>10} {delta:>9} {ci:>19}  {r['verdict']}")
-    return 0
-
-
-def _cmd_regress(args: argparse.Namespace) -> int:
-    from ..collector.compare import regression_series
-
-    samples = [s for path in args.trace for s in _measured_runs(path)]
-    if args.sort == "time":
-        samples.sort(key=lambda s: s.run.started_ns if s.run else 0)
-    series = regression_series(samples, n_boot=args.bootstrap)
-    if args.json:
-        print(json.dumps(series, indent=1))
-        return 0
-    groups: dict[str, list] = {}
-    for e in series:
-        groups.setdefault(e["group"], []).append(e)
-    for group, entries in groups.items():
-        print(f"[{group}] {len(entries)} run(s)" + (f": {entries[0]['note']}" if entries[0]["note"] else ""))
-    print(f"{'run':<40} {'AL':>6} {'rate':>6} {'tok/s':>8} {'gate':>12}  verdict")
-    for e in series:
-        f = e["figures"]
-        mark = "  <- first bad" if e["first_bad"] else ""
-        why = ", ".join(e["anomalies"] + [f"{w} worse" for w in e["worse"]])
-        print(f"{e['label'][:40]:<40} {_fmt(f['mean_acceptance_length'], '.2f'):>6} "
-              f"{_fmt(f['acceptance_rate'], '.2f'):>6} {_fmt(f['output_tok_s'], '.1f'):>8} "
-              f"{_fmt(e['gate']):>12}  {e['verdict']}{' (' + why + ')' if why else ''}{mark}")
     return 0
 
 
@@ -157,27 +99,6 @@ def _cmd_wrap(args: argparse.Namespace) -> int:
     return wrap(args.command_line, trace_dir=args.trace_dir, collector=args.collector)
 
 
-def _cmd_report(args: argparse.Namespace) -> int:
-    from ..collector.report import build_report, format_report
-    from ..io.trace import read_trace
-
-    trace = read_trace(args.trace)
-    baseline = read_trace(args.baseline).records if args.baseline else None
-    if getattr(args, "by", "run") != "run":
-        from .analysis import report_by
-
-        return report_by(args, trace.records, baseline)
-    report = build_report(trace.records, window_s=args.window, problems=trace.problems,
-                          baseline=baseline)
-    if args.json:
-        print(json.dumps(report, indent=1, default=str))
-    else:
-        print(format_report(report))
-    for p in trace.problems[:20]:
-        print(f"warning: skipped {p}", file=sys.stderr)
-    return 0
-
-
 def _cmd_serve(args: argparse.Namespace) -> int:
     from ..exporters.serve import serve
 
@@ -187,7 +108,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                      metrics_port=args.metrics_port, trace=args.trace, trace_roll_s=args.trace_roll_s,
                      basic_auth=tuple(args.basic_auth.split(":", 1)) if args.basic_auth else None,
                      tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
-                     max_label_sets=args.max_label_sets, sinks=[otlp] if otlp else ())
+                     max_label_sets=args.max_label_sets, sinks=[otlp] if otlp else (),
+                     node_label=args.node_label)
     finally:
         report_otlp(otlp)
 
@@ -262,14 +184,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_compact(args: argparse.Namespace) -> int:
-    from ..io.trace import compact
-
-    out = compact(args.trace, args.output)
-    print(f"parquet trace written to {out}")
-    return 0
-
-
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
     """The model and speculation flags, named as the engines name theirs."""
     p.add_argument("--model", default="tiny", help="tiny | smollm2 | PATH to a local HF Llama "
@@ -323,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--metrics-port", type=int, default=None,
                    help="serve Prometheus /metrics from an in-process collector on this port")
     r.add_argument("--metrics-host", default="127.0.0.1")
+    r.add_argument("--node-label", action="store_true", default=None,
+                   help="label /metrics series with the node even with one node (a fleet's "
+                   "node collectors; default: only once a second node's records arrive)")
     r.add_argument("--linger", type=float, default=0.0,
                    help="keep /metrics up this many seconds after the run (for a final scrape)")
     r.add_argument("--collector", default=None,
@@ -339,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--listen", default="tcp://127.0.0.1:5557", help="ZeroMQ PULL endpoint")
     sv.add_argument("--metrics-host", default="127.0.0.1")
     sv.add_argument("--metrics-port", type=int, default=9400)
+    sv.add_argument("--node-label", action="store_true", default=None,
+                    help="label /metrics series with the node even while one node sends "
+                    "(default: once a second node's records arrive)")
     sv.add_argument("--trace", default=None, help="also write every record to this trace: a "
                     "directory of Parquet parts for a .parquet name, JSONL otherwise")
     sv.add_argument("--trace-roll-s", type=float, default=10.0, metavar="S",
@@ -389,27 +309,6 @@ def build_parser() -> argparse.ArgumentParser:
     wr.add_argument("command_line", nargs=argparse.REMAINDER, help="-- the engine command")
     wr.set_defaults(func=_cmd_wrap)
 
-    rep = sub.add_parser("report", help="figures of a trace, as text or --json",
-                         description="Acceptance length and rate, per-position acceptance, "
-                         "sampling truth, fallbacks, draft health, latency, phases, eval gate "
-                         "and anomalies of one or more traces.")
-    rep.add_argument("trace", nargs="+", help="JSONL trace file(s) or Parquet trace directories")
-    rep.add_argument("--json", action="store_true", help="stable machine-readable output")
-    rep.add_argument("--window", type=float, default=None,
-                     help="window width in seconds for 'windows' (default: a tenth of the run)")
-    rep.add_argument("--baseline", nargs="+", default=None, metavar="TRACE",
-                     help="an earlier run: flag acceptance regressions and worse output quality; "
-                     "with --by category, the run without speculation of the same prompts "
-                     "(speedup per category, with a bootstrap interval; default: the trace's "
-                     "own reference run, where it has one)")
-    rep.add_argument("--by", choices=("run", "request", "category", "batch", "context"), default="run",
-                     help="run: the figures per run (default); request: every request's steps, "
-                     "drafted, accepted, acceptance length and flags, with request- and "
-                     "token-weighted means; category: per workload category; batch: sampling "
-                     "truth, draft health and acceptance per batch-size class, each checked; "
-                     "context: acceptance by context length at the step, with intervals")
-    rep.set_defaults(func=_cmd_report)
-
     im = sub.add_parser("import", help="other tools' outputs (logs, /metrics, benchmarks, "
                         "profiler traces) into a specscope trace",
                         description="Import files into one trace, each its own run (or all "
@@ -437,29 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--quiet", action="store_true")
     rp.set_defaults(func=_cmd_replay)
 
-    cm = sub.add_parser("compare", help="two runs side by side: delta and bootstrap interval per "
-                        "metric, 'no significant difference' where the interval spans 0")
-    cm.add_argument("a", help="trace of run A (the baseline)")
-    cm.add_argument("b", help="trace of run B")
-    cm.add_argument("--bootstrap", type=int, default=2000, help="resamples (default 2000)")
-    cm.add_argument("--json", action="store_true")
-    cm.set_defaults(func=_cmd_compare)
+    from . import scrape, serving, traces
 
-    rg = sub.add_parser("regress", help="a series of runs (by commit or time), each against the "
-                        "last good run of its configuration and workload; the first bad run is "
-                        "marked")
-    rg.add_argument("trace", nargs="+", help="traces in order (oldest first), or --sort time")
-    rg.add_argument("--sort", choices=["given", "time"], default="given")
-    rg.add_argument("--bootstrap", type=int, default=1000)
-    rg.add_argument("--json", action="store_true")
-    rg.set_defaults(func=_cmd_regress)
-
-    c = sub.add_parser("compact", help="compact JSONL traces into a Parquet trace directory")
-    c.add_argument("trace", nargs="+")
-    c.add_argument("-o", "--output", required=True)
-    c.set_defaults(func=_cmd_compact)
-
-    from . import scrape, serving
+    traces.add_parsers(sub)
 
     serving.add_parsers(sub, _add_model_flags)
     scrape.add_parser(sub)

@@ -26,7 +26,10 @@ from .detectors import (DEFAULT_DETECTORS, AcceptanceLengthBoundsDetector,
 from .stats import SpecStats, token_times
 
 LABELS = ("algorithm", "num_steps", "topk", "num_draft_tokens", "backend", "model", "rank")
-OTHER = ("other",) * (len(LABELS) - 1) + ("",)
+#: a label set's key is LABELS' values and then the node; the node becomes a label on /metrics
+#: where the collector serves several nodes (``Snapshot.node_label``)
+NODE = "node"
+OTHER = ("other",) * (len(LABELS) - 1) + ("", "")
 
 
 @dataclass
@@ -34,7 +37,7 @@ class Snapshot:
     """A consistent copy of the collector's state at one moment, for exporters and views."""
 
     t_ns: int
-    totals: dict[tuple, SpecStats]  #: label values (LABELS order) -> cumulative stats
+    totals: dict[tuple, SpecStats]  #: label values (LABELS order, then node) -> cumulative stats
     windows: dict[tuple, list[tuple[int, SpecStats]]]  #: label values -> (bucket start ns, stats)
     runs: dict[str, schema.RunRecord]
     anomalies: list[tuple[tuple, schema.AnomalyRecord]]  #: active now
@@ -47,6 +50,9 @@ class Snapshot:
     #: label values -> how acceptance was obtained: "measured", "forced" (speed-only) or
     #: "lossy", by the run's configuration or the forced fingerprint
     verification: dict[tuple, str] = field(default_factory=dict)
+    #: whether exporters label series with the node: the collector serves several nodes (or
+    #: was told to)
+    node_label: bool = False
 
 
 class Collector:
@@ -55,9 +61,11 @@ class Collector:
     def __init__(self, *, window_s: float = 10.0, num_windows: int = 60,
                  max_label_sets: int = 64, detectors: Sequence[Any] = DEFAULT_DETECTORS,
                  sinks: Iterable[Any] = (), keep_samples: bool = False,
-                 tick_s: float = 1.0, clock_ns: Any = time.time_ns,
+                 tick_s: float = 1.0, clock_ns: Any = time.time_ns, node_label: bool | None = None,
                  bounds: AcceptanceLengthBoundsDetector | None = None) -> None:
         self.window_ns = int(window_s * 1e9)
+        #: label series with the node: None = once records of a second node arrive
+        self.node_label = node_label
         self.num_windows = num_windows
         self.max_label_sets = max_label_sets
         self.detectors = detectors
@@ -114,16 +122,19 @@ class Collector:
                     self.health["hook_errors"] += r.num_hook_errors
                     continue
                 run_id = getattr(r, "run_id", "")
-                stats = self._stats_for(self._key(run_id, getattr(r, "rank", 0)))
+                node = getattr(r, "node", None)  # a kind without one (eval) is its run's
+                if node is None:
+                    node = getattr(self._runs.get(run_id), "node", "")
+                stats = self._stats_for(self._key(run_id, getattr(r, "rank", 0), node))
                 stats.observe(r)
                 t_ns = getattr(r, "t_ns", None) or getattr(r, "t_finish_ns", None) \
                     or getattr(r, "t_start_ns", None)
                 if t_ns:
-                    self._window(self._key(run_id, getattr(r, "rank", 0)), t_ns).observe(r)
+                    self._window(self._key(run_id, getattr(r, "rank", 0), node), t_ns).observe(r)
                 run = self._runs.get(run_id)
                 if isinstance(r, schema.RequestRecord) and run is not None and not run.num_steps:
                     # target-only: no verify steps; its tokens count when they were emitted
-                    key = self._key(run_id, r.rank)
+                    key = self._key(run_id, r.rank, node)
                     for t, n in token_times(r):
                         self._window(key, t).undrafted_request_steps += n
             self.health["records_observed"] += len(records) - len(columns)
@@ -139,7 +150,7 @@ class Collector:
             self._observe_columns(cols)
 
     def _observe_columns(self, cols: VerifyColumns) -> None:
-        key = self._key(cols.run_id, cols.rank)
+        key = self._key(cols.run_id, cols.rank, cols.node)
         batch = SpecStats(keep_samples=False)
         observe_columns(batch, cols)
         self.health["entries_clamped"] += batch.num_clamped
@@ -169,13 +180,13 @@ class Collector:
         self._pids.setdefault(pid, role)
 
     # ------------------------------------------------------------------ keys, windows
-    def _key(self, run_id: str, rank: int) -> tuple:
+    def _key(self, run_id: str, rank: int, node: str = "") -> tuple:
         run = self._runs.get(run_id)
         if run is None:
-            values = ("unknown", "", "", "", "", "", str(rank))
+            values = ("unknown", "", "", "", "", "", str(rank), node)
         else:
             values = (run.algorithm, str(run.num_steps), str(run.topk), str(run.num_draft_tokens),
-                      run.backend, run.model, str(rank))
+                      run.backend, run.model, str(rank), node)
         if values not in self._totals and len(self._totals) >= self.max_label_sets:
             self.health["label_sets_overflowed"] += 1
             return OTHER
@@ -284,10 +295,12 @@ class Collector:
             health = dict(self.health)
             pids = dict(self._pids)
         kinds = {key: kind_of(self._run_of(key), stats)[0] or "measured" for key, stats in totals.items()}
+        nodes = {k[-1] for k in totals}
+        label = self.node_label if self.node_label is not None else len(nodes) > 1
         return Snapshot(t_ns=self.clock_ns(), totals=totals, windows=windows, runs=runs,
                         anomalies=active, anomaly_counts=counts, health=health,
                         processes=_process_facts(pids), checks=checks,
-                        window_s=self.window_ns / 1e9, verification=kinds)
+                        window_s=self.window_ns / 1e9, verification=kinds, node_label=label)
 
     def close(self) -> None:
         self._tick_stop.set()

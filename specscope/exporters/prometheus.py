@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any, Iterator, NamedTuple
 
 from ..collector.histogram import Histogram
-from ..collector.service import LABELS, Snapshot
+from ..collector.service import LABELS, NODE, Snapshot
 from ..collector.verdict import STATES
 
 ACCEPT_LENGTH_BUCKETS = tuple(float(i) for i in range(1, 17))
@@ -114,8 +114,10 @@ def _lv(**labels: Any) -> str:
     return ",".join(f'{n}="{str(v).translate(_ESC)}"' for n, v in labels.items())
 
 
-def _base(key: tuple) -> str:
-    return ",".join(f'{n}="{str(v).translate(_ESC)}"' for n, v in zip(LABELS, key))
+def _base(key: tuple, node: bool = False) -> str:
+    """The label pairs of a label set; with ``node``, its node too (a collector of several)."""
+    names = LABELS + (NODE,) if node else LABELS
+    return ",".join(f'{n}="{str(v).translate(_ESC)}"' for n, v in zip(names, key))
 
 
 def _hist(lines: list[str], name: str, base: str, h: Histogram, extra: str = "") -> None:
@@ -161,7 +163,7 @@ def render(snap: Snapshot) -> str:
     """The exposition text (format 0.0.4) of one snapshot."""
     out: dict[str, list[str]] = {name: [] for name in METRICS}
     for key, s in snap.totals.items():
-        b = _base(key)
+        b = _base(key, snap.node_label)
         for (req, used), n in sorted(s.modes.items()):
             out["specscope_request_steps_total"].append(
                 f"specscope_request_steps_total{_labels(b, _lv(mode_requested=req, mode_used=used))} {n}")
@@ -182,20 +184,20 @@ def render(snap: Snapshot) -> str:
                       _lv(phase=hname[6:]))
     for (key, kind), n in sorted(snap.anomaly_counts.items()):
         out["specscope_anomalies_total"].append(
-            f"specscope_anomalies_total{_labels(_base(key), _lv(kind=kind))} {n}")
+            f"specscope_anomalies_total{_labels(_base(key, snap.node_label), _lv(kind=kind))} {n}")
     active = {(k, a.kind) for k, a in snap.anomalies}
     for key, kind in sorted(snap.anomaly_counts):
         out["specscope_anomaly_active"].append(
-            f"specscope_anomaly_active{_labels(_base(key), _lv(kind=kind))} {int((key, kind) in active)}")
+            f"specscope_anomaly_active{_labels(_base(key, snap.node_label), _lv(kind=kind))} {int((key, kind) in active)}")
     for key, states in sorted(snap.checks.items()):
         for check, state in sorted(states.items()):
             for st in STATES:
                 out["specscope_check_state"].append(
-                    f"specscope_check_state{_labels(_base(key), _lv(check=check, state=st))} "
+                    f"specscope_check_state{_labels(_base(key, snap.node_label), _lv(check=check, state=st))} "
                     f"{int(st == state)}")
     for key, kind in sorted(snap.verification.items()):
         out["specscope_verification"].append(
-            f"specscope_verification{_labels(_base(key), _lv(kind=kind))} 1")
+            f"specscope_verification{_labels(_base(key, snap.node_label), _lv(kind=kind))} 1")
     for event, n in sorted(snap.health.items()):
         out["specscope_collector_events_total"].append(
             f"specscope_collector_events_total{{{_lv(event=event)}}} {n}")

@@ -16,7 +16,8 @@ from ..io.transport import ZmqReceiver
 def serve(*, listen: str, metrics_host: str = "127.0.0.1", metrics_port: int = 9400,
           trace: str | None = None, trace_roll_s: float = 10.0, basic_auth: tuple[str, str] | None = None,
           tls: tuple[str, str] | None = None, max_label_sets: int = 64,
-          stop: threading.Event | None = None, sinks: Sequence[Any] = ()) -> int:
+          stop: threading.Event | None = None, sinks: Sequence[Any] = (),
+          node_label: bool | None = None) -> int:
     """Receive, aggregate and export until SIGINT/SIGTERM (or ``stop`` is set); ``sinks``
     (an OTLP sink, ...) get every record as the trace does."""
     from .http import MetricsServer
@@ -26,7 +27,7 @@ def serve(*, listen: str, metrics_host: str = "127.0.0.1", metrics_port: int = 9
         from ..io.trace import open_writer
 
         sinks.append(open_writer(trace, roll_s=trace_roll_s))
-    collector = Collector(sinks=sinks, max_label_sets=max_label_sets).start()
+    collector = Collector(sinks=sinks, max_label_sets=max_label_sets, node_label=node_label).start()
     receiver = ZmqReceiver(collector, listen).start()
     server = MetricsServer(collector, host=metrics_host, port=metrics_port,
                            basic_auth=basic_auth, tls=tls).start()

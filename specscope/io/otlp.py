@@ -14,7 +14,8 @@ finish; OpenTelemetry GenAI attributes where they fit and ``specscope.spec.*`` f
 (``ATTRIBUTES``, each with its unit); TTFT as an event; sampled verify steps (one in
 ``step_every`` per request, the first always) as events; each anomaly a span of its own
 (``specscope.anomaly``) whose event carries the evidence. Unknown figures are left out, never
-sent as 0. The resource names the run: ``service.name``, engine, model, configuration.
+sent as 0. The resource names the run: ``service.name``, engine, model, configuration, and the node as
+``host.name``.
 """
 
 from __future__ import annotations
@@ -331,7 +332,8 @@ def _resource(run_id: str, run: schema.RunRecord | None, service: str) -> dict[s
         attrs.update({"specscope.engine": run.engine or None, "specscope.engine_version":
                       run.engine_version or None, "specscope.model": run.model,
                       "specscope.draft_model": run.draft_model or None,
-                      "specscope.config_id": run.config_id})
+                      "specscope.config_id": run.config_id,
+                      "host.name": run.node or None})  # OTel's resource convention
     return {"attributes": _attrs(attrs)}
 
 

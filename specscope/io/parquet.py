@@ -237,6 +237,9 @@ def _files(path: str | os.PathLike, where: Where | None = None) -> tuple[Store, 
         return store, [str(Path(text).resolve()).replace(os.sep, "/")]
     store = open_store(text)
     files = store.files(where=where)
+    if where and (where.since or where.until):  # a run's record is kept whatever its start day
+        runs = store.files("run", Where(configs=where.configs, runs=where.runs, nodes=where.nodes))
+        files = sorted(set(files) | set(runs))
     if not files and not where:
         raise TraceError(f"{text}: no .parquet files")
     return store, files

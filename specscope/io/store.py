@@ -68,6 +68,45 @@ class Where:
     def __bool__(self) -> bool:
         return bool(self.since or self.until or self.configs or self.runs or self.nodes)
 
+    @classmethod
+    def parse(cls, text: str) -> "Where":
+        """``node=n3,since=2026-12-01,config=a|b`` (the selection after ``#`` in a trace path)."""
+        kw: dict[str, Any] = {}
+        for item in filter(None, (x.strip() for x in text.split(","))):
+            key, eq, value = item.partition("=")
+            if not eq or key not in ("since", "until", "config", "run", "node", "date"):
+                raise ValueError(f"selection {item!r}: expected since=, until=, date=, config=, "
+                                 "run= or node= (values of one key joined by |)")
+            if key in ("since", "until", "date"):
+                _check_date(value)
+                if key == "date":
+                    kw["since"] = kw["until"] = value
+                else:
+                    kw[key] = value
+            else:
+                kw[key + "s"] = tuple(kw.get(key + "s", ())) + tuple(value.split("|"))
+        return cls(**kw)
+
+    def merge(self, other: "Where") -> "Where":
+        """Both selections at once (the narrower date range; the lists joined)."""
+        return Where(since=max(filter(None, (self.since, other.since)), default=None),
+                     until=min(filter(None, (self.until, other.until)), default=None),
+                     configs=self.configs + other.configs, runs=self.runs + other.runs,
+                     nodes=self.nodes + other.nodes)
+
+    def admits_record(self, r: Any, config_of: dict[str, str]) -> bool:
+        """The same selection over a record (JSONL traces): its node, run, configuration (its
+        own or its run's) and the UTC day of its time."""
+        run = getattr(r, "run_id", "")
+        parts = {"run": safe(run), "node": safe(getattr(r, "node", "")),
+                 "config": safe(getattr(r, "config_id", None) or config_of.get(run, ""))}
+        t = row_time({f: getattr(r, f, None) for f in _TIME_FIELDS})
+        if t:
+            parts["date"] = day(t)
+        elif self.since or self.until:
+            return True  # a record with no time of its own (an eval) follows its run
+        return self.admits(parts)
+
     def admits(self, parts: dict[str, str]) -> bool:
         """Whether a part with these partition values passes (a value the path lacks passes
         the filters on it only where there is none)."""
@@ -82,6 +121,13 @@ class Where:
             if wanted and parts.get(name) not in {safe(w) for w in wanted}:
                 return False
         return True
+
+
+def _check_date(value: str) -> None:
+    try:
+        _dt.date.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a date (YYYY-MM-DD)") from None
 
 
 def partition_values(path: str) -> dict[str, str]:

@@ -186,27 +186,48 @@ def iter_jsonl(path: str | os.PathLike, problems: list[Problem] | None = None,
         raise TraceError(f"{name}: empty file, not a specscope trace")
 
 
-def read_trace(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> Trace:
-    """Read JSONL traces and/or Parquet trace directories into one Trace."""
+def split_selection(path: str | os.PathLike) -> tuple[str, Any]:
+    """``store#node=n3,since=2026-12-01`` -> (``store``, its Where); a plain path -> (path, None)."""
+    from .store import Where
+
+    text = os.fspath(path)
+    if "#" not in text or os.path.exists(text):
+        return text, None
+    base, _, sel = text.rpartition("#")
+    return base, Where.parse(sel)
+
+
+def read_trace(paths: str | os.PathLike | Sequence[str | os.PathLike], where: Any = None) -> Trace:
+    """Read JSONL traces and/or Parquet trace directories into one Trace.
+
+    ``where`` (an ``io.store.Where``), or a selection after ``#`` in a path
+    (``store#node=n3,since=2026-12-01``), keeps the records of the dates, configurations,
+    runs and nodes it names: a Parquet store reads only those partitions."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     trace = Trace()
     for p in paths:
-        p = Path(p)
-        if sniff(p) == "parquet":
+        text, sel = split_selection(p)
+        sel = where.merge(sel) if where and sel else (sel or where)
+        p = Path(text)
+        if "://" in text or sniff(p) == "parquet":
             from .parquet import read_parquet
-            trace.records.extend(read_parquet(p))
+            trace.records.extend(read_parquet(text, sel or None))
+        elif sel:
+            records = list(iter_jsonl(p, trace.problems, trace))
+            config_of = {r.run_id: r.config_id for r in records if isinstance(r, schema.RunRecord)}
+            trace.records.extend(r for r in records if sel.admits_record(r, config_of))
         else:
             trace.records.extend(iter_jsonl(p, trace.problems, trace))
     return trace
 
 
 def compact(paths: str | os.PathLike | Sequence[str | os.PathLike],
-            out_dir: str | os.PathLike) -> Path:
-    """Compact traces (JSONL or Parquet) into a Parquet trace directory."""
+            out_dir: str | os.PathLike, where: Any = None) -> Path:
+    """Compact traces (JSONL or Parquet; ``where`` selects) into a Parquet store."""
     from .parquet import write_parquet
 
-    return write_parquet(read_trace(paths).records, out_dir)
+    return write_parquet(read_trace(paths, where).records, out_dir)
 
 
 def sniff(path: Path) -> str:

@@ -66,3 +66,18 @@ def test_a_bad_endpoint_is_refused_with_what_to_give():
 
     with pytest.raises(ValueError, match="grpc://host:port"):
         OtlpSink("127.0.0.1:4317")
+
+
+def test_the_resource_names_the_node_as_host_name():
+    import dataclasses
+
+    run = schema.RunRecord(run_id="r", config_id="c", algorithm="eagle", num_steps=3, topk=1,
+                           num_draft_tokens=4, backend="cuda", model="m", node="gpu-07")
+
+    def resource(r):
+        span = {"traceId": "0" * 32, "spanId": "0" * 16, "name": "s"}
+        msg = otlp._traces_request([("r", span)], {"r": r}, "svc")
+        return {kv.key: kv.value.string_value for kv in msg.resource_spans[0].resource.attributes}
+
+    assert resource(run)["host.name"] == "gpu-07" and resource(run)["specscope.run_id"] == "r"
+    assert "host.name" not in resource(dataclasses.replace(run, node=""))  # unknown: left out

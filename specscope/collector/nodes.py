@@ -1,0 +1,123 @@
+"""Correctness and acceptance per node: a fault on one node of a fleet (one bad GPU, one host on
+an old image) is diluted by the healthy nodes in every pooled figure, and stands out in its own.
+
+Each run's records are split by the node their process ran on (``node``, schema 7; "" for
+older traces, shown as "(unknown)"); each node's share is aggregated like a run and checked by
+the run's own detectors: sampling truth per class, greedy losslessness, draft health,
+fallbacks. PASS, FAIL or INCONCLUSIVE per check, with what it needs before it could fail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from .. import schema
+from .detectors import detectors_for, evaluate
+from .stats import SpecStats
+from .verdict import FAIL, PASS
+
+UNKNOWN = "(unknown)"
+
+
+@dataclass
+class NodeShare:
+    """One run's records from one node."""
+
+    run_id: str
+    node: str
+    stats: SpecStats = field(default_factory=lambda: SpecStats(keep_samples=False))
+    checks: list[Any] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.node or UNKNOWN
+
+    @property
+    def failed(self) -> list[Any]:
+        return [c for c in self.checks if c.state == FAIL]
+
+
+def node_shares(records: Iterable[Any]) -> list[NodeShare]:
+    """Every run's records split by node, each share checked by its run's detectors; ordered by
+    run, then node. Runs labelled ``role=reference`` are left out."""
+    from ..io.columns import VerifyColumns
+
+    runs: dict[str, schema.RunRecord] = {}
+    shares: dict[tuple[str, str], NodeShare] = {}
+    for r in records:
+        if isinstance(r, schema.RunRecord):
+            runs.setdefault(r.run_id, r)
+            continue
+        if not hasattr(r, "node") or isinstance(r, schema.AnomalyRecord):
+            continue  # no node, or a finding rather than data
+        key = (r.run_id, r.node)
+        share = shares.get(key)
+        if share is None:
+            share = shares[key] = NodeShare(*key)
+        if isinstance(r, VerifyColumns):
+            from .columns import observe_columns
+
+            observe_columns(share.stats, r)
+        else:
+            share.stats.observe(r)
+    out = [s for s in sorted(shares.values(), key=lambda s: (s.run_id, s.node))
+           if runs.get(s.run_id) is None or runs[s.run_id].labels.get("role") != "reference"]
+    for s in out:
+        s.checks = evaluate(s.stats, s.run_id, detectors_for(runs.get(s.run_id)))[0]
+    return out
+
+
+def share_dict(s: NodeShare) -> dict[str, Any]:
+    st = s.stats
+    return {"run_id": s.run_id, "node": s.node, "verify_steps": st.num_steps,
+            "request_steps": st.num_drafts, "mean_acceptance_length": st.mean_acceptance_length,
+            "acceptance_rate": st.acceptance_rate,
+            "verdict": _word(s),
+            "checks": [{"check": a.check, "state": a.state, "why": a.why,
+                        "message": a.anomaly.message if getattr(a, "anomaly", None) else None}
+                       for a in s.checks]}
+
+
+def _word(s: NodeShare) -> str | None:
+    """FAIL where a check fails, PASS where every check passes, else INCONCLUSIVE."""
+    if not s.checks:
+        return None
+    if s.failed:
+        return "FAIL"
+    return "PASS" if all(c.state == PASS for c in s.checks) else "INCONCLUSIVE"
+
+
+def verdict(shares: list[NodeShare], run_id: str) -> str:
+    """One line per run: the nodes where a check fails, named, or that none does."""
+    mine = [s for s in shares if s.run_id == run_id]
+    bad = [(s, a) for s in mine for a in s.failed]
+    if not bad:
+        states = {a.state for s in mine for a in s.checks}
+        word = "PASS" if states == {PASS} else "no node FAILs" if mine else "no records"
+        return f"{run_id}: {word} across {len(mine)} node(s)"
+    named = "; ".join(f"node {s.label}: {a.check} FAIL" for s, a in bad)
+    return f"{run_id}: FAIL on {named}"
+
+
+def format_shares(shares: list[NodeShare]) -> str:
+    """The table `report --by node` prints."""
+    lines = ["Per node (the host each record's process ran on: $SPECSCOPE_NODE, else its hostname).",
+             "AL: tokens committed per request-step, bonus token included; rate: accepted / drafted",
+             "tokens, pooled; each check PASS / FAIL / INCONCLUSIVE (with what it needs to fail).", ""]
+    for run_id in dict.fromkeys(s.run_id for s in shares):
+        lines.append(f"== {verdict(shares, run_id)}")
+        lines.append(f"  {'node':<20} {'verdict':<12} {'req-steps':>9} {'AL':>6} {'rate':>6}  checks")
+        for s in (s for s in shares if s.run_id == run_id):
+            st = s.stats
+            al = f"{st.mean_acceptance_length:.3f}" if st.mean_acceptance_length is not None else "n/a"
+            rate = f"{st.acceptance_rate:.3f}" if st.acceptance_rate is not None else "n/a"
+            word = _word(s) or "n/a"
+            lines.append(f"  {s.label[:20]:<20} {word:<12} {st.num_drafts:>9} {al:>6} {rate:>6}  "
+                         + "; ".join(f"{a.check}: {a.state.upper()}" for a in s.checks))
+            for a in s.failed:
+                said = a.anomaly.message if getattr(a, "anomaly", None) is not None else a.why
+                lines.append(f"      node {s.label}: {said}")
+    if not shares:
+        lines.append("(no records with a node)")
+    return "\n".join(lines)
