@@ -272,11 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     sv.set_defaults(func=_cmd_serve)
 
     ru = sub.add_parser("rules", help="write Prometheus alerting and recording rules")
-    engines = ["specscope", "vllm", "sglang", "trtllm", "llamacpp", "probe"]
+    engines = ["specscope", "vllm", "sglang", "trtllm", "llamacpp", "probe", "fleet"]
     ru.add_argument("--engine", default="specscope", choices=engines,
                     help="the series the rules read: specscope's exporter (also what `scrape "
-                    "--metrics-port` serves for any engine), an engine's own, or `probe "
-                    "--metrics-port`'s (default: specscope)")
+                    "--metrics-port` serves for any engine), an engine's own, `probe "
+                    "--metrics-port`'s, or a fleet's node collectors (fleet: per configuration "
+                    "across nodes, each node against its fleet; default: specscope)")
     ru.add_argument("-o", "--output", default=None)
     ru.set_defaults(func=_cmd_rules)
     gr = sub.add_parser("grafana", help="write a Grafana dashboard JSON over the exporter's "

@@ -66,6 +66,11 @@ def dashboard_json(engine: str = "specscope") -> str:
     (``engine_rules.panels``), or over ``specscope probe``'s exporter (``probe``)."""
     if engine == "probe":
         return board_json("specscope: probe", "specscope-probe", PROBE_PANELS)
+    if engine == "fleet":
+        from .fleet_rules import FLEET_PANELS
+
+        return board_json("specscope: fleet (nodes against their fleet)", "specscope-fleet",
+                          FLEET_PANELS)
     if engine != "specscope":
         from .engine_rules import TITLE, panels
 

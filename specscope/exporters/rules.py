@@ -110,13 +110,14 @@ groups:
           description: "Every round in 30 minutes failed to probe (unreachable, or no log-probabilities)."
 """
 
-ENGINES = ("specscope", "vllm", "sglang", "trtllm", "llamacpp", "probe")
+ENGINES = ("specscope", "vllm", "sglang", "trtllm", "llamacpp", "probe", "fleet")
 
 
 def alert_rules(engine: str = "specscope") -> str:
     """The rules file (YAML): over specscope's exporter (and ``specscope scrape
     --metrics-port``), over an engine's own series (``vllm``, ``sglang``, ``trtllm``,
-    ``llamacpp``: ``engine_rules.py``), or over ``specscope probe``'s exporter (``probe``)."""
+    ``llamacpp``: ``engine_rules.py``), over ``specscope probe``'s exporter (``probe``), or
+    across a fleet's node collectors (``fleet``: ``fleet_rules.py``)."""
     from ..importers.metrics import BY_NAME
     from .engine_rules import rules
 
@@ -124,6 +125,10 @@ def alert_rules(engine: str = "specscope") -> str:
         return RULES
     if engine == "probe":
         return PROBE_RULES
+    if engine == "fleet":
+        from .fleet_rules import FLEET_RULES
+
+        return FLEET_RULES
     if engine not in BY_NAME:
         raise ValueError(f"no rules for engine {engine!r}; known: {', '.join(ENGINES)}")
     return rules(engine)

@@ -1,0 +1,69 @@
+"""The fleet rules pass promtool, and their alerts fire for the node that leaves its fleet and
+for no other."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from specscope.exporters.rules import alert_rules
+
+pytestmark = pytest.mark.skipif(shutil.which("promtool") is None,
+                                reason="needs promtool (Debian prometheus)")
+CFG = 'algorithm="eagle",num_steps="3",topk="1",num_draft_tokens="4",model="m"'
+
+
+def _series(name: str, node: str, backend: str, per_min: int, extra: str = "") -> str:
+    labels = f'{CFG},backend="{backend}",rank="0",node="{node}"{extra}'
+    return f"      - series: '{name}{{{labels}}}'\n        values: '0+{per_min}x30'\n"
+
+
+def _fleet() -> str:
+    out = ""
+    sampled = ',mode_requested="speculative-sampling"'
+    for node, backend, accepted, top1 in (("n1", "cuda", 600, 330), ("n2", "cuda", 610, 335),
+                                          ("n3", "hip", 200, 990), ("n4", "cuda", 590, 340)):
+        out += _series("specscope_draft_tokens_total", node, backend, 1000)
+        out += _series("specscope_accepted_tokens_total", node, backend, accepted)
+        out += _series("specscope_sampling_verified_positions_total", node, backend, 1000, sampled)
+        out += _series("specscope_sampling_top1_total", node, backend, top1, sampled)
+        out += _series("specscope_sampling_top1_expected_total", node, backend, 330, sampled)
+    return out
+
+
+TESTS = """\
+rule_files:
+  - {rules}
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+{series}    alert_rule_test:
+      - eval_time: 25m
+        alertname: SpecscopeNodeAcceptanceOffFleet
+        exp_alerts:
+          - exp_labels: {{severity: warning, algorithm: eagle, num_steps: "3", topk: "1", num_draft_tokens: "4", model: m, node: n3}}
+            exp_annotations:
+              summary: "Node n3's acceptance rate is off its fleet's"
+              description: "Acceptance rate 0.34 x the median node's for the same configuration (10m, at least three nodes; alerts below 0.8 or above 1.25)."
+      - eval_time: 25m
+        alertname: SpecscopeNodeSamplingTruthOffFleet
+        exp_alerts:
+          - exp_labels: {{severity: critical, algorithm: eagle, num_steps: "3", topk: "1", num_draft_tokens: "4", model: m, node: n3, mode_requested: speculative-sampling}}
+            exp_annotations:
+              summary: "Node n3 commits the argmax more often than its fleet (speculative-sampling)"
+              description: "Its excess top-1 share is 0.653 above the median node's: verify on this node does not sample as asked."
+"""
+
+
+def test_promtool_checks_the_fleet_rules_and_only_the_odd_node_alerts(tmp_path):
+    rules = tmp_path / "fleet.yml"
+    rules.write_text(alert_rules("fleet"))
+    check = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True)
+    assert check.returncode == 0 and "SUCCESS: 12 rules found" in check.stdout, check.stdout + check.stderr
+    tests = tmp_path / "tests.yml"
+    tests.write_text(TESTS.format(rules=rules, series=_fleet()))
+    test = subprocess.run(["promtool", "test", "rules", str(tests)], capture_output=True, text=True)
+    assert test.returncode == 0, test.stdout + test.stderr
