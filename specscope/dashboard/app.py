@@ -139,6 +139,9 @@ def create_app(source: Any, *, title: str = "specscope", refresh_s: float = 2.0,
         html.Div([html.H2(title), html.Nav(nav),
                   html.Div(dcc.Dropdown(id=ids.RUNS, multi=True, placeholder="select runs"),
                            className="selector"),
+                  html.Div(dcc.Dropdown(id=ids.NODES, multi=True, options=[],
+                                        placeholder="all nodes (runs pooled across nodes)"),
+                           className="selector", id="node-selector"),
                   *opener, *ranks, html.Div(id=ids.SOURCE_INFO, className="note",
                                     style={"color": "#cfd8dc"})], className="header"),
         html.Div(id=ids.BANNER),
@@ -151,20 +154,25 @@ def create_app(source: Any, *, title: str = "specscope", refresh_s: float = 2.0,
         page = layouts.get(path or "/")
         return page() if page else html.Div(f"no page at {path}", className="card")
 
-    inputs = [Input(ids.TICK, "n_intervals"), Input(ids.URL, "search"), Input(ids.RUNS, "value")]
+    inputs = [Input(ids.TICK, "n_intervals"), Input(ids.URL, "search"), Input(ids.RUNS, "value"),
+              Input(ids.NODES, "value")]
     if opener:
         inputs.append(Input(ids.OPEN_STATUS, "children"))
     if ranks:
         inputs.append(Input(ids.RANKS, "value"))
 
     @app.callback(Output(ids.RUNS, "options"), Output(ids.RUNS, "value"),
-                  Output(ids.SOURCE_INFO, "children"), Output(ids.URL, "search"), *inputs)
-    def runs(_tick, search, value, *extra):
+                  Output(ids.SOURCE_INFO, "children"), Output(ids.URL, "search"),
+                  Output(ids.NODES, "options"), *inputs)
+    def runs(_tick, search, value, nodes, *extra):
         if ranks:
             source.sum_ranks = extra[-1] == "summed"
         # the selection lives in the URL (?run=A&run=B), so a link reproduces the view: a URL
         # that names runs wins when it changes; a change of the selector rewrites the URL
         views = ctx.all_views()
+        node_options = [{"label": n, "value": n} for n in sorted({v.node for v in views if v.node})]
+        if nodes:  # a fleet's runs on the nodes picked; none picked: every run, pooled first
+            views = [v for v in views if v.node in nodes]
         options = [{"label": v.label, "value": v.run_id} for v in views]
         known = {o["value"] for o in options}
         from_url = selection_from_search(search)
@@ -172,15 +180,20 @@ def create_app(source: Any, *, title: str = "specscope", refresh_s: float = 2.0,
         if trigger in (ids.URL, None) and from_url:
             value = from_url
         value = [v for v in (value or []) if v in known]
+        if trigger == ids.NODES:
+            value = []
         if not value and trigger != ids.RUNS:  # the user's own empty selection stays empty
             preferred = [r for r in getattr(source, "default_runs", list)() if r in known]
+            if not preferred and not nodes and any(v.node for v in views):
+                preferred = [v.run_id for v in views if not v.node]  # pooled across nodes
             value = [o["value"] for o in options
                      if o["value"] in preferred or not preferred][:max_selected]
         problems = getattr(source, "problems", [])
         info = f"{len(views)} run(s) from {getattr(source, 'kind', 'source')}" + (
             f"; {len(problems)} unreadable line(s) skipped, first: {problems[0]}" if problems else "")
         wanted = search_for_selection(value) if known else no_update
-        return options, value, info, (no_update if wanted == (search or "") else wanted)
+        return (options, value, info, (no_update if wanted == (search or "") else wanted),
+                node_options)
 
     @app.callback(Output(ids.BANNER, "children"), Input(ids.RUNS, "value"),
                   Input(ids.TICK, "n_intervals"))

@@ -37,6 +37,7 @@ class RunView:
     records: list[Any] | None = None  #: the run's records (and its reference's), when kept
     phases: dict[str, Any] | None = None  #: phase breakdown (collector.phases), when recorded
     _sample: Any = None
+    node: str = ""  #: the node of a run's share on one node ("" = the run, pooled across nodes)
 
     @functools.cached_property
     def view(self) -> Section:
@@ -60,6 +61,9 @@ class RunView:
         fault = f" [fault {r.fault}]" if r.fault else ""
         kind = (self.section.get("verification") or {}).get("kind")
         kind = {"forced": " [forced: speed-only]", "lossy": " [lossy verification]"}.get(kind, "")
+        if self.node:  # a run's share on one node: "nightly@gpu-05" reads as the run on gpu-05
+            base = self.run_id.removesuffix(f"@{self.node}")
+            return f"{base} ({r.config_id}{fault}{kind}) on node {self.node}"
         return f"{self.run_id} ({r.config_id}{fault}{kind})"
 
     @property
@@ -183,7 +187,23 @@ def load_trace(p: Path) -> tuple[list[RunView], list[str]]:
         has_phases = any(isinstance(r, schema.PhaseRecord) for r in recs)
         views.append(RunView(rid or p.stem, sec, str(p), recs,
                              phase_breakdown(by_run.get(rid, [])) if has_phases else None))
+        views.extend(_node_views(rid, by_run.get(rid, []), str(p)))
     return views, [str(x) for x in trace.problems]
+
+
+def _node_views(rid: str, records: list[Any], source: str) -> list[RunView]:
+    """A run recorded on several nodes: one view per node besides the pooled one (the node
+    selector's), each its own report section, checked by the same detectors."""
+    nodes = sorted({r.node for r in records if getattr(r, "node", "")})
+    if len(nodes) < 2:
+        return []
+    out = []
+    for node in nodes:
+        mine = [r for r in records if getattr(r, "node", None) == node]
+        (sec,) = build_report(mine)["runs"] or [None]
+        if sec is not None:
+            out.append(RunView(f"{rid}@{node}", sec, source, mine, node=node))
+    return out
 
 
 def _aggregate_trace(p: Path) -> list[RunView]:
@@ -209,7 +229,8 @@ def snapshot_views(snap, source: str, max_windows: int = 240) -> list[RunView]:
         anomalies = [a for k, a in snap.anomalies if k == key]
         sec = stats_section(stats, run, windows, anomalies=anomalies)
         rid = run.run_id if run else "/".join(f"{k}={v}" for k, v in labels.items() if v)
-        views.append(RunView(rid, sec, source))
+        node = key[len(LABELS)] if snap.node_label and len(key) > len(LABELS) else ""
+        views.append(RunView(f"{rid}@{node}" if node else rid, sec, source, node=node))
     return views
 
 

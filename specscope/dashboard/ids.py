@@ -10,6 +10,7 @@ OPEN_PATH = "open-path"
 OPEN_BUTTON = "open-button"
 OPEN_STATUS = "open-status"
 RANKS = "ranks"
+NODES = "nodes"  #: the node selector: a fleet's runs per node
 
 LIVE_ACCEPTANCE = "live-acceptance"
 LIVE_POSITION = "live-per-position"

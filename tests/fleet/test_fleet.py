@@ -124,3 +124,41 @@ def test_a_spark_cluster_gives_duckdbs_figures_exactly(fleet, tmp_path):
     assert executors == 2
     want = [[f.to_dict() for f in fleet_figures(fleet, by, w)] for by, w in queries]
     assert got == want and all(got)
+
+
+def test_the_dashboards_node_selector_shows_each_nodes_share(fleet):
+    """The trace source gives each run pooled and per node; picking a node in the selector
+    (the runs callback, over HTTP as the browser calls it) lists that node's runs, and the
+    faulted node's share fails sampling truth where its neighbours pass."""
+    from specscope.dashboard import TraceSource, create_app
+
+    source = TraceSource([fleet])
+    views = {v.run_id: v for v in source.runs()}
+    assert {"nightly-a", "nightly-b", *(f"nightly-a@{n}" for n in NODES)} <= set(views)
+    truth = {rid: {t["state"] for t in v.section["sampling_truth"]} for rid, v in views.items()}
+    assert truth[f"nightly-a@{FAULTY}"] == {"fail"} and truth["nightly-a@gpu-04"] == {"pass"}
+    assert views[f"nightly-a@{FAULTY}"].label == f"nightly-a (eagle-s3-k1-d4) on node {FAULTY}"
+    app = create_app(source, n_boot=50)
+    outputs = [("runs", "options"), ("runs", "value"), ("source-info", "children"),
+               ("url", "search"), ("nodes", "options")]
+
+    def call(nodes, changed):
+        payload = {"output": "..." .join(f"{i}.{p}" for i, p in outputs).join(["..", ".."]),
+                   "outputs": [{"id": i, "property": p} for i, p in outputs],
+                   "inputs": [{"id": "tick", "property": "n_intervals", "value": None},
+                              {"id": "url", "property": "search", "value": ""},
+                              {"id": "runs", "property": "value", "value": None},
+                              {"id": "nodes", "property": "value", "value": nodes},
+                              {"id": "open-status", "property": "children", "value": None}],
+                   "changedPropIds": [changed], "state": []}
+        res = app.server.test_client().post("/_dash-update-component", json=payload)
+        assert res.status_code == 200, res.data[:500]
+        return res.get_json()["response"]
+
+    everything = call(None, "url.search")
+    assert [o["value"] for o in everything["nodes"]["options"]] == NODES
+    assert everything["runs"]["value"] == ["nightly-a", "nightly-b"]  # pooled runs by default
+    picked = call([FAULTY, "gpu-00"], "nodes.value")
+    assert {o["value"] for o in picked["runs"]["options"]} == \
+        {f"nightly-a@{FAULTY}", "nightly-a@gpu-00", "nightly-b@gpu-00"}
+    assert f"nightly-a@{FAULTY}" in picked["runs"]["value"]
