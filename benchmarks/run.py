@@ -14,6 +14,7 @@ from .collector import bench_collector, bench_import
 from .common import Row, machine
 from .dashboard import bench_dashboard
 from .detectors import bench_detectors
+from .fleet import bench_fleet
 from .engine import bench_decoder, bench_drafts, bench_hf, bench_hooks, bench_margins, bench_policy
 from .explain import bench_explain, bench_ngram_categories
 from .imports import bench_logs, bench_notebook
@@ -29,7 +30,7 @@ BENCHES = {"dashboard": bench_dashboard, "serve": bench_serve, "hooks": bench_ho
            "collector": bench_collector, "import": bench_import, "logs": bench_logs,
            "notebook": bench_notebook, "explain": bench_explain, "ngram": bench_ngram_categories, "hf": bench_hf,
            "wire": bench_wire, "scrape": bench_scrape, "vllm": bench_vllm, "reliability": bench_reliability, "detectors": bench_detectors,
-           "probe": bench_probe}
+           "probe": bench_probe, "fleet": bench_fleet}
 
 
 def main() -> int:

@@ -16,7 +16,9 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     elif args.prometheus:
         source = MetricsSource(args.prometheus, prometheus=True)
     else:
-        source = TraceSource(args.trace, roots=args.trace_root or None)
+        from .traces import where_of
+
+        source = TraceSource(args.trace, roots=args.trace_root or None, where=where_of(args))
     auth = tuple(args.basic_auth.split(":", 1)) if args.basic_auth else None
     accuracy = {}
     for path in args.accuracy or []:
@@ -57,6 +59,9 @@ def add_parsers(sub) -> None:
     d.add_argument("--bootstrap", type=int, default=1000, help="resamples for intervals")
     d.add_argument("--host", default="127.0.0.1")
     d.add_argument("--port", type=int, default=8050)
+    from .traces import add_where_flags
+
+    add_where_flags(d)
     d.set_defaults(func=_cmd_dashboard)
 
     m = sub.add_parser("demo", help="everything at once: the reference decoder on SmolLM2 with "

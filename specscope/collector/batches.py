@@ -146,18 +146,27 @@ def _check_text(a: Any) -> str:
             f"diverged here" + (f" ({kinds})" if kinds else ""))
 
 
+#: what the per-share tables' columns mean (``report --by batch`` and ``--by node``)
+LEGEND = ["AL: tokens committed per request-step, bonus token included; rate: accepted / drafted",
+          "tokens, pooled; each check PASS / FAIL / INCONCLUSIVE (with what it needs to fail).", ""]
+
+
+def al_rate(s: SpecStats) -> tuple[str, str]:
+    """Acceptance length and rate as the tables print them ("n/a" where unknown)."""
+    al = f"{s.mean_acceptance_length:.3f}" if s.mean_acceptance_length is not None else "n/a"
+    return al, f"{s.acceptance_rate:.3f}" if s.acceptance_rate is not None else "n/a"
+
+
 def format_classes(classes: list[BatchClass]) -> str:
     """The table `report --by batch` prints."""
     lines = ["Per batch-size class (requests verifying together, rounded up to a power of two).",
-             "AL: tokens committed per request-step, bonus token included; rate: accepted / drafted",
-             "tokens, pooled; each check PASS / FAIL / INCONCLUSIVE (with what it needs to fail).", ""]
+             *LEGEND]
     for run_id in dict.fromkeys(c.run_id for c in classes):
         lines.append(f"== {verdict(classes, run_id)}")
         lines.append(f"  {'batch':<10} {'steps':>6} {'req-steps':>9} {'AL':>6} {'rate':>6}  checks")
         for c in (c for c in classes if c.run_id == run_id):
             s = c.stats
-            al = f"{s.mean_acceptance_length:.3f}" if s.mean_acceptance_length is not None else "n/a"
-            rate = f"{s.acceptance_rate:.3f}" if s.acceptance_rate is not None else "n/a"
+            al, rate = al_rate(s)
             checks = "; ".join(_check_text(a) for a in c.checks) or "none"
             lines.append(f"  {c.label:<10} {s.num_steps:>6} {s.num_drafts:>9} {al:>6} {rate:>6}  {checks}")
     return "\n".join(lines)

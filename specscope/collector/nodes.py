@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .. import schema
+from .batches import LEGEND, al_rate
 from .detectors import detectors_for, evaluate
 from .stats import SpecStats
 from .verdict import FAIL, PASS
@@ -103,15 +104,13 @@ def verdict(shares: list[NodeShare], run_id: str) -> str:
 def format_shares(shares: list[NodeShare]) -> str:
     """The table `report --by node` prints."""
     lines = ["Per node (the host each record's process ran on: $SPECSCOPE_NODE, else its hostname).",
-             "AL: tokens committed per request-step, bonus token included; rate: accepted / drafted",
-             "tokens, pooled; each check PASS / FAIL / INCONCLUSIVE (with what it needs to fail).", ""]
+             *LEGEND]
     for run_id in dict.fromkeys(s.run_id for s in shares):
         lines.append(f"== {verdict(shares, run_id)}")
         lines.append(f"  {'node':<20} {'verdict':<12} {'req-steps':>9} {'AL':>6} {'rate':>6}  checks")
         for s in (s for s in shares if s.run_id == run_id):
             st = s.stats
-            al = f"{st.mean_acceptance_length:.3f}" if st.mean_acceptance_length is not None else "n/a"
-            rate = f"{st.acceptance_rate:.3f}" if st.acceptance_rate is not None else "n/a"
+            al, rate = al_rate(st)
             word = _word(s) or "n/a"
             lines.append(f"  {s.label[:20]:<20} {word:<12} {st.num_drafts:>9} {al:>6} {rate:>6}  "
                          + "; ".join(f"{a.check}: {a.state.upper()}" for a in s.checks))

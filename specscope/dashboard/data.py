@@ -117,7 +117,8 @@ class TraceSource:
     kind = "traces"
 
     def __init__(self, paths: Sequence[str | os.PathLike], *,
-                 roots: Sequence[str | os.PathLike] | None = None) -> None:
+                 roots: Sequence[str | os.PathLike] | None = None, where: Any = None) -> None:
+        self.where = where  #: an io.store.Where: a store's partitions to read (None: all)
         self.roots = [Path(r).resolve() for r in (roots or [])] or sorted(
             {(Path(p).resolve() if Path(p).is_dir() else Path(p).resolve().parent) for p in paths})
         self.paths = [allowed(p, self.roots) for p in discover(paths)]
@@ -140,7 +141,7 @@ class TraceSource:
                 cached = self._cache.get(p)
                 if cached is None or cached[0] != mtime:
                     try:
-                        cached = (mtime, *load_trace(p))
+                        cached = (mtime, *load_trace(p, self.where))
                     except (TraceError, OSError, ValueError) as exc:  # shown, never fatal
                         cached = (mtime, [], [str(exc)])
                     self._cache[p] = cached
@@ -156,24 +157,29 @@ def _mtime(p: Path) -> float:
     return p.stat().st_mtime
 
 
-def _verify_rows(p: Path) -> int:
+def _verify_rows(p: Path, where: Any = None) -> int:
+    """Verify entries of a Parquet trace (of the partitions selected), from the files' footers."""
     if p.is_dir():
-        import pyarrow.dataset as ds
+        import pyarrow.parquet as pq
 
-        verify = [d for d in p.glob("verify*")] or [p]
-        return sum(ds.dataset(str(d), format="parquet", partitioning="hive").count_rows()
-                   for d in verify)
+        from ..io.store import open_store
+
+        store = open_store(p)
+        return sum(pq.ParquetFile(store.fs.open_input_file(f)).metadata.num_rows
+                   for f in store.files("verify", where)) or sum(
+            pq.ParquetFile(f).metadata.num_rows for f in p.glob("*.parquet"))
     return 0
 
 
-def load_trace(p: Path) -> tuple[list[RunView], list[str]]:
-    """A trace's runs: records kept for small traces, column-wise aggregates for big ones."""
-    if p.is_dir() and _verify_rows(p) > RECORDS_LIMIT:
-        return _aggregate_trace(p), []
+def load_trace(p: Path, where: Any = None) -> tuple[list[RunView], list[str]]:
+    """A trace's runs: records kept for small traces, column-wise aggregates for big ones;
+    ``where`` reads a store's selected partitions only."""
+    if p.is_dir() and _verify_rows(p, where) > RECORDS_LIMIT:
+        return _aggregate_trace(p, where), []
     from ..collector.phases import phase_breakdown
     from ..io.trace import read_trace
 
-    trace = read_trace(p)
+    trace = read_trace(p, where)
     report = build_report(trace.records, problems=trace.problems)
     refs = {r.labels.get("reference_for"): r.run_id for r in trace.records
             if isinstance(r, schema.RunRecord) and r.labels.get("role") == "reference"}
@@ -206,13 +212,14 @@ def _node_views(rid: str, records: list[Any], source: str) -> list[RunView]:
     return out
 
 
-def _aggregate_trace(p: Path) -> list[RunView]:
-    """A big Parquet trace through the collector's column path; one view per label set."""
+def _aggregate_trace(p: Path, where: Any = None) -> list[RunView]:
+    """A big Parquet trace through the collector's column path; one view per label set (and
+    node, where several)."""
     from ..collector.service import Collector
     from ..exporters.replay import replay
 
     collector = Collector(window_s=1.0, num_windows=1_000_000, max_label_sets=256)
-    replay([p], collector, progress=False)
+    replay([p], collector, progress=False, where=where)
     collector.tick()
     return snapshot_views(collector.snapshot(), str(p), max_windows=240)
 

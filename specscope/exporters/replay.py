@@ -31,19 +31,19 @@ def _record_time(r: Any) -> int:
 
 
 def _batches(paths: Sequence[str | os.PathLike], batch: int,
-             problems: list[Problem]) -> Iterator[tuple[str, Any]]:
+             problems: list[Problem], where: Any = None) -> Iterator[tuple[str, Any]]:
     for p in paths:
         p = Path(p)
         if p.is_dir() or p.suffix == ".parquet":
             from ..io.parquet import _files, iter_verify_columns, read_parquet
 
-            store, files = _files(p)
+            store, files = _files(p, where)
             others = [r for f in files if f[len(store.root):].strip("/").split("/")[0] != "verify"
                       for r in read_parquet(f)]
             runs = [r for r in others if type(r).__name__ == "RunRecord"]
             if runs:
                 yield "records", runs
-            for cols in iter_verify_columns(p):
+            for cols in iter_verify_columns(p, where):
                 yield "columns", cols
             rest = [r for r in others if type(r).__name__ != "RunRecord"]
             for i in range(0, len(rest), batch):
@@ -61,7 +61,7 @@ def _batches(paths: Sequence[str | os.PathLike], batch: int,
 
 def replay(paths: Sequence[str | os.PathLike], collector: Any, *, speed: float | None = None,
            batch: int = 4096, progress: bool = True,
-           sleep: Callable[[float], None] = time.sleep) -> ReplayStats:
+           sleep: Callable[[float], None] = time.sleep, where: Any = None) -> ReplayStats:
     """Feed the traces into ``collector``; ``speed`` None means as fast as possible."""
     from tqdm import tqdm
 
@@ -70,7 +70,7 @@ def replay(paths: Sequence[str | os.PathLike], collector: Any, *, speed: float |
     bar = tqdm(unit="rec", unit_scale=True, desc="replay", disable=not progress)
     t_start = time.perf_counter()
     t0: int | None = None
-    for kind, item in _batches(paths, batch, problems):
+    for kind, item in _batches(paths, batch, problems, where):
         if kind == "columns":
             collector.observe_columns(item)
             stats.records += len(item)

@@ -16,8 +16,8 @@ from typing import Any, Iterable, Sequence
 
 from ..io.store import Where, safe
 
-#: what a fleet query can group by: the data column config_id, and the partitions
-GROUPS = {"config": "config_id", "node": "node", "run": "run_id", "date": "date"}
+#: what a fleet query can group by: the partitions (path-safe ids, read from the folder names)
+GROUPS = {"config": "config", "node": "node", "run": "run", "date": "date"}
 
 
 def _lit(value: str) -> str:

@@ -112,6 +112,8 @@ class TraceWriter:
 
 def is_parquet_path(path: str | os.PathLike) -> bool:
     """Whether a trace at ``path`` is (or is to be) Parquet: a ``.parquet`` name or a directory."""
+    if "://" in os.fspath(path):  # a filesystem URI: a store
+        return True
     p = Path(path)
     return p.suffix == ".parquet" or p.is_dir()
 

@@ -60,7 +60,7 @@ def fleet(tiny, tmp_path_factory):
 def test_report_by_node_names_the_faulted_node_of_eight(fleet):
     out = run_cli("report", str(fleet), "--by", "node")
     assert out.returncode == 1, out.stderr  # a FAIL: exit 1, as a CI gate reads it
-    assert f"nightly-a: FAIL on node {FAULTY}: sampling truth (speculative-sampling) FAIL" in out.stdout
+    assert f"nightly-a: FAIL on node {FAULTY}: sampling truth (speculative-sampling) FAIL" in out.stdout, out.stderr
     assert "nightly-b: PASS across 2 node(s)" in out.stdout
     data = json.loads(run_cli("report", str(fleet), "--by", "node", "--json").stdout)
     verdicts = {(s["run_id"], s["node"]): s["verdict"] for s in data["nodes"]}
@@ -107,9 +107,9 @@ def test_a_spark_cluster_gives_duckdbs_figures_exactly(fleet, tmp_path):
     from specscope.fleet import spark as sp
     from specscope.fleet.cluster import LocalCluster
 
-    queries = [(("config", "node"), Where()), (("config",), Where()),
-               (("node",), Where(nodes=("gpu-05", "gpu-06"), configs=("eagle-s3-k1-d4",))),
-               (("date", "config"), Where(since="2000-01-01"))]
+    queries = [(("config", "node"), Where()),
+               (("date", "node"), Where(nodes=("gpu-05", "gpu-06"), configs=("eagle-s3-k1-d4",),
+                                        since="2000-01-01"))]
     with LocalCluster(workers=2, work_dir=tmp_path / "spark") as cluster:
         assert len(cluster.pids) == 3  # a master and two workers, each its own JVM
         spark = sp.session(cluster.master)

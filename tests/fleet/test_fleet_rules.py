@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from specscope.exporters.rules import alert_rules
+from tests.exporters.promtool_tests import HEAD
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None,
                                 reason="needs promtool (Debian prometheus)")
@@ -33,13 +34,7 @@ def _fleet() -> str:
     return out
 
 
-TESTS = """\
-rule_files:
-  - {rules}
-evaluation_interval: 1m
-tests:
-  - interval: 1m
-    input_series:
+TESTS = HEAD + """\
 {series}    alert_rule_test:
       - eval_time: 25m
         alertname: SpecscopeNodeAcceptanceOffFleet
