@@ -24,12 +24,13 @@ def add_where_flags(p: argparse.ArgumentParser) -> None:
 
 
 def where_of(args: argparse.Namespace):
-    from ..io.store import Where
+    """The selection the flags make (an ``io.store.Where``), or None where they make none."""
+    from ..io.store import Where, check_date
 
-    text = ",".join([f"since={args.since}"] * bool(getattr(args, "since", None))
-                    + [f"until={args.until}"] * bool(getattr(args, "until", None)))
-    where = Where.parse(text) if text else Where()
-    return Where(since=where.since, until=where.until, configs=tuple(getattr(args, "config", ())),
+    since, until = getattr(args, "since", None), getattr(args, "until", None)
+    for day in filter(None, (since, until)):
+        check_date(day)
+    return Where(since=since, until=until, configs=tuple(getattr(args, "config", ())),
                  nodes=tuple(getattr(args, "node", ())),
                  runs=tuple(getattr(args, "run_filter", ()))) or None
 
@@ -149,10 +150,13 @@ def _cmd_compact(args: argparse.Namespace) -> int:
 
 
 def _cmd_fleet(args: argparse.Namespace) -> int:
-    from ..fleet import fleet_figures, format_figures
+    from ..fleet import GROUPS, Where, fleet_figures, format_figures
 
     by = tuple(b for b in args.by.split(",") if b)
-    rows = fleet_figures(args.store, by, where_of(args) or _no_where(), engine=args.engine,
+    unknown = [b for b in by if b not in GROUPS]
+    if unknown or not by:
+        raise ValueError(f"--by {args.by!r}: groups are {', '.join(GROUPS)}")
+    rows = fleet_figures(args.store, by, where_of(args) or Where(), engine=args.engine,
                          master=args.master)
     if args.json:
         print(json.dumps({"by": by, "engine": args.engine, "rows": [r.to_dict() for r in rows]},
@@ -160,12 +164,6 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
     else:
         print(format_figures(rows, by, args.engine))
     return 0
-
-
-def _no_where():
-    from ..io.store import Where
-
-    return Where()
 
 
 def add_parsers(sub) -> None:

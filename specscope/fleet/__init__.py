@@ -4,7 +4,7 @@ on DuckDB (embedded, the default) or Spark (a cluster), from one SQL text."""
 from __future__ import annotations
 
 from ..io.store import Where
-from .query import FleetFigures, figures, format_figures, histogram_sql
+from .query import GROUPS, FleetFigures, figures, format_figures, histogram_sql
 
 ENGINES = ("duckdb", "spark")
 
@@ -23,5 +23,5 @@ def fleet_figures(uri, by=("config", "node"), where: Where = Where(), *, engine:
     raise ValueError(f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
 
 
-__all__ = ["ENGINES", "FleetFigures", "Where", "figures", "fleet_figures", "format_figures",
+__all__ = ["ENGINES", "GROUPS", "FleetFigures", "Where", "figures", "fleet_figures", "format_figures",
            "histogram_sql"]

@@ -78,7 +78,7 @@ class Where:
                 raise ValueError(f"selection {item!r}: expected since=, until=, date=, config=, "
                                  "run= or node= (values of one key joined by |)")
             if key in ("since", "until", "date"):
-                _check_date(value)
+                check_date(value)
                 if key == "date":
                     kw["since"] = kw["until"] = value
                 else:
@@ -123,7 +123,8 @@ class Where:
         return True
 
 
-def _check_date(value: str) -> None:
+def check_date(value: str) -> None:
+    """A ValueError naming ``value`` unless it is a date (YYYY-MM-DD)."""
     try:
         _dt.date.fromisoformat(value)
     except ValueError:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 
 import pytest
 
@@ -101,9 +100,7 @@ def test_duckdb_fleet_figures_equal_the_records_own(fleet):
     assert [r["node"] for r in cli["rows"]] == NODES
 
 
-@pytest.mark.skipif(shutil.which("java") is None, reason="needs Java (.ci/run installs it)")
-def test_a_spark_cluster_gives_duckdbs_figures_exactly(fleet, tmp_path):
-    pytest.importorskip("pyspark")
+def test_a_spark_cluster_gives_duckdbs_figures_exactly(fleet, tmp_path, spark_ready):
     from specscope.fleet import spark as sp
     from specscope.fleet.cluster import LocalCluster
 

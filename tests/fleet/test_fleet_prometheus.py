@@ -20,15 +20,12 @@ from specscope.serving.harness import free_port
 from tests.conftest import ROOT
 from tests.metrics_pages import query, stop
 
-PROMETHEUS = shutil.which("prometheus")
-pytestmark = pytest.mark.skipif(PROMETHEUS is None,
-                                reason="needs Debian's prometheus package (.ci/run installs it)")
 NODES = ("node-a1", "node-a2", "node-a3")
 
 
 def _prometheus(tmp_path, name: str, config: str, port: int) -> subprocess.Popen:
     (tmp_path / f"{name}.yml").write_text(config)
-    return subprocess.Popen([PROMETHEUS, f"--config.file={tmp_path / f'{name}.yml'}",
+    return subprocess.Popen([shutil.which("prometheus"), f"--config.file={tmp_path / f'{name}.yml'}",
                              f"--storage.tsdb.path={tmp_path / f'{name}-tsdb'}",
                              f"--web.listen-address=127.0.0.1:{port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -41,7 +38,7 @@ def _value(port: int, expr: str) -> dict[str, float]:
         return {}
 
 
-def test_central_prometheus_totals_equal_the_nodes_traces(tmp_path):
+def test_central_prometheus_totals_equal_the_nodes_traces(tmp_path, prometheus_ready):
     node_ports = [free_port() for _ in NODES]
     site, central = free_port(), free_port()
     rules = tmp_path / "fleet-rules.yml"

@@ -3,16 +3,11 @@ for no other."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-
-import pytest
 
 from specscope.exporters.rules import alert_rules
 from tests.exporters.promtool_tests import HEAD
 
-pytestmark = pytest.mark.skipif(shutil.which("promtool") is None,
-                                reason="needs promtool (Debian prometheus)")
 CFG = 'algorithm="eagle",num_steps="3",topk="1",num_draft_tokens="4",model="m"'
 
 
@@ -53,7 +48,7 @@ TESTS = HEAD + """\
 """
 
 
-def test_promtool_checks_the_fleet_rules_and_only_the_odd_node_alerts(tmp_path):
+def test_promtool_checks_the_fleet_rules_and_only_the_odd_node_alerts(tmp_path, prometheus_ready):
     rules = tmp_path / "fleet.yml"
     rules.write_text(alert_rules("fleet"))
     check = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True)

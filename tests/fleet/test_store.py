@@ -106,6 +106,11 @@ def test_a_filesystem_uri_takes_the_same_code_path(tmp_path):
     write_parquet(records, uri)
     assert fsspec.filesystem("memory").exists("/fleet-test/store/verify")
     assert sorted(map(repr, read_trace(uri).records)) == sorted(map(repr, read_trace(tmp_path / "local.parquet").records))
+    from specscope.io.trace import open_writer
+
+    with open_writer("memory://fleet-test/streamed", roll_s=3600) as w:  # serve --trace URI
+        w.write(records)
+    assert len(read_trace("memory://fleet-test/streamed").records) == len(records)
     remote = [f.to_dict() for f in fleet_figures(uri, ("node",))]
     local = [f.to_dict() for f in fleet_figures(tmp_path / "local.parquet", ("node",))]
     assert remote == local and [r["accepted_tokens"] for r in remote] == [24, 8]
