@@ -159,3 +159,17 @@ def test_the_dashboards_node_selector_shows_each_nodes_share(fleet):
     assert {o["value"] for o in picked["runs"]["options"]} == \
         {f"nightly-a@{FAULTY}", "nightly-a@gpu-00", "nightly-b@gpu-00"}
     assert f"nightly-a@{FAULTY}" in picked["runs"]["value"]
+
+
+def test_compare_and_regress_read_one_node_each_from_the_store(fleet):
+    """`compare STORE#node=A STORE#node=B` sets two nodes of one run side by side, with
+    intervals; `regress --node` reads that node's partitions only."""
+    out = run_cli("compare", f"{fleet}#node=gpu-04", f"{fleet}#node={FAULTY}", "--json",
+                  "--bootstrap", "200")
+    assert out.returncode == 0, out.stderr
+    rows = {r["label"]: r for r in json.loads(out.stdout)["rows"]}
+    rate = rows["acceptance rate"]  # each side one node's share of the same run
+    assert rate["a"] is not None and rate["b"] is not None and rate["a"] != rate["b"]
+    single = run_cli("regress", str(fleet), "--node", FAULTY, "--json", "--bootstrap", "100")
+    assert single.returncode == 0, single.stderr
+    assert [e["label"].split()[0] for e in json.loads(single.stdout)] == ["nightly-a"]
