@@ -380,7 +380,8 @@ def format_report(report: dict[str, Any]) -> str:
         run = sec["run"] or {}
         t = sec["totals"]
         lines.append(f"== run {run.get('run_id', '?')}  config {run.get('config_id', '?')}  "
-                     f"model {run.get('model', '?')}  fault {run.get('fault') or 'none'}")
+                     f"model {run.get('model', '?')}  fault {run.get('fault') or 'none'}"
+                     + (f"  node {sec['node']}" if sec.get("node") else ""))
         ver = sec.get("verification") or {}
         if ver.get("kind") == "forced":
             lines.append(f"  SPEED-ONLY RUN: {ver['why']}; acceptance below is as set, not measured")

@@ -157,7 +157,7 @@ def _mtime(p: Path) -> float:
     return p.stat().st_mtime
 
 
-def _verify_rows(p: Path, where: Any = None) -> int:
+def verify_entries(p: Path, where: Any = None) -> int:
     """Verify entries of a Parquet trace (of the partitions selected), from the files' footers."""
     if p.is_dir():
         import pyarrow.parquet as pq
@@ -174,8 +174,8 @@ def _verify_rows(p: Path, where: Any = None) -> int:
 def load_trace(p: Path, where: Any = None) -> tuple[list[RunView], list[str]]:
     """A trace's runs: records kept for small traces, column-wise aggregates for big ones;
     ``where`` reads a store's selected partitions only."""
-    if p.is_dir() and _verify_rows(p, where) > RECORDS_LIMIT:
-        return _aggregate_trace(p, where), []
+    if p.is_dir() and verify_entries(p, where) > RECORDS_LIMIT:
+        return aggregate_trace(p, where), []
     from ..collector.phases import phase_breakdown
     from ..io.trace import read_trace
 
@@ -212,7 +212,7 @@ def _node_views(rid: str, records: list[Any], source: str) -> list[RunView]:
     return out
 
 
-def _aggregate_trace(p: Path, where: Any = None) -> list[RunView]:
+def aggregate_trace(p: Path, where: Any = None) -> list[RunView]:
     """A big Parquet trace through the collector's column path; one view per label set (and
     node, where several)."""
     from ..collector.service import Collector

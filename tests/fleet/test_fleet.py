@@ -173,3 +173,19 @@ def test_compare_and_regress_read_one_node_each_from_the_store(fleet):
     single = run_cli("regress", str(fleet), "--node", FAULTY, "--json", "--bootstrap", "100")
     assert single.returncode == 0, single.stderr
     assert [e["label"].split()[0] for e in json.loads(single.stdout)] == ["nightly-a"]
+
+
+def test_report_over_a_store_past_the_record_limit_streams_per_node(fleet, monkeypatch):
+    """A store with more entries than records can hold is reported from counters, one section
+    per configuration and node: the faulted node's sampling truth fails there too."""
+    import specscope.cli.traces as traces
+
+    monkeypatch.setattr(traces, "STREAM_ENTRIES", 100)
+    out = run_cli("report", str(fleet), "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["streamed"]
+    truth = {(s["run"]["run_id"], s.get("node")): {t["state"] for t in s["sampling_truth"]}
+             for s in report["runs"]}
+    assert len(truth) == 10 and truth[("nightly-a", FAULTY)] == {"fail"}
+    assert truth[("nightly-a", "gpu-06")] == {"pass"}
