@@ -6,7 +6,6 @@ Imports its subsystems lazily; a missing optional extra prints a one-line hint a
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Callable, Sequence
 

@@ -35,9 +35,7 @@ def node_report(paths: Sequence[str | os.PathLike], where: Where | None = None) 
             loose.append(p)
             continue
         for node in store_nodes(text, sel):
-            one = (sel or Where()).merge(Where(nodes=(node,))) if not (sel and sel.nodes) \
-                else Where(since=sel.since, until=sel.until, configs=sel.configs, runs=sel.runs,
-                           nodes=(node,))
+            one = (sel or Where()).merge(Where(nodes=(node,)))
             shares.extend(node_shares(read_trace(text, one).records))
     if loose:
         shares.extend(node_shares(read_trace(loose, where).records))

@@ -21,7 +21,7 @@ from .. import schema
 from ..schema import TraceError
 from .columns import HAS_HIST, HAS_TRUTH, VerifyColumns, expand
 from .intervals import BATCHES
-from .store import ROW_GROUP, Store, Where, day, open_store, partition_path, partition_values, row_time
+from .store import Store, Where, day, open_store, partition_path, partition_values, row_time
 
 _VERSION_KEY = b"specscope_schema_version"
 _STEP_FIELDS = ("run_id", "config_id", "rank", "step", "t_ns", "batch_size", "draft_depth",

@@ -88,18 +88,27 @@ class Where:
         return cls(**kw)
 
     def merge(self, other: "Where") -> "Where":
-        """Both selections at once (the narrower date range; the lists joined)."""
+        """Both selections at once: the narrower date range, and per list the values both
+        name (one side's list where the other names none)."""
+        def both(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+            if not a or not b:
+                return a or b
+            keep = tuple(v for v in b if safe(v) in {safe(x) for x in a})
+            return keep or ("\0none",)  # nothing in common: admits nothing
+
         return Where(since=max(filter(None, (self.since, other.since)), default=None),
                      until=min(filter(None, (self.until, other.until)), default=None),
-                     configs=self.configs + other.configs, runs=self.runs + other.runs,
-                     nodes=self.nodes + other.nodes)
+                     configs=both(self.configs, other.configs), runs=both(self.runs, other.runs),
+                     nodes=both(self.nodes, other.nodes))
 
-    def admits_record(self, r: Any, config_of: dict[str, str]) -> bool:
-        """The same selection over a record (JSONL traces): its node, run, configuration (its
-        own or its run's) and the UTC day of its time."""
+    def admits_record(self, r: Any, runs: dict[str, Any]) -> bool:
+        """The same selection over a record (JSONL traces): its node, run, configuration (a
+        record without one of its own takes its run's) and the UTC day of its time."""
         run = getattr(r, "run_id", "")
-        parts = {"run": safe(run), "node": safe(getattr(r, "node", "")),
-                 "config": safe(getattr(r, "config_id", None) or config_of.get(run, ""))}
+        rr = runs.get(run)
+        node = getattr(r, "node", None)
+        parts = {"run": safe(run), "node": safe(node if node is not None else getattr(rr, "node", "")),
+                 "config": safe(getattr(r, "config_id", None) or getattr(rr, "config_id", ""))}
         t = row_time({f: getattr(r, f, None) for f in _TIME_FIELDS})
         if t:
             parts["date"] = day(t)
@@ -259,7 +268,7 @@ def compact_store(store: Store, *, kinds: Iterable[str] | None = None, where: Wh
             tables = [pq.read_table(f, filesystem=store.fs, partitioning=None) for f in files]
             meta = tables[-1].schema.metadata
             merged = pa.concat_tables([t.replace_schema_metadata(None) for t in tables],
-                                      promote_options="default").replace_schema_metadata(meta)
+                                      promote_options="permissive").replace_schema_metadata(meta)
             store.write(folder[len(store.root):], merged)
             for f in files:
                 store.fs.delete_file(f)

@@ -217,8 +217,8 @@ def read_trace(paths: str | os.PathLike | Sequence[str | os.PathLike], where: An
             trace.records.extend(read_parquet(text, sel or None))
         elif sel:
             records = list(iter_jsonl(p, trace.problems, trace))
-            config_of = {r.run_id: r.config_id for r in records if isinstance(r, schema.RunRecord)}
-            trace.records.extend(r for r in records if sel.admits_record(r, config_of))
+            runs = {r.run_id: r for r in records if isinstance(r, schema.RunRecord)}
+            trace.records.extend(r for r in records if sel.admits_record(r, runs))
         else:
             trace.records.extend(iter_jsonl(p, trace.problems, trace))
     return trace

@@ -11,8 +11,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from specscope.collector.stats import SpecStats
 from specscope.exporters.rules import alert_rules
 from specscope.io.trace import read_trace

@@ -154,3 +154,11 @@ def test_a_trace_written_before_the_fleet_layout_still_reads(tmp_path):
     assert {r.node for r in records} == {""}
     assert [dataclasses.replace(r, node="a") for r in records if isinstance(r, schema.VerifyStepRecord)] \
         == [r for r in read_trace(new).records if isinstance(r, schema.VerifyStepRecord)]
+
+
+def test_two_selections_narrow_each_other():
+    a = Where.parse("node=a|b,since=2025-12-01")
+    both = a.merge(Where(nodes=("b", "c"), until="2025-12-31"))
+    assert (both.nodes, both.since, both.until) == (("b",), "2025-12-01", "2025-12-31")
+    assert not a.merge(Where(nodes=("z",))).admits({"date": "2025-12-02", "node": "z"})
+    assert a.merge(Where()).nodes == ("a", "b")
