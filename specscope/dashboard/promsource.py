@@ -45,7 +45,8 @@ def parse_text(text: str) -> list[Sample]:
 
 
 def _key(labels: dict[str, str]) -> tuple:
-    return tuple(labels.get(k, "") for k in LABELS)
+    # a fleet's node collectors label their series with the node: a view per node then
+    return tuple(labels.get(k, "") for k in LABELS) + (labels.get("node", ""),)
 
 
 def _read_field(s: SpecStats, m: Metric, labels: Any, v: float) -> None:
@@ -184,8 +185,10 @@ def _views(history: list[tuple[float, dict[tuple, SpecStats], dict]], source: st
         anomalies = [schema.AnomalyRecord(run_id="", kind=k, severity="critical",
                                           message=f"{k} active (from {source})") for k in kinds]
         run = _run_of(labels)
-        views.append(RunView(run.run_id, stats_section(s, run, windows, anomalies=anomalies),
-                             source))
+        node = key[len(LABELS)] if len(key) > len(LABELS) else ""
+        views.append(RunView(f"{run.run_id}@{node}" if node else run.run_id,
+                             stats_section(s, run, windows, anomalies=anomalies), source,
+                             node=node))
     return views
 
 
