@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from specscope import schema
+from specscope.collector.service import LABELS
 from specscope.dashboard.promsource import Monotone, parse_text, stats_from_samples
 from specscope.importers import import_file, metrics, promtext
 from specscope.importers.promtext import Series
@@ -124,7 +125,8 @@ def test_sglang_scheduler_labels_and_data_parallel_ranks(tmp_path):
     assert {r.model for r in res.records if isinstance(r, schema.RunRecord)} == \
         {"meta-llama/Llama-3.1-8B-Instruct"}
     apart, _ = stats_from_samples(parse_text(path.read_text()))
-    assert sorted((k[-1], s.mean_acceptance_length, s.reported_al_sum) for k, s in apart.items()) == \
+    rank = LABELS.index("rank")  # a key: the label values, then the node
+    assert sorted((k[rank], s.mean_acceptance_length, s.reported_al_sum) for k, s in apart.items()) == \
         [("", pytest.approx(2.8), 0.0), ("0", None, 3.1), ("1", None, 2.5)]
     (one,) = stats_from_samples(parse_text(path.read_text()), sum_ranks=True)[0].values()
     assert one.mean_acceptance_length == pytest.approx(2.8) and one.reported_al_n == 0
