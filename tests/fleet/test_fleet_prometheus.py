@@ -103,7 +103,12 @@ def test_central_prometheus_totals_equal_the_nodes_traces(tmp_path, prometheus_r
         # every panel of the fleet board returns data from the central Prometheus
         from specscope.exporters.fleet_rules import FLEET_PANELS
 
-        empty = [t for t, expr in FLEET_PANELS if not query(central, expr)]
+        deadline = time.time() + 60  # rates over the rules' windows need two samples at the centre
+        while True:
+            empty = [t for t, expr in FLEET_PANELS if not query(central, expr)]
+            if not empty or time.time() > deadline:
+                break
+            time.sleep(1)
         assert not empty, empty
         # the dashboard's Prometheus source gives one view per node, each the node's own
         from specscope.dashboard.promsource import views_from_prometheus
