@@ -10,9 +10,11 @@ DESCRIPTION = """\
 Check verify through an OpenAI-compatible endpoint, installing nothing in the engine.
 
 What it sends: a designed workload through /v1/chat/completions (or /v1/completions with
---endpoint completions, SGLang's native /generate with --endpoint generate) in four classes taken in turn: greedy (temperature 0), temperature
-(0.8), temperature with top-p (0.9) and with top-k (20; leave it out with --classes where an
-engine cannot take it). Prompts make drafts run long (copying, lists, code edits) and
+--endpoint completions, SGLang's native /generate with --endpoint generate) in four classes:
+greedy (temperature 0), temperature (0.8) and temperature with top-p (0.9) taken in turn,
+then temperature with top-k (20), last because it is the likeliest to crash an engine (vLLM
+0.32's CPU build under speculation; leave it out with --classes where an engine cannot take
+it). Prompts make drafts run long (copying, lists, code edits) and
 open-ended text. Every request asks for logprobs with --top-logprobs alternatives (lowered to
 what the server allows). Bounded by --requests, --max-tokens, --token-budget, --concurrency,
 --timeout and --deadline.
@@ -37,28 +39,50 @@ Server flags, per engine:
   llama.cpp  logprobs per request; under speculation it returns none after the first token
              (logprob 0.0, no alternatives: upstream #27972), which the probe counts as unknown
 
-Verdicts: FAIL (the evidence rules honest verify out: exit status 1), PASS (every check had
-the positions at which its fault would have shown, and none did), INCONCLUSIVE (too few
-positions; each check says how many more it needs). An endpoint with no log-probabilities
-at all is an error (exit status 2) that says which flag enables them.
+Prompt lookup (n-gram): most tokens come from steps without a draft, which verify never
+touched. Give the engine's settings with --ngram K:MIN:MAX (num_speculative_tokens,
+prompt_lookup_min, prompt_lookup_max): the probe asks vLLM for token ids, replays its n-gram
+proposer over each response and tests the temperature classes on the tokens verify produced
+(the replay must reproduce vLLM's own per-step figures). Without it, a check that cannot
+place the tokens verify produced PASSes only if even a fault confined to them would have shown.
+
+Verdicts and exit statuses:
+  0  PASS (every check rules its fault out at the size it names) or INCONCLUSIVE (a check
+     could not tell yet: each says which way it leans and how much more it needs)
+  1  FAIL: the evidence rules honest verify out
+  2  the endpoint could not be probed: unreachable, no request answered, or no
+     log-probabilities at all (the message says which flag enables them)
+  3  ERROR: the engine failed under the probe (HTTP 5xx, a dropped connection, no answer)
+     after answering earlier requests; the probe names the request and class sent, and the
+     engine's own error text. The classes most likely to crash an engine (top-k) go last.
 """
+
+#: the exit status of an ERROR verdict (the engine failed under the probe)
+EXIT_ERROR = 3
 
 EXAMPLES = """\
 examples:
   specscope probe http://127.0.0.1:8000
   specscope probe http://127.0.0.1:8000 --every 600 --metrics-port 9410   # an exporter
   specscope probe http://127.0.0.1:8080 --classes greedy,temperature,top-p --json -o probe.jsonl
+  specscope probe http://127.0.0.1:8000 --ngram 4:2:5     # vLLM with prompt lookup
 """
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
-    from ..probe import ProbeError, ProbePlan, format_probe, probe, probe_records
+    from ..probe import ERROR, ProbeError, ProbePlan, format_probe, probe, probe_records
+    from ..probe.ngram import NgramSettings
 
+    try:
+        ngram = NgramSettings.parse(args.ngram) if args.ngram else None
+    except ValueError as exc:
+        print(f"specscope probe: error: {exc}", file=sys.stderr)
+        return 2
     plan = ProbePlan(classes=tuple(c for c in args.classes.split(",") if c), requests=args.requests,
                      max_tokens=args.max_tokens, concurrency=args.concurrency,
                      token_budget=args.token_budget, timeout_s=args.timeout,
                      deadline_s=args.deadline, endpoint=args.endpoint, seed=args.seed,
-                     fail_fast=not args.no_fail_fast)
+                     fail_fast=not args.no_fail_fast, ngram=ngram)
     def once():
         return probe(args.url, plan, model=args.model, engine=args.engine,
                      logprobs_mode=args.logprobs_mode, top_logprobs=args.top_logprobs,
@@ -78,7 +102,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         path = write_trace(args.output, probe_records(result, run_id))
         print(f"trace written to {path}", file=sys.stderr)
     print(json.dumps(result.to_json(), indent=1, default=str) if args.json else format_probe(result))
-    return 1 if result.verdict == "fail" else 0
+    return EXIT_ERROR if result.verdict == ERROR else 1 if result.verdict == "fail" else 0
 
 
 def _loop(args: argparse.Namespace, once) -> int:
@@ -118,7 +142,7 @@ def _loop(args: argparse.Namespace, once) -> int:
         loop.close()
         if server is not None:
             server.close()
-    return 1 if loop.failures else 0
+    return EXIT_ERROR if loop.engine_errors else 1 if loop.failures else 0
 
 
 def add_parser(sub) -> None:
@@ -153,6 +177,10 @@ def add_parser(sub) -> None:
     p.add_argument("--no-fail-fast", action="store_true",
                    help="send every request even after a check has failed (by default the "
                    "probe stops sending there: the verdict cannot change)")
+    p.add_argument("--ngram", metavar="K:MIN:MAX",
+                   help="the engine's prompt-lookup settings (num_speculative_tokens, "
+                   "prompt_lookup_min, prompt_lookup_max, e.g. 4:2:5): the n-gram proposer is "
+                   "replayed over vLLM's token ids to test the tokens verify produced")
     p.add_argument("--reference", help="a target-only endpoint: the greedy prompts are sent "
                    "there too and each pair compared as `specscope diverge` does")
     p.add_argument("--every", type=float, metavar="SECONDS",

@@ -8,27 +8,31 @@ that sampled ones are not the top-1 more often than their temperature allows, an
 committed token lies outside its top-p or top-k. Where the engine gives per-step speculative
 detail (vLLM), the temperature check is restricted to the tokens verify committed (accepted
 drafts and the tokens drawn at a rejection). The verdict is FAIL / PASS / INCONCLUSIVE with
-evidence; a trace of it reads in ``report``.
+evidence, or ERROR where the engine failed under the probe (a request answered HTTP 5xx, a
+dropped connection, no answer) after earlier ones were answered: a finding, never a pass. A
+trace of it reads in ``report``.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..collector.verdict import FAIL, INCONCLUSIVE, Assessment, state_text
+from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment, state_text
 from ..exact import tie_margin
 from .checks import Semantics, greedy_check, overall, temperature_check, truncation_check
 from .client import ENABLE, Answer, ProbeError, detect, semantics, send
+from .verified import guard, select
 from .workload import CLASSES, ProbePlan
 
-__all__ = ["CLASSES", "ProbeError", "ProbePlan", "ProbeResult", "format_probe", "probe",
+__all__ = ["CLASSES", "ERROR", "ProbeError", "ProbePlan", "ProbeResult", "format_probe", "probe",
            "probe_records"]
 
-#: roles of the tokens verify committed (vLLM's per-step detail); the temperature check keeps
-#: only these where the engine says
-VERIFY_ROLES = ("accepted", "correction")
+#: the probe's verdict where the engine failed under its requests after answering earlier ones
+ERROR = "error"
+
 
 
 @dataclass
@@ -44,6 +48,9 @@ class ProbeResult:
     dtype: str
     verdict: str = INCONCLUSIVE
     notes: list[str] = field(default_factory=list)
+    #: where the engine failed under the probe: the first failed request (class, index,
+    #: sampling, the engine's words) and the requests in flight when it failed; else None
+    engine_error: dict[str, Any] | None = None
 
     @property
     def tokens(self) -> int:
@@ -66,8 +73,7 @@ class ProbeResult:
             "tie_margin": tie_margin(self.dtype), "top_logprobs": self.top_logprobs,
             "logprobs": "processed" if self.semantics.processed else "raw",
             "sampler_order": self.semantics.order, "engine_acceptance": self.acceptance,
-            "requests": {"sent": sum(1 for a in self.answers if a.response is not None),
-                         "failed": [a.error for a in self.answers if a.error][:10]},
+            "requests": requests_json(self.answers), "engine_error": self.engine_error,
             "checks": [{"check": c.check, "state": c.state, "need": c.need, "unit": c.unit,
                         **{k: v for k, v in c.evidence.items()}} for c in self.checks],
             "notes": self.semantics.notes + self.notes,
@@ -88,14 +94,15 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
     answers, took = send(url, engine, model, plan, plan.requests_to_send(), top_logprobs, stop)
     got = [a for a in answers if a.response is not None]
     if not got:
-        errors = sorted({a.error for a in answers})[:3]
-        raise ProbeError(f"{url}: no request was answered ({'; '.join(errors)})")
+        errors = sorted({a.error for a in answers if a.error})[:3]
+        raise ProbeError(f"{url}: no request was answered ({'; '.join(errors) or 'none sent'})")
     if not any(p.logprob is not None for a in got for p in a.positions):
         raise ProbeError(f"{url} ({engine}) returned no log-probabilities: {ENABLE.get(engine, ENABLE['unknown'])}")
-    checks = run_checks(answers, sem, dtype)
+    checks = incomplete(run_checks(answers, sem, dtype), answers)
     result = ProbeResult(url=url, engine=engine, model=model, semantics=sem, checks=checks,
                          answers=answers, top_logprobs=took, seconds=time.monotonic() - t0,
-                         dtype=dtype, verdict=overall(checks))
+                         dtype=dtype, verdict=overall(checks),
+                         engine_error=engine_failure(answers))
     unknown = sum(1 for a in got for p in a.positions if p.logprob is None or not p.top)
     total = sum(len(a.positions) for a in got)
     if unknown:
@@ -104,6 +111,9 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
             + (" (llama.cpp under speculation returns logprob 0.0 and no alternatives after the "
                "first token, upstream #27972)" if engine == "llamacpp" else "")
             + ": unknown, not evidence")
+    if result.engine_error is not None:
+        result.verdict = ERROR
+        return result  # a reference is not asked to judge an engine that failed
     if reference:
         result.checks.append(against_reference(reference, plan, answers, dtype, top_logprobs))
         result.verdict = overall(result.checks)
@@ -112,24 +122,83 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
     return result
 
 
-def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[Assessment]:
-    """The checks per class over the answers' positions."""
-    by_class: dict[str, list] = {}
+def engine_failure(answers: list[Answer]) -> dict[str, Any] | None:
+    """The engine's failure under the probe, if it failed after answering an earlier request:
+    the first request that failed with the engine's words, the requests in flight then (sent
+    before it failed, not yet answered), and what was answered before and not sent after."""
+    failed = sorted((a for a in answers if a.engine_failed), key=lambda a: a.t_done_s or 0.0)
+    if not failed or not any(a.response is not None for a in answers):
+        return None
+    first = failed[0]
+    t = first.t_done_s or 0.0
+    in_flight = [a for a in answers if a is not first and a.t_sent_s is not None
+                 and a.t_sent_s <= t and (a.t_done_s is None or a.t_done_s >= t)]
+
+    def named(a: Answer) -> dict[str, Any]:
+        return {"index": a.index, "class": a.cls, "sampling": a.sampling, "prompt": a.prompt[:80]}
+
+    return {**named(first), "status": first.status, "error": first.error,
+            "after_seconds": round(t, 3),
+            "answered_before": sum(1 for a in answers if a.response is not None
+                                   and (a.t_done_s or 0.0) <= t),
+            "in_flight": [named(a) for a in sorted(in_flight, key=lambda a: a.t_sent_s or 0.0)],
+            "failed": sum(1 for a in answers if a.error),
+            "not_sent": sum(1 for a in answers if a.not_sent)}
+
+
+def requests_json(answers: list[Answer]) -> dict[str, Any]:
+    """The requests as the JSON keeps them: answered, failed (each with the engine's words) and
+    never sent (fail-fast, budget, a failed engine), apart."""
+    not_sent: dict[str, list[int]] = {}
     for a in answers:
-        by_class.setdefault(a.cls, []).extend(a.positions)
+        if a.not_sent:
+            not_sent.setdefault(a.not_sent, []).append(a.index)
+    return {"planned": len(answers), "sent": sum(1 for a in answers if a.t_sent_s is not None),
+            "answered": sum(1 for a in answers if a.response is not None),
+            "failed": [{"index": a.index, "class": a.cls, "status": a.status,
+                        "engine_failed": a.engine_failed, "error": a.error}
+                       for a in answers if a.error],
+            "not_sent": [{"reason": why, "count": len(ix), "indices": ix}
+                         for why, ix in not_sent.items()]}
+
+
+def incomplete(checks: list[Assessment], answers: list[Answer]) -> list[Assessment]:
+    """No check PASSes on a class whose requests did not all complete (one failed, or was not
+    sent because the engine had failed): INCONCLUSIVE, saying how many."""
+    short: dict[str, int] = {}
+    for a in answers:
+        if a.error or a.not_sent.startswith("the engine had failed"):
+            short[a.cls] = short.get(a.cls, 0) + 1
+    out = []
+    for c in checks:
+        cls = c.evidence.get("probe_class")
+        if c.state == PASS and cls in short:
+            n = sum(1 for a in answers if a.cls == cls)
+            c = Assessment(c.check, INCONCLUSIVE, {
+                **c.evidence, "reason": f"{short[cls]} of the class's {n} requests did not "
+                "complete (failed, or not sent after the engine failed)"}, None, c.unit)
+        out.append(c)
+    return out
+
+
+def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[Assessment]:
+    """The checks per class over the answers' positions (each check's evidence names its class,
+    ``probe_class``); the temperature check on the tokens verify produced where they can be
+    found, else on every token with the blind spot bounded (``verified.py``)."""
     checks = []
     for cls in CLASSES:
-        positions = by_class.get(cls)
-        if positions is None:
+        mine = [a for a in answers if a.cls == cls]
+        if not mine:
             continue
+        positions = [p for a in mine for p in a.positions]
         if cls == "greedy":
-            checks.append(greedy_check(positions, tie_margin(dtype)))
-            continue
-        verify = [p for p in positions if p.role in VERIFY_ROLES]
-        roles_known = any(p.role for p in positions)
-        checks.append(temperature_check(verify if roles_known else positions, sem, label=cls))
-        if cls in ("top-p", "top-k"):
-            checks.append(truncation_check(positions, sem, label=cls))
+            found = [greedy_check(positions, tie_margin(dtype))]
+        else:
+            sel = select(mine)
+            found = [guard(temperature_check(sel.positions, sem, label=cls), sel, sem)]
+            if cls in ("top-p", "top-k"):
+                found.append(truncation_check(positions, sem, label=cls))
+        checks += [replace(c, evidence={**c.evidence, "probe_class": cls}) for c in found]
     return checks
 
 
@@ -181,6 +250,12 @@ def against_reference(reference: str, plan: ProbePlan, answers: list[Answer], dt
     return Assessment("greedy against target-only", state, ev)
 
 
+#: what a temperature check tested, as its line says
+TESTED = {"verify": "only the tokens verify produced",
+          "blind": "every token: which ones verify produced is unknown",
+          "all": "every token (no request shows speculation)"}
+
+
 def format_probe(r: ProbeResult) -> str:
     """The verdict as text: one line per check with its evidence, then the engine's own figures."""
     acc = r.acceptance
@@ -203,6 +278,19 @@ def format_probe(r: ProbeResult) -> str:
         lines.append(f"  {c.check:<34} {state_text(c.state, c.need, c.unit, ev.get('reason')):<40} {figures}")
         if ev.get("message") and c.state == FAIL:
             lines.append(f"      {ev['message']}")
+        if ev.get("positions_tested") in TESTED:
+            lines.append(f"      tested {TESTED[ev['positions_tested']]}"
+                         + (f" ({', '.join(ev['roles_from'])})" if ev.get("roles_from") else ""))
+    e = r.engine_error
+    if e is not None:
+        lines.append(f"  ENGINE FAILED under the probe after {e['after_seconds']:.1f} s and "
+                     f"{e['answered_before']} answered requests: request {e['index']} (class "
+                     f"{e['class']}, {json.dumps(e['sampling'])}) got {e['error']}")
+        if e["in_flight"]:
+            lines.append("      in flight then: " + "; ".join(
+                f"request {x['index']} ({x['class']})" for x in e["in_flight"]))
+        lines.append(f"      {e['failed']} request(s) failed, {e['not_sent']} not sent; no check "
+                     "on an incomplete class can PASS")
     for note in r.semantics.notes + r.notes:
         lines.append(f"  note: {note}")
     lines.append(f"  VERDICT {r.verdict.upper()}")
@@ -231,6 +319,13 @@ def probe_records(r: ProbeResult, run_id: str) -> list[Any]:
             top_p=float(a.sampling.get("top_p", 1.0)), top_k=int(a.sampling.get("top_k", 0)),
             output_text=a.text, category=f"probe-{a.cls}",
             num_draft_tokens=a.drafted, num_accepted_tokens=a.accepted))
+    if r.engine_error is not None:
+        e = r.engine_error
+        out.append(schema.AnomalyRecord(
+            run_id=run_id, kind="probe_engine_error", severity="critical", t_ns=now,
+            message=f"the engine failed under the probe: request {e['index']} (class "
+                    f"{e['class']}) got {e['error']}",
+            evidence={k: v for k, v in e.items() if k != "error"}))
     for c in r.checks:
         if c.state == FAIL:
             out.append(schema.AnomalyRecord(

@@ -20,6 +20,7 @@ Shapes read (the OpenAI API as each engine serves it):
 from __future__ import annotations
 
 import concurrent.futures
+import http.client
 import json
 import re
 import threading
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .checks import TEMPERATURE_FIRST, TRUNCATION_FIRST, Position, Semantics
+from .ngram import NgramSettings, replay
 
 #: per engine: what it needs to return log-probabilities, for the error that says it
 ENABLE = {
@@ -96,12 +98,31 @@ class Answer:
     prompt: str
     sampling: dict[str, Any]
     response: dict[str, Any] | None = None
+    #: the request was sent and failed: the engine's own words (its error message, or what
+    #: happened to the connection)
     error: str = ""
+    #: the request was never sent, and why (fail-fast, budget, deadline, a failed engine)
+    not_sent: str = ""
+    status: int | None = None  #: the HTTP status of a failed request; None where none came
+    #: the failure is the engine's (HTTP 5xx, a dropped or refused connection, no answer within
+    #: the timeout), not a refusal of this request (HTTP 4xx)
+    engine_failed: bool = False
+    index: int = 0  #: its place in the plan
+    t_sent_s: float | None = None  #: seconds from the first send until this one was sent
+    t_done_s: float | None = None  #: ... until it was answered or failed
     seconds: float = 0.0
     positions: list[Position] = field(default_factory=list)
     drafted: int | None = None  #: the engine's own per-request counts, where it gives them
     accepted: int | None = None
     text: str = ""
+    #: how each position's role is known: "per-step" (every step drafted: the engine's per-step
+    #: figures place every token), "replay" (prompt lookup replayed from the token ids and
+    #: confirmed by the engine's figures), or "" (unknown)
+    roles_by: str = ""
+    #: an upper bound of the output tokens verify produced (accepted drafts and the tokens drawn
+    #: at a rejection) from the engine's own counts; None where it gives none
+    verified_at_most: int | None = None
+    why_unplaced: str = ""  #: why the roles stay unknown, where they do
 
 
 def body(plan: Any, engine: str, cls: str, prompt: str, sampling: dict[str, Any], model: str,
@@ -118,6 +139,8 @@ def body(plan: Any, engine: str, cls: str, prompt: str, sampling: dict[str, Any]
         return "/generate", {"text": prompt, "sampling_params": params, "return_logprob": True,
                              "top_logprobs_num": top_logprobs, **plan.extra}
     out: dict[str, Any] = {"model": model, "max_tokens": plan.max_tokens, "seed": seed, **fields}
+    if engine == "vllm":  # token ids (prompt and output) for the prompt-lookup replay
+        out.update(return_token_ids=True, return_tokens_as_token_ids=True)
     if plan.endpoint == "completions":
         out.update(prompt=prompt, logprobs=top_logprobs)
         path = "/v1/completions"
@@ -186,26 +209,73 @@ def engine_counts(response: dict[str, Any]) -> Any:
     return found[0] if found else None
 
 
-def roles(positions: list[Position], response: dict[str, Any]) -> tuple[list[Position], int | None, int | None]:
-    """Each position's role from the per-step detail where the response has it (vLLM's
-    ``per_step_accepted`` / ``per_step_drafted``; exact only when every step drafted, else left
-    unknown), and the request's drafted and accepted counts (``engine_counts``)."""
+def token_ids(response: dict[str, Any]) -> tuple[list[int], list[int]] | None:
+    """(prompt ids, output ids) where the response carries them (vLLM's ``return_token_ids``:
+    ``prompt_token_ids`` and ``choices[0].token_ids``), else None."""
+    prompt = response.get("prompt_token_ids")
+    output = ((response.get("choices") or [{}])[0]).get("token_ids")
+    if isinstance(prompt, list) and isinstance(output, list) and output:
+        return [int(t) for t in prompt], [int(t) for t in output]
+    return None
+
+
+def roles(positions: list[Position], response: dict[str, Any],
+          ngram: NgramSettings | None = None) -> tuple[list[Position], int | None, int | None]:
+    """Each position's role, and the request's drafted and accepted counts (``engine_counts``).
+    Roles from the per-step detail where the response has it (vLLM's ``per_step_accepted`` /
+    ``per_step_drafted``) and every step drafted; else, under prompt lookup with known
+    ``ngram`` settings, from the proposer replayed over the response's token ids and confirmed
+    by the engine's own figures; else left unknown."""
+    placed, drafted, accepted, _, _, _ = place(positions, response, ngram)
+    return placed, drafted, accepted
+
+
+def place(positions: list[Position], response: dict[str, Any], ngram: NgramSettings | None = None
+          ) -> tuple[list[Position], int | None, int | None, str, int | None, str]:
+    """``roles`` with how they are known ("per-step", "replay" or ""), an upper bound of the
+    tokens verify produced (from the engine's counts) and why the roles stay unknown."""
     req = engine_counts(response)
     drafted = req.drafted if req is not None else None
     accepted = req.accepted if req is not None else None
     detail = req.extra if req is not None else {}
     acc, dra = detail.get("per_step_accepted"), detail.get("per_step_drafted")
-    if not acc or not dra or len(acc) != len(dra):
-        return positions, drafted, accepted
-    committed = 1 + sum(a + 1 for a in acc)  # prefill's token, then accepted + 1 per step
-    if not (len(positions) <= committed <= len(positions) + max(dra)):
-        return positions, drafted, accepted  # steps without a draft sit somewhere: unknown
-    labels = ["prefill"]
-    for a, d in zip(acc, dra):
-        labels += ["accepted"] * a + ["correction" if a < d else "bonus"]
-    out = [Position(**{**p.__dict__, "role": labels[p.index]}) if p.index < len(labels) else p
-           for p in positions]
-    return out, drafted, accepted
+    steps = list(zip(dra, acc)) if acc and dra and len(acc) == len(dra) else None
+    verified = None
+    if steps is not None:  # exact: each step's accepted drafts and its rejection, if any
+        verified = sum(a + (a < d) for d, a in steps)
+    elif drafted is not None:
+        verified = drafted  # each drafted token yields at most one verified token
+    if verified is not None:
+        verified = min(verified, len(positions))
+
+    def labelled(labels: list[str] | tuple[str, ...]) -> list[Position]:
+        return [Position(**{**p.__dict__, "role": labels[p.index]}) if p.index < len(labels) else p
+                for p in positions]
+
+    if drafted == 0:  # the engine says it drafted nothing: every token sampled outside verify
+        return labelled(["undrafted"] * len(positions)), drafted, accepted, "engine", 0, ""
+    if steps is not None:
+        committed = 1 + sum(a + 1 for a in acc)  # prefill's token, then accepted + 1 per step
+        if len(positions) <= committed <= len(positions) + max(dra):
+            labels = ["prefill"]
+            for a, d in zip(acc, dra):
+                labels += ["accepted"] * a + ["correction" if a < d else "bonus"]
+            return labelled(labels), drafted, accepted, "per-step", verified, ""
+    ids = token_ids(response)
+    why = ""
+    if ngram is None:
+        why = "the n-gram settings are unknown (--ngram K:MIN:MAX)"
+    elif ids is None:
+        why = "the response has no token ids"
+    elif len(ids[1]) != len(positions):
+        why = f"{len(ids[1])} token ids for {len(positions)} positions"
+    else:
+        r = replay(ids[0], ids[1], ngram, per_step=steps,
+                   totals=(drafted, accepted) if drafted is not None and accepted is not None else None)
+        if r.ok and (steps is not None or drafted is not None):
+            return labelled(r.roles), drafted, accepted, "replay", r.num_verified, ""
+        why = r.reason or "the engine gives no speculative counts to confirm the replay"
+    return positions, drafted, accepted, "", verified, why
 
 
 def top_logprobs_limit(message: str) -> int | None:
@@ -215,26 +285,58 @@ def top_logprobs_limit(message: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def engine_message(text: str) -> str:
+    """The engine's own message from an error body (OpenAI's ``{"error": {"message": ...}}``,
+    vLLM's and SGLang's ``{"message": ...}`` or ``{"detail": ...}``), else the text itself."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return text.strip()
+    if isinstance(doc, dict):
+        err = doc.get("error", doc)
+        if isinstance(err, dict):
+            for key in ("message", "detail", "msg"):
+                if err.get(key):
+                    return str(err[key])
+        elif err:
+            return str(err)
+    return text.strip()
+
+
 def send(url: str, engine: str, model: str, plan: Any, requests: list[tuple[str, str, dict]],
          top_logprobs: int, stop: Any = None) -> tuple[list[Answer], int]:
-    """Every request with at most ``plan.concurrency`` in flight, until the token budget or the
-    deadline is spent, or ``stop(answers so far)`` says the verdict is in (a check failed);
-    returns the answers and the top-logprobs count the server took."""
-    answers = [Answer(cls, prompt, sampling) for cls, prompt, sampling in requests]
-    used = {"tokens": 0, "stopped": False}
+    """Every request with at most ``plan.concurrency`` in flight, in the plan's order, until the
+    token budget or the deadline is spent, ``stop(answers so far)`` says the verdict is in (a
+    check failed), or the engine fails (HTTP 5xx, a dropped or refused connection, no answer
+    within the timeout: nothing more is sent to it); returns the answers and the top-logprobs
+    count the server took."""
+    answers = [Answer(cls, prompt, sampling, index=i)
+               for i, (cls, prompt, sampling) in enumerate(requests)]
+    used = {"tokens": 0, "stopped": False, "engine_failed": False}
     lock = threading.Lock()
     limit = {"n": top_logprobs}
-    t_end = time.monotonic() + plan.deadline_s
+    t_start = time.monotonic()
+    t_end = t_start + plan.deadline_s
+
+    def fail(a: Answer, error: str, status: int | None, engine_failed: bool) -> None:
+        with lock:
+            a.error, a.status, a.engine_failed = error or "(no message)", status, engine_failed
+            a.t_done_s = time.monotonic() - t_start
+            used["engine_failed"] = used["engine_failed"] or engine_failed
 
     def one(i: int) -> None:
         a = answers[i]
         with lock:
+            if used["engine_failed"]:
+                a.not_sent = "the engine had failed under an earlier request"
+                return
             if used["stopped"]:
-                a.error = "not sent: a check had failed"
+                a.not_sent = "a check had failed (fail-fast)"
                 return
             if used["tokens"] >= plan.token_budget or time.monotonic() > t_end:
-                a.error = "not sent: token budget or deadline spent"
+                a.not_sent = "token budget or deadline spent"
                 return
+            a.t_sent_s = time.monotonic() - t_start
         for _ in range(3):
             path, payload = body(plan, engine, a.cls, a.prompt, a.sampling, model, limit["n"],
                                  plan.seed + i)
@@ -247,24 +349,36 @@ def send(url: str, engine: str, model: str, plan: Any, requests: list[tuple[str,
                 a.seconds = time.monotonic() - t0
                 break
             except urllib.error.HTTPError as exc:
-                text = exc.read().decode("utf-8", "replace")[:500]
+                try:
+                    text = exc.read().decode("utf-8", "replace")[:2000]
+                except (OSError, http.client.HTTPException):
+                    text = ""
                 allowed = top_logprobs_limit(text) if "logprob" in text.lower() else None
                 if exc.code == 400 and allowed is not None and allowed < limit["n"]:
                     limit["n"] = allowed
                     continue
-                a.error = f"HTTP {exc.code}: {text}"
+                fail(a, f"HTTP {exc.code}: {engine_message(text) or exc.reason}", exc.code,
+                     exc.code >= 500)
                 return
-            except (OSError, ValueError) as exc:
-                a.error = f"{type(exc).__name__}: {exc}"
+            except (OSError, http.client.HTTPException) as exc:
+                # refused, reset or dropped connections, and timeouts: the engine stopped answering
+                reason = getattr(exc, "reason", exc)
+                fail(a, f"{type(reason).__name__}: {reason}", None, True)
+                return
+            except ValueError as exc:  # an answer that is not JSON
+                fail(a, f"the response is not JSON ({exc})", None, False)
                 return
         if a.response is None:
             return
         rid = str(a.response.get("id") or f"probe-{i}")
-        a.positions, a.drafted, a.accepted = roles(positions_of(a.response, rid, a.sampling), a.response)
+        (a.positions, a.drafted, a.accepted, a.roles_by, a.verified_at_most,
+         a.why_unplaced) = place(positions_of(a.response, rid, a.sampling), a.response,
+                                 getattr(plan, "ngram", None))
         choice = (a.response.get("choices") or [{}])[0]
         a.text = str((choice.get("message") or {}).get("content") or choice.get("text")
                      or a.response.get("text") or "")
         with lock:
+            a.t_done_s = time.monotonic() - t_start
             used["tokens"] += len(a.positions) or int((a.response.get("usage") or {}).get("completion_tokens", 0))
             if stop is not None and not used["stopped"]:
                 used["stopped"] = bool(stop([x for x in answers if x.response is not None]))

@@ -3,8 +3,8 @@ served as Prometheus metrics, in the spirit of Prometheus' blackbox_exporter. St
 
 Series (label ``target``: the probed URL; ``check``: the check's name):
 
-- ``specscope_probe_success``: 1 where the last round did not FAIL (PASS or INCONCLUSIVE), 0
-  where it did (gauge);
+- ``specscope_probe_success``: 1 where the last round neither FAILed nor ended in ERROR (PASS
+  or INCONCLUSIVE), 0 where it did (gauge);
 - ``specscope_probe_check_state{check, state}``: 1 for the state the check is in, 0 for the others
   (``pass``, ``fail``, ``inconclusive``);
 - ``specscope_probe_positions{check}``: positions the last round's check had;
@@ -15,9 +15,12 @@ Series (label ``target``: the probed URL; ``check``: the check's name):
 - ``specscope_probe_duration_seconds``, ``specscope_probe_output_tokens``,
   ``specscope_probe_last_round_timestamp_seconds``;
 - counters: ``specscope_probe_rounds_total``, ``specscope_probe_failures_total`` (rounds whose
-  verdict was FAIL), ``specscope_probe_errors_total`` (rounds that could not probe).
+  verdict was FAIL), ``specscope_probe_errors_total`` (rounds that could not probe),
+  ``specscope_probe_engine_errors_total`` (rounds in which the engine failed under the probe's
+  requests after answering earlier ones: verdict ERROR).
 
-PromQL: a verify fault in the last hour: ``increase(specscope_probe_failures_total[1h]) > 0``.
+PromQL: a verify fault in the last hour: ``increase(specscope_probe_failures_total[1h]) > 0``;
+an engine the probe brought down: ``increase(specscope_probe_engine_errors_total[1h]) > 0``.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ import time
 from typing import Any, Callable
 
 from ..collector.verdict import FAIL, STATES
+from . import ERROR
 
 #: name -> (type, help)
 SERIES = {
-    "specscope_probe_success": ("gauge", "1 where the last probe round did not FAIL, 0 where it did"),
+    "specscope_probe_success": ("gauge", "1 where the last probe round neither failed nor ended in "
+                                "ERROR (the engine failing under it), 0 where it did"),
     "specscope_probe_check_state": ("gauge", "1 for the state each check of the last round is in"),
     "specscope_probe_positions": ("gauge", "positions the last round's check had (committed tokens "
                                   "with log-probabilities)"),
@@ -47,6 +52,8 @@ SERIES = {
     "specscope_probe_failures_total": ("counter", "probe rounds whose verdict was FAIL"),
     "specscope_probe_errors_total": ("counter", "probe rounds that could not probe (unreachable, "
                                      "no log-probabilities)"),
+    "specscope_probe_engine_errors_total": ("counter", "probe rounds in which the engine failed "
+                                            "under the probe's requests (verdict ERROR)"),
 }
 
 
@@ -66,7 +73,7 @@ class ProbeLoop:
         self.on_round = on_round
         self.last: Any = None
         self.last_error = ""
-        self.rounds = self.failures = self.errors = 0
+        self.rounds = self.failures = self.errors = self.engine_errors = 0
         self.last_ns = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -89,6 +96,7 @@ class ProbeLoop:
             else:
                 self.last, self.last_error = result, ""
                 self.failures += result.verdict == FAIL
+                self.engine_errors += result.verdict == ERROR
         if self.on_round is not None:
             self.on_round(result, error)
 
@@ -114,23 +122,25 @@ class ProbeLoop:
         """The exposition text of the last round and the counters."""
         with self._lock:
             return render_probe(self.target, self.last, self.rounds, self.failures, self.errors,
-                                self.last_ns)
+                                self.last_ns, self.engine_errors)
 
 
 def render_probe(target: str, result: Any, rounds: int, failures: int, errors: int,
-                 last_ns: int) -> str:
+                 last_ns: int, engine_errors: int = 0) -> str:
     """Prometheus text for one probed target (pure)."""
     t = f'target="{_esc(target)}"'
     lines: dict[str, list[str]] = {name: [] for name in SERIES}
     lines["specscope_probe_rounds_total"].append(f"specscope_probe_rounds_total{{{t}}} {rounds}")
     lines["specscope_probe_failures_total"].append(f"specscope_probe_failures_total{{{t}}} {failures}")
     lines["specscope_probe_errors_total"].append(f"specscope_probe_errors_total{{{t}}} {errors}")
+    lines["specscope_probe_engine_errors_total"].append(
+        f"specscope_probe_engine_errors_total{{{t}}} {engine_errors}")
     if last_ns:
         lines["specscope_probe_last_round_timestamp_seconds"].append(
             f"specscope_probe_last_round_timestamp_seconds{{{t}}} {last_ns / 1e9:.3f}")
     if result is not None:
         lines["specscope_probe_success"].append(
-            f"specscope_probe_success{{{t}}} {0 if result.verdict == FAIL else 1}")
+            f"specscope_probe_success{{{t}}} {0 if result.verdict in (FAIL, ERROR) else 1}")
         lines["specscope_probe_duration_seconds"].append(
             f"specscope_probe_duration_seconds{{{t}}} {result.seconds:.3f}")
         lines["specscope_probe_output_tokens"].append(f"specscope_probe_output_tokens{{{t}}} {result.tokens}")

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .ngram import NgramSettings
+
 #: the sampling classes the probe sends, by name: each class's request fields
 CLASSES: dict[str, dict[str, Any]] = {
     "greedy": {"temperature": 0.0},
@@ -18,6 +20,10 @@ CLASSES: dict[str, dict[str, Any]] = {
     "top-p": {"temperature": 0.8, "top_p": 0.9},
     "top-k": {"temperature": 0.8, "top_k": 20},
 }
+#: the classes most likely to bring an engine down, sent after every other class's requests
+#: (vLLM 0.32's CPU build crashes its engine core on top-k under speculation, every later
+#: request answered HTTP 500): what the other classes show is in before the risk is taken
+RISKY = ("top-k",)
 
 REPETITIVE = (
     "Repeat the following text exactly, word for word:\nThe committee met on Tuesday to review "
@@ -64,10 +70,14 @@ class ProbePlan:
     #: send no more requests once a check has failed (the verdict cannot change); those in
     #: flight finish and count
     fail_fast: bool = True
+    #: prompt lookup's settings on the engine (``--ngram K:MIN:MAX``): the proposer is replayed
+    #: over each response's token ids to find the tokens verify produced
+    ngram: NgramSettings | None = None
 
     def requests_to_send(self) -> list[tuple[str, str, dict[str, Any]]]:
-        """(class, prompt, sampling fields) per request: classes in turn; greedy requests take
-        the repetitive prompts first, sampled ones alternate repetitive and open-ended."""
+        """(class, prompt, sampling fields) per request: classes in turn, the risky ones
+        (``RISKY``) after all the others; greedy requests take the repetitive prompts first,
+        sampled ones alternate repetitive and open-ended."""
         unknown = [c for c in self.classes if c not in CLASSES]
         if unknown:
             raise ValueError(f"unknown probe class(es) {', '.join(unknown)}; known: "
@@ -79,4 +89,4 @@ class ProbePlan:
             pool = REPETITIVE if cls == "greedy" or j % 2 == 0 else OPEN_ENDED
             out.append((cls, pool[(j // (1 if cls == "greedy" else 2)) % len(pool)],
                         dict(CLASSES[cls])))
-        return out
+        return sorted(out, key=lambda r: r[0] in RISKY)  # stable: the turn order otherwise
