@@ -21,13 +21,23 @@ LLAMACPP_STAMP   := $(LLAMACPP_VENV)/.installed-$(LLAMACPP_VERSION)
 LLAMACPP_CMAKE   := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
                     -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON
 
+# SGLang 0.5.21 on the CPU, a real engine for the tests: its own environment. Its declared
+# requirements include CUDA-only packages, so sglang goes in without them and its CPU-safe ones
+# follow, with the CPU torch held by a constraints file (pip would pick the CUDA torch 2.14.1);
+# sgl_kernel is the tests' plain-torch stand-in (no CPU build is published); torchvision, which
+# SGLang cannot import without, is PyPI's CUDA build: it imports here without its C ops
+SGLANG_VENV  ?= .venv-sglang
+SGLANG_STAMP := $(SGLANG_VENV)/.installed-stamp
+SGLANG_PIN   := sglang==0.5.21
+SGLANG_CPU   := tests/engines/sglang_cpu
+
 # Arize Phoenix, a real OpenTelemetry backend for the OTLP tests: its own environment (about
 # 150 packages, no torch); the stamp names the version, as llama.cpp's
 PHOENIX_VERSION := 20.26.1
 PHOENIX_VENV    ?= .venv-phoenix
 PHOENIX_STAMP   := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 
-.PHONY: demo test test-fast bench soak client-check clean docs vllm-env llamacpp-env phoenix-env
+.PHONY: demo test test-fast bench soak client-check clean docs vllm-env llamacpp-env phoenix-env sglang-env
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +66,23 @@ $(VLLM_STAMP): Makefile pyproject.toml tests/engines/vllm_faults/pyproject.toml
 
 vllm-env: $(VLLM_STAMP)
 
+$(SGLANG_STAMP): Makefile pyproject.toml $(SGLANG_CPU)/requirements.txt $(SGLANG_CPU)/constraints.txt \
+                 $(SGLANG_CPU)/pyproject.toml
+	$(PYTHON) -m venv $(SGLANG_VENV)
+	$(SGLANG_VENV)/bin/python -m pip install -q --upgrade pip
+	$(SGLANG_VENV)/bin/python -m pip install -q --no-deps $(SGLANG_PIN) torchvision==0.28.0
+	$(SGLANG_VENV)/bin/python -m pip install -q -r $(SGLANG_CPU)/requirements.txt \
+	  -c $(SGLANG_CPU)/constraints.txt
+	# torchvision's fake kernels for its C ops fail to register without them: empty them
+	$(SGLANG_VENV)/bin/python -c "import sysconfig, pathlib; \
+	  pathlib.Path(sysconfig.get_paths()['purelib'], 'torchvision', '_meta_registrations.py') \
+	  .write_text('# emptied by the Makefile: no torchvision C ops in this environment\n')"
+	$(SGLANG_VENV)/bin/python -m pip install -q --no-deps -e . -e $(SGLANG_CPU)
+	$(SGLANG_VENV)/bin/python -c "import torchvision, sgl_kernel, sglang.srt.server_args"
+	touch $(SGLANG_STAMP)
+
+sglang-env: $(SGLANG_STAMP)
+
 $(LLAMACPP_STAMP):
 	$(PYTHON) -m venv $(LLAMACPP_VENV)
 	$(LLAMACPP_VENV)/bin/python -m pip install -q --upgrade pip
@@ -76,9 +103,10 @@ phoenix-env: $(PHOENIX_STAMP)
 demo: $(STAMP) $(if $(findstring vllm,$(DEMO_ARGS)),$(VLLM_STAMP))
 	$(PY) -m specscope demo $(DEMO_ARGS)
 
-test: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(PHOENIX_STAMP)
+test: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(PHOENIX_STAMP) $(SGLANG_STAMP)
 	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python SPECSCOPE_LLAMACPP_PYTHON=$(LLAMACPP_VENV)/bin/python \
-	  SPECSCOPE_PHOENIX=$(PHOENIX_VENV)/bin/phoenix $(PY) -m pytest -q
+	  SPECSCOPE_PHOENIX=$(PHOENIX_VENV)/bin/phoenix SPECSCOPE_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python \
+	  $(PY) -m pytest -q
 
 test-fast: $(STAMP) $(AIPERF_STAMP)
 	$(PY) -m pytest -q -m "not slow"
@@ -100,4 +128,4 @@ bench: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP)
 	  $(PY) -m benchmarks.run --out BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) $(AIPERF_VENV) $(VLLM_VENV) $(LLAMACPP_VENV) $(PHOENIX_VENV) demo demo-trace.jsonl .pytest_cache test-artifacts site docs/reference
+	rm -rf $(VENV) $(AIPERF_VENV) $(VLLM_VENV) $(LLAMACPP_VENV) $(PHOENIX_VENV) $(SGLANG_VENV) demo demo-trace.jsonl .pytest_cache test-artifacts site docs/reference
