@@ -43,7 +43,8 @@ Prompt lookup (n-gram): most tokens come from steps without a draft, which verif
 touched. Give the engine's settings with --ngram K:MIN:MAX (num_speculative_tokens,
 prompt_lookup_min, prompt_lookup_max): the probe asks vLLM for token ids, replays its n-gram
 proposer over each response and tests the temperature classes on the tokens verify produced
-(the replay must reproduce vLLM's own per-step figures). Without it, a check that cannot
+(the replay must reproduce vLLM's own per-step figures). Without it the probe reads the
+settings off vLLM's per-step figures where they fit one way only; a check that still cannot
 place the tokens verify produced PASSes only if even a fault confined to them would have shown.
 
 Verdicts and exit statuses:

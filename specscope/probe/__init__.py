@@ -23,8 +23,8 @@ from typing import Any
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment, state_text
 from ..exact import tie_margin
 from .checks import Semantics, greedy_check, overall, temperature_check, truncation_check
-from .client import ENABLE, Answer, ProbeError, detect, semantics, send
-from .verified import guard, select
+from .client import ENABLE, Answer, ProbeError, detect, place, semantics, send
+from .verified import guard, infer_ngram, select
 from .workload import CLASSES, ProbePlan
 
 __all__ = ["CLASSES", "ERROR", "ProbeError", "ProbePlan", "ProbeResult", "format_probe", "probe",
@@ -92,6 +92,11 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
     sem = semantics(engine, logprobs_mode)
     stop = (lambda done: overall(run_checks(done, sem, dtype)) == FAIL) if plan.fail_fast else None
     answers, took = send(url, engine, model, plan, plan.requests_to_send(), top_logprobs, stop)
+    inferred, inferred_note = (None, "") if plan.ngram is not None else infer_ngram(answers)
+    for a in answers:  # the unplaced requests, placed by the settings read off the engine
+        if inferred is not None and a.response is not None and not a.roles_by:
+            (a.positions, _, _, a.roles_by, a.verified_at_most,
+             a.why_unplaced) = place(a.positions, a.response, inferred)
     got = [a for a in answers if a.response is not None]
     if not got:
         errors = sorted({a.error for a in answers if a.error})[:3]
@@ -111,6 +116,8 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
             + (" (llama.cpp under speculation returns logprob 0.0 and no alternatives after the "
                "first token, upstream #27972)" if engine == "llamacpp" else "")
             + ": unknown, not evidence")
+    if inferred_note:
+        result.notes.append(inferred_note)
     if result.engine_error is not None:
         result.verdict = ERROR
         return result  # a reference is not asked to judge an engine that failed

@@ -159,3 +159,23 @@ def replay(prompt: Sequence[int], output: Sequence[int], s: NgramSettings, *,
             return Replay((), tuple(steps), f"the replay drafts {drafted} and accepts {accepted}; "
                           f"the engine says {totals[0]} and {totals[1]}")
     return Replay(tuple(roles[:len(out)]), tuple(steps))
+
+
+#: the n-gram lengths tried where the settings are inferred (vLLM's default is 5:5)
+INFER_MAX_N = 10
+
+
+def infer(samples: Sequence[tuple[Sequence[int], Sequence[int], Sequence[tuple[int, int]]]],
+          k: int) -> list[NgramSettings]:
+    """Every (``prompt_lookup_min``, ``prompt_lookup_max``) up to ``INFER_MAX_N`` under which
+    the replay reproduces each sample's (prompt ids, output ids, per-step (drafted, accepted))
+    exactly, with ``k`` the engine's ``num_speculative_tokens``; best tried on the samples with
+    the most steps first, so wrong settings drop out early."""
+    order = sorted(samples, key=lambda x: -len(x[2]))
+    out = []
+    for lo in range(1, INFER_MAX_N + 1):
+        for hi in range(lo, INFER_MAX_N + 1):
+            s = NgramSettings(k, lo, hi)
+            if all(replay(p, o, s, per_step=st).ok for p, o, st in order):
+                out.append(s)
+    return out

@@ -18,6 +18,8 @@ from typing import Any, Sequence
 
 from ..collector.verdict import FAIL, INCONCLUSIVE, Assessment
 from .checks import Position, Semantics, _tail_bound, p_max_bound
+from .client import engine_counts, token_ids
+from .ngram import infer, replay
 
 #: roles of the tokens verify committed: the temperature check keeps only these where known
 VERIFY_ROLES = ("accepted", "correction")
@@ -137,3 +139,38 @@ def guard(check: Assessment, sel: Selection, sem: Semantics) -> Assessment:
                "can rule out")
     ev["reason"] = why
     return Assessment(check.check, INCONCLUSIVE, ev, None, check.unit)
+
+
+def infer_ngram(answers: Sequence[Any]) -> tuple[Any, str]:
+    """Prompt lookup's settings read off the engine where it was not told them: every
+    (min, max) n-gram length under which the replay reproduces vLLM's per-step figures for
+    each unplaced request with token ids, with k its ``num_spec_tokens``. (settings, note):
+    settings where at least one fits and all that fit give every token the same role; None
+    with the reason otherwise (no such request: an empty note)."""
+    samples, ks = [], set()
+    for a in answers:
+        if getattr(a, "response", None) is None or a.roles_by:
+            continue
+        ids, req = token_ids(a.response), engine_counts(a.response)
+        detail = req.extra if req is not None else {}
+        acc, dra = detail.get("per_step_accepted"), detail.get("per_step_drafted")
+        if ids is None or not acc or not dra or len(acc) != len(dra):
+            continue
+        samples.append((ids[0], ids[1], list(zip(dra, acc))))
+        spec = (a.response.get("metrics") or {}).get("speculative_decoding") or {}
+        ks.add(int(spec.get("num_spec_tokens") or max(dra)))
+    if not samples:
+        return None, ""
+    if len(ks) != 1:
+        return None, f"requests disagree on num_speculative_tokens ({sorted(ks)})"
+    found = infer(samples, ks.pop())
+    if not found:
+        return None, ("no prompt-lookup settings reproduce vLLM's per-step figures (is it "
+                      "prompt lookup?)")
+    if any(len({replay(p, o, s).roles for s in found}) > 1 for p, o, _ in samples):
+        return None, (f"{len(found)} prompt-lookup settings reproduce vLLM's per-step figures "
+                      "but place tokens differently: give --ngram K:MIN:MAX")
+    return found[0], (f"prompt-lookup settings read off vLLM's per-step figures over "
+                      f"{len(samples)} requests: {found[0]}"
+                      + (f" (or {', '.join(map(str, found[1:4]))}{' ...' if len(found) > 4 else ''}"
+                         ", which place every token alike)" if len(found) > 1 else ""))

@@ -4,11 +4,14 @@ engine's own per-step figures."""
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from specscope.probe.ngram import NgramSettings, propose, replay
+from specscope.probe.ngram import NgramSettings, infer, propose, replay
 
 
 def _brute(tokens: list[int], s: NgramSettings) -> list[int]:
@@ -76,3 +79,46 @@ def test_replay_gives_each_token_its_role_and_checks_the_engine():
     # the engine trimmed a draft (its drafted count says so)
     trimmed = replay(prompt, output, s, per_step=[(2, 2)])
     assert trimmed.ok and trimmed.roles[4] == "bonus"
+
+
+def test_settings_are_inferred_from_the_engines_per_step_figures():
+    rng = random.Random(3)
+    truth = NgramSettings(4, 2, 5)
+    samples = []
+    for _ in range(12):  # outputs that copy stretches of their prompt, as prompt lookup meets
+        prompt = [rng.randint(0, 30) for _ in range(60)]
+        output = []
+        while len(output) < 50:
+            start = rng.randint(0, 50)
+            output += prompt[start:start + rng.randint(2, 9)] + [rng.randint(31, 40)]
+        r = replay(prompt, output, truth)
+        samples.append((prompt, output, r.steps))
+    found = infer(samples, k=4)
+    assert truth in found
+    # what else fits gives every token the same role: the roles, not the settings, matter
+    for p, o, _ in samples:
+        assert len({replay(p, o, s).roles for s in found}) == 1
+
+
+def test_a_real_vllm_prompt_lookup_run_replays_exactly():
+    """24 responses of vLLM 0.32 (CPU) serving SmolLM2-135M with prompt lookup at k 4 and
+    n-grams of 2 to 5 (the probe's workload, token ids and per-step figures kept): the replay
+    reproduces every verify step, and the settings read off the figures place tokens alike."""
+    from specscope.probe.verified import infer_ngram
+
+    responses = json.loads((Path(__file__).parent / "vllm_ngram_responses.json").read_text())
+    truth = NgramSettings(4, 2, 5)
+    steps = 0
+    for r in responses:
+        spec = r["metrics"]["speculative_decoding"]
+        per_step = list(zip(spec.get("per_step_drafted") or [], spec.get("per_step_accepted") or []))
+        got = replay(r["prompt_token_ids"], r["choices"][0]["token_ids"], truth, per_step=per_step)
+        assert got.ok, got.reason
+        steps += len(per_step)
+    assert steps > 100
+    answers = [SimpleNamespace(response=r, roles_by="") for r in responses]
+    found, note = infer_ngram(answers)
+    assert found is not None and "read off vLLM's per-step figures over" in note, note
+    for r in responses:
+        p, o = r["prompt_token_ids"], r["choices"][0]["token_ids"]
+        assert replay(p, o, found).roles == replay(p, o, truth).roles
