@@ -131,24 +131,28 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
 
 def engine_failure(answers: list[Answer]) -> dict[str, Any] | None:
     """The engine's failure under the probe, if it failed after answering an earlier request:
-    the first request that failed with the engine's words, the requests in flight then (sent
-    before it failed, not yet answered), and what was answered before and not sent after."""
+    the last request sent before it failed (class, sampling, prompt), every request in flight
+    then, the first request that failed with the engine's words, and what was answered before
+    and not sent after. Every request in a batch the engine was running fails with it, so the
+    request that brought it down is one of those in flight; the last one sent is named."""
     failed = sorted((a for a in answers if a.engine_failed), key=lambda a: a.t_done_s or 0.0)
     if not failed or not any(a.response is not None for a in answers):
         return None
     first = failed[0]
     t = first.t_done_s or 0.0
-    in_flight = [a for a in answers if a is not first and a.t_sent_s is not None
-                 and a.t_sent_s <= t and (a.t_done_s is None or a.t_done_s >= t)]
+    in_flight = sorted((a for a in answers if a.t_sent_s is not None and a.t_sent_s <= t
+                        and (a.t_done_s is None or a.t_done_s >= t)),
+                       key=lambda a: a.t_sent_s or 0.0)
+    last = in_flight[-1] if in_flight else first
 
     def named(a: Answer) -> dict[str, Any]:
         return {"index": a.index, "class": a.cls, "sampling": a.sampling, "prompt": a.prompt[:80]}
 
-    return {**named(first), "status": first.status, "error": first.error,
-            "after_seconds": round(t, 3),
+    return {**named(last), "status": first.status, "error": first.error,
+            "first_failed": first.index, "after_seconds": round(t, 3),
             "answered_before": sum(1 for a in answers if a.response is not None
                                    and (a.t_done_s or 0.0) <= t),
-            "in_flight": [named(a) for a in sorted(in_flight, key=lambda a: a.t_sent_s or 0.0)],
+            "in_flight": [named(a) for a in in_flight],
             "failed": sum(1 for a in answers if a.error),
             "not_sent": sum(1 for a in answers if a.not_sent)}
 
@@ -291,9 +295,10 @@ def format_probe(r: ProbeResult) -> str:
     e = r.engine_error
     if e is not None:
         lines.append(f"  ENGINE FAILED under the probe after {e['after_seconds']:.1f} s and "
-                     f"{e['answered_before']} answered requests: request {e['index']} (class "
-                     f"{e['class']}, {json.dumps(e['sampling'])}) got {e['error']}")
-        if e["in_flight"]:
+                     f"{e['answered_before']} answered requests, the last sent before it request "
+                     f"{e['index']} (class {e['class']}, {json.dumps(e['sampling'])}): request "
+                     f"{e['first_failed']} got {e['error']}")
+        if len(e["in_flight"]) > 1:
             lines.append("      in flight then: " + "; ".join(
                 f"request {x['index']} ({x['class']})" for x in e["in_flight"]))
         lines.append(f"      {e['failed']} request(s) failed, {e['not_sent']} not sent; no check "

@@ -2,14 +2,16 @@
 127.0.0.1; each test starts its server and stops it by its PID with every process it spawned.
 
 Servers: n-gram speculation with specscope's hot path forced to fail and then working (vLLM
-serves through both; the trace counts what vLLM counts); the 4-bit draft as vLLM ships, seen
-five ways (trace, scrape, log, responses, AIPerf), where specscope and the probe find vLLM CPU's
-own verify defect; and target-only beside the repaired draft, for diverge and for the clean
+serves through both; the trace counts what vLLM counts), then probed clean, with a verify
+fault confined to the tokens verify produced, and crashed by the probe's top-k class; the
+4-bit draft as vLLM ships, seen five ways (trace, scrape, log, responses, AIPerf), where
+specscope and the probe find vLLM CPU's own verify defect; and target-only beside the repaired draft, for diverge and for the clean
 checks at the plugin's defaults (the seeded faults: ``test_verify_truth_real``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -26,7 +28,10 @@ from specscope.collector.report import build_report
 from specscope.collector.views import format_views, views_agree
 from specscope.importers import import_file
 from specscope.io.trace import read_trace
-from specscope.probe import format_probe
+from specscope.collector.verdict import Assessment
+from specscope.probe import ProbePlan, ProbeResult, format_probe, probe, run_checks
+from specscope.probe.client import semantics
+from specscope.probe.ngram import NgramSettings
 from specscope.scrape import scrape
 from specscope.serving.vllm import (MIXED_SAMPLING, VllmServer, client_request_id, drive,
                                     speculative_config)
@@ -107,10 +112,75 @@ def test_a_failing_plugin_never_stops_vllm(vllm_env):
     assert out.stderr.count("vLLM adapter not installed (SystemExit: seeded)") >= 3
 
 
+#: prompt lookup's settings on the n-gram server (issue 42's), as the probe is told them
+NGRAM = NgramSettings(k=4, min_n=2, max_n=5)
+NGRAM_PLAN = ProbePlan(classes=("greedy", "temperature", "top-p"), requests=30, max_tokens=64,
+                       concurrency=4, token_budget=30 * 64, deadline_s=150, ngram=NGRAM)
+
+
+def probe_prompt_lookup(srv: VllmServer) -> dict[str, ProbeResult]:
+    """The probe against the n-gram server clean, then with verify committing the argmax for
+    sampled requests (a fault confined to the tokens verify produced: steps without a draft
+    sample honestly, the bonus token too)."""
+    out = {}
+    for phase in ("clean", "silent_greedy"):
+        srv.fault_file.write_text("" if phase == "clean" else phase)
+        out[phase] = probe(srv.url, NGRAM_PLAN, dtype="bfloat16")
+    srv.fault_file.write_text("")
+    return out
+
+
+def blind(result: ProbeResult) -> dict[str, Assessment]:
+    """The checks over the same answers as an engine without token ids or per-step figures
+    would give them: the roles of every request that drafted unknown, only its per-request
+    counts left, every token tested and the blind spot bounded."""
+    for a in result.answers:
+        if a.response is not None and a.drafted:
+            a.verified_at_most = min(a.drafted, len(a.positions))
+            a.positions = [dataclasses.replace(p, role="") for p in a.positions]
+            a.roles_by, a.why_unplaced = "", "read blind"
+    return {c.check: c for c in run_checks(result.answers, semantics("vllm"), "bfloat16")}
+
+
+def check_prompt_lookup(results: dict[str, ProbeResult]) -> None:
+    """With the settings the probe replays vLLM's proposer and tests the tokens verify produced:
+    it never FAILs the clean server nor PASSes the fault; read blind, neither either."""
+    for phase, r in results.items():
+        placed = {a.roles_by for a in r.answers if a.response is not None}
+        print(f"--- {phase}: {r.seconds:.0f} s, {r.tokens} tokens, roles from {sorted(placed)}")
+        print(format_probe(r))
+        checks = {c.check: c for c in r.checks}
+        temperature = [c for name, c in checks.items() if name.startswith("temperature")]
+        # every request placed: the replay reproduced vLLM's own per-step figures (or the
+        # request drafted nothing)
+        assert "" not in placed, [a.why_unplaced for a in r.answers if not a.roles_by]
+        assert all(c.evidence["positions_tested"] == "verify" for c in temperature)
+        assert r.engine_error is None and r.verdict != "error"
+        if phase == "clean":
+            assert "fail" not in {c.state for c in checks.values()}, format_probe(r)
+        else:  # every verified token is the top-1, and never a PASS
+            assert all(c.state != "pass" for c in temperature) and r.verdict != "pass"
+            assert all(c.evidence["observed_top1_rate"] >= 0.98 for c in temperature)
+        read_blind = blind(r)
+        print("    read blind: " + "; ".join(f"{c.check} {c.why}" for c in read_blind.values()))
+        for name, c in read_blind.items():
+            if name.startswith("temperature"):
+                assert c.evidence["positions_tested"] == "blind"
+                assert c.state != ("fail" if phase == "clean" else "pass"), (phase, c)
+
+
 def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_counts(
         vllm_env, smollm2_checkpoints, prompts, tmp_path):
+    """Prompt lookup (k 4, n-grams of 2 to 5 tokens), one server: vLLM serves while
+    specscope's hot path fails, the trace counts what vLLM counts; the probe under issue 42's
+    settings, clean and with a verify fault confined to the tokens verify produced
+    (``check_prompt_lookup``); and last its top-k class crashing vLLM's engine core, an
+    ERROR with vLLM's words."""
     target, _ = smollm2_checkpoints
-    srv = server(tmp_path, vllm_env, target, speculative_config("ngram", k=4), "ngram", fix=True)
+    srv = server(tmp_path, vllm_env, target, speculative_config(
+        "ngram", k=NGRAM.k, prompt_lookup_min=NGRAM.min_n, prompt_lookup_max=NGRAM.max_n),
+        "ngram", fix=True)
+    srv.extra_args = ["--max-logprobs", "20"]
     with srv:
         # specscope's hot path raises SystemExit on every call: vLLM answers regardless
         srv.fault_file.write_text("break_specscope")
@@ -124,6 +194,11 @@ def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_c
         after = counters(srv.url)
         time.sleep(1.5)  # the recorders drain every 0.25 s
         records = trace_records(tmp_path / "ngram")
+        probed = probe_prompt_lookup(srv)
+        # last: the probe's default classes, top-k at the end, which brings vLLM 0.32's CPU
+        # engine core down (a step whose batch drafted nothing, with a top-k request in it)
+        crash = probe(srv.url, ProbePlan(requests=12, max_tokens=32, concurrency=4, ngram=NGRAM),
+                      dtype="bfloat16")
     steps = [r for r in records if isinstance(r, schema.VerifyStepRecord)]
     assert steps and min(s.t_ns for s in steps) >= t0  # nothing recorded while broken
     vllm = {k: (after[k] - before[k]) if k != "accepted_per_pos" else
@@ -147,6 +222,19 @@ def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_c
     # the seeded failures, counted: each process reports its totals as it exits
     health = [r for r in trace_records(tmp_path / "ngram") if isinstance(r, schema.HookHealthRecord)]
     assert sum(h.num_hook_errors for h in health) > 0, health
+    check_prompt_lookup(probed)
+    print(format_probe(crash))
+    e = crash.engine_error
+    assert crash.verdict == "error" and e is not None, format_probe(crash)
+    # the last request sent before it failed is a top-k one, every other class sent before
+    assert e["class"] == "top-k" and e["status"] == 500, e
+    assert "EngineCore encountered an issue" in e["error"], e  # vLLM's words
+    sent = {cls: [a.t_sent_s for a in crash.answers if a.cls == cls and a.t_sent_s is not None]
+            for cls in ("greedy", "temperature", "top-p", "top-k")}
+    assert max(sent["greedy"] + sent["temperature"] + sent["top-p"]) <= min(sent["top-k"])
+    log = (tmp_path / "ngram.log").read_text(errors="replace")
+    assert "apply_top_k_only" in log and "input.numel() == 0" in log  # the known crash
+    assert "pass" not in {c.state for c in crash.checks if c.evidence["probe_class"] == "top-k"}
 
 
 def test_five_views_of_one_vllm_run_agree_and_vllm_cpu_verify_is_caught(

@@ -109,7 +109,8 @@ def test_a_500_after_answers_is_an_error_naming_the_request_and_the_engines_word
     assert result.verdict == ERROR, text
     e = result.engine_error
     sent = PLAN.requests_to_send()
-    assert e["index"] == 5 and e["class"] == sent[5][0] and e["status"] == 500
+    assert e["index"] == e["first_failed"] == 5 and e["class"] == sent[5][0]
+    assert e["status"] == 500 and [x["index"] for x in e["in_flight"]] == [5]
     assert e["error"] == f"HTTP 500: {CRASH}" and e["answered_before"] == 5
     assert "ENGINE FAILED" in text and CRASH in text and "VERDICT ERROR" in text
     # nothing more was sent to a failed engine: one request failed, the rest not sent
@@ -163,6 +164,8 @@ def test_cli_exit_status_3_on_error_2_when_nothing_was_answered(capsys):
         with pytest.raises(ProbeError, match="no request was answered"):
             probe(eng.url, PLAN)  # the engine is down from the start: not an ERROR verdict
         assert main(["probe", eng.url, "--requests", "4", "--max-tokens", "8"]) == 2
+        assert main(["probe", eng.url, "--ngram", "4:2"]) == 2  # K:MIN:MAX or nothing
+        assert "K:MIN:MAX" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["probe", "--help"])
     help_text = capsys.readouterr().out
