@@ -211,9 +211,11 @@ def engine_counts(response: dict[str, Any]) -> Any:
 
 def token_ids(response: dict[str, Any]) -> tuple[list[int], list[int]] | None:
     """(prompt ids, output ids) where the response carries them (vLLM's ``return_token_ids``:
-    ``prompt_token_ids`` and ``choices[0].token_ids``), else None."""
-    prompt = response.get("prompt_token_ids")
-    output = ((response.get("choices") or [{}])[0]).get("token_ids")
+    ``choices[0].token_ids``, and ``prompt_token_ids`` beside the choices for chat, in the
+    choice for completions), else None."""
+    choice = (response.get("choices") or [{}])[0]
+    prompt = response.get("prompt_token_ids") or choice.get("prompt_token_ids")
+    output = choice.get("token_ids")
     if isinstance(prompt, list) and isinstance(output, list) and output:
         return [int(t) for t in prompt], [int(t) for t in output]
     return None

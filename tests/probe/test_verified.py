@@ -52,6 +52,10 @@ def test_a_prompt_lookup_response_is_placed_by_the_replay_and_only_by_it():
     blind = place(pos, resp, None)
     assert blind[3] == "" and blind[4] == 3 and "--ngram" in blind[5]
     assert {p.role for p in blind[0]} == {""}
+    # /v1/completions: the prompt's ids sit in the choice
+    completion = {**resp, "choices": [{**resp["choices"][0], "prompt_token_ids": PROMPT}]}
+    del completion["prompt_token_ids"]
+    assert place(pos, completion, NgramSettings(3, 2, 3))[3] == "replay"
     # settings that do not reproduce vLLM's own per-step figures are refused
     wrong = place(pos, resp, NgramSettings(3, 3, 3))
     assert wrong[3] == "" and "verify step 1" in wrong[5], wrong[5]
