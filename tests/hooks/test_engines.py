@@ -104,11 +104,15 @@ def fake_sglang(monkeypatch):
         return is_all_greedy or is_cpu or is_xpu or (is_hip and not use_rejection_sampling)
 
     def eagle_sample(verify_input, batch, logits_output):
+        """As 0.5.21's: the accepted count comes back with the bonus token included."""
         bs = len(batch.reqs)
-        predict = torch.zeros(bs * verify_input.draft_token_num, dtype=torch.int32)
-        num_correct = torch.tensor([2, 0, 3], dtype=torch.int32)[:bs]
+        n = verify_input.draft_token_num
+        predict = torch.zeros(bs * n, dtype=torch.int32)
+        accepted = [2, 0, 3][:bs]
         accept_index = torch.full((bs, verify_input.spec_steps + 1), -1, dtype=torch.int32)
-        return predict, num_correct, accept_index
+        for b, a in enumerate(accepted):
+            accept_index[b, :a + 1] = torch.arange(b * n, b * n + a + 1)
+        return predict, torch.tensor(accepted, dtype=torch.int32) + 1, accept_index
 
     mod._verify_uses_greedy = _verify_uses_greedy
     mod.eagle_sample = eagle_sample
@@ -135,10 +139,29 @@ def test_sglang_hip_greedy_path_for_temperature_requests_is_recorded(fake_sglang
     e = step.entries
     assert [x.request_id for x in e] == ["r0", "r1", "r2"]
     assert [x.num_accepted for x in e] == [2, 0, 3] and e[0].num_drafted == 3
-    # on HIP without rejection sampling, temperature requests took the greedy path: visible
+    # on HIP without rejection sampling, temperature requests took the greedy path: visible,
+    # as a fallback with its reason
     sampled = run_record.verify_mode  # what the configuration calls for at temperature > 0
     assert [(x.mode_requested, x.mode_used) for x in e] == [
-        (sampled, "greedy"), ("greedy", "greedy"), (sampled, "greedy")]
+        (sampled, schema.FALLBACK_ARGMAX), ("greedy", "greedy"), (sampled, schema.FALLBACK_ARGMAX)]
+    fallbacks = [r for r in records if isinstance(r, schema.FallbackRecord)]
+    assert [(f.request_id, f.reason, f.step) for f in fallbacks] == [
+        ("r0", "sglang_hip_verify_argmax_without_rejection_sampling", step.step),
+        ("r2", "sglang_hip_verify_argmax_without_rejection_sampling", step.step)]
+
+
+def test_sglang_requested_class_read_with_sglangs_own_defaults():
+    """SGLang normalises what arrives: temperature 0 becomes top_k 1 (its greedy), top_k off
+    (-1) becomes 1 << 30, the whole vocabulary."""
+    from specscope.hooks.engines.sglang import TOP_K_ALL, requested
+
+    def params(t, p=1.0, k=TOP_K_ALL):
+        return SimpleNamespace(temperature=t, top_p=p, top_k=k)
+
+    assert requested(params(1.0, k=1)) == (0.0, 1.0, 0)  # temperature 0, as SGLang stores it
+    assert requested(params(0.8)) == (0.8, 1.0, 0)
+    assert requested(params(0.8, 0.9, -1)) == (0.8, 0.9, 0)
+    assert requested(params(0.8, k=20)) == (0.8, 1.0, 20)
 
 
 def _fake_vllm(monkeypatch, outputs: torch.Tensor, input_batch):

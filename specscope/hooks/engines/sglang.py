@@ -1,37 +1,97 @@
-"""SGLang: wrap EAGLE verify (``eagle_utils.eagle_sample``) and record, per request, the
-accepted count and whether the greedy verify path ran for requests that asked for sampling
-(the HIP-without-rejection-sampling case). No host sync: counts stay device tensors; request
-parameters come from the requests' own host-side sampling params. The call itself is timed as
-the ``verify_sample`` phase.
+"""SGLang: wrap verify (``eagle_utils.eagle_sample``, the one function STANDALONE, EAGLE/EAGLE3
+and NGRAM all verify through) and record, per request, the accepted count, what the request
+asked for and what verify ran. No host sync: counts stay device tensors; request parameters come
+from the requests' own host-side sampling params. The call itself is timed as the
+``verify_sample`` phase.
+
+What a request asked for is read the way SGLang reads it: its ``SamplingParams`` are normalised
+on arrival, so temperature 0 arrives as ``top_k`` 1 (SGLang's greedy), and ``top_k`` "off" as
+``1 << 30`` (the whole vocabulary). Where SGLang's own predicate (``_verify_uses_greedy``) sends
+a batch down the argmax path on a request that asked for sampling (the CPU and XPU always, HIP
+without rejection sampling), the request is recorded as used ``fallback-argmax`` and a fallback
+with its reason.
 
 On the steps the statistics policy samples, sampling truth: the target's logits
-(``logits_output.next_token_logits``, copied on the device before the call) at each accepted
-path's nodes (``accept_index``, -1 past the last) against the tokens committed there
-(``predict`` at those nodes). Draft health is not recorded: SGLang's EAGLE verify samples from
-the target alone and no draft probabilities reach it.
+(``logits_output.next_token_logits``, copied before the call: verify adds penalties in place)
+at each accepted path's nodes (``accept_index``, -1 past the last) against the tokens committed
+there (``predict`` at those nodes). Draft health is not recorded: SGLang's verify samples from the
+target alone and no draft probabilities reach it.
+
+Modules that bound ``eagle_sample`` by name before the adapter installed (``ngram_worker``,
+``eagle_worker_common``) are rebound too; and the workers' per-step host callback
+(``on_verify_complete_cpu``) counts the verify steps SGLang served, so a server whose steps no
+hook saw says so, in a warning and in its trace.
 """
 
 from __future__ import annotations
 
+import sys
+import warnings
 from typing import Any
 
 from ... import schema
 
+#: SGLang's "top_k off": the whole vocabulary (``sampling_params.TOP_K_ALL``)
+TOP_K_ALL = 1 << 30
+#: engine verify steps served with no hook call before the adapter says so
+UNSEEN_AFTER = 4
+
+
+def requested(params: Any) -> tuple[float, float, int]:
+    """(temperature, top_p, top_k) a request asked for, in specscope's terms (temperature 0 =
+    greedy, top_k 0 = off), from SGLang's normalised ``SamplingParams``."""
+    temperature = float(getattr(params, "temperature", 1.0) if
+                        getattr(params, "temperature", None) is not None else 1.0)
+    top_p = float(getattr(params, "top_p", None) or 1.0)
+    top_k = getattr(params, "top_k", None)
+    top_k = -1 if top_k is None else int(top_k)
+    if top_k == 1 or temperature <= 0.0:
+        return 0.0, 1.0, 0
+    if top_k < 1 or top_k >= TOP_K_ALL:
+        top_k = 0
+    return temperature, top_p, top_k
+
+
+def _rejection_sampling() -> bool:
+    for where in ("sglang.srt.runtime_context", "sglang.srt.server_args"):
+        try:
+            get_spec = getattr(sys.modules.get(where) or __import__(where, fromlist=["_"]),
+                               "get_spec")
+            return bool(get_spec().speculative_use_rejection_sampling)
+        except Exception:
+            continue
+    return False
+
 
 def verify_mode_used(module: Any, batch: Any) -> str:
     """The verify path eagle_sample takes for this batch, by SGLang's own predicate."""
-    try:
-        from sglang.srt.server_args import get_spec  # type: ignore
-
-        rejection = bool(get_spec().speculative_use_rejection_sampling)
-    except Exception:
-        rejection = False
+    rejection = _rejection_sampling()
     greedy = module._verify_uses_greedy(
         is_all_greedy=bool(batch.sampling_info.is_all_greedy), is_cpu=bool(module._is_cpu),
         is_hip=bool(module._is_hip), is_xpu=bool(module._is_xpu), use_rejection_sampling=rejection)
     if greedy:
         return schema.GREEDY
     return schema.SPECULATIVE_SAMPLING if rejection else schema.TARGET_TEMPERATURE
+
+
+def greedy_reason(module: Any) -> str:
+    """Why SGLang's verify commits the argmax for every request on this platform."""
+    if module._is_cpu:
+        return "sglang_cpu_verify_argmax"
+    if module._is_xpu:
+        return "sglang_xpu_verify_argmax"
+    if module._is_hip:
+        return "sglang_hip_verify_argmax_without_rejection_sampling"
+    return "sglang_verify_argmax"
+
+
+def accepted_drafts(accept_index: Any) -> Any:
+    """Accepted draft tokens per request, bonus excluded, on the device: the accepted path's
+    nodes (``accept_index`` >= 0) less the root. Read from the path, not from eagle_sample's
+    count, whose meaning changed between releases (0.5.21 returns it with the bonus included)."""
+    import torch
+
+    return ((accept_index >= 0).sum(dim=1) - 1).to(torch.int32)
 
 
 def truth_inputs(logits: Any, predict: Any, accept_index: Any) -> dict:
@@ -46,24 +106,118 @@ def truth_inputs(logits: Any, predict: Any, accept_index: Any) -> dict:
     return {"target_logits": logits[rows], "committed_tokens": committed}
 
 
+def run_fields(verify_input: Any, module: Any) -> dict[str, Any]:
+    """The run record's configuration: SGLang's algorithm, chain/tree shape, model, backend."""
+    algorithm, model = "", ""
+    try:
+        from sglang.srt.runtime_context import get_server_args, get_spec  # type: ignore
+
+        algo = get_spec().speculative_algorithm
+        algorithm = str(getattr(algo, "name", algo) or "")
+        args = get_server_args()
+        model = str(getattr(args, "served_model_name", "") or getattr(args, "model_path", ""))
+    except Exception:
+        pass
+    if not algorithm:
+        algorithm = "NGRAM" if not hasattr(verify_input, "spec_steps") else "EAGLE"
+    draft_tokens = int(verify_input.draft_token_num)
+    steps = int(getattr(verify_input, "spec_steps", draft_tokens - 1))
+    topk = int(getattr(verify_input, "topk", 0) or 0)
+    backend = "hip" if module._is_hip else ("cuda" if module._is_cuda else
+                                            ("xpu" if module._is_xpu else "cpu"))
+    return {"algorithm": algorithm.lower(), "config_id": f"sglang-{algorithm.lower()}",
+            "num_steps": steps, "topk": max(0, topk), "num_draft_tokens": draft_tokens,
+            "backend": backend, "model": model, "verify_mode": schema.TARGET_TEMPERATURE}
+
+
 def record_eagle_sample(recorder: Any, verify_input: Any, batch: Any, result: tuple,
-                        mode_used: str, logits: Any = None) -> None:
-    """Turn one eagle_sample call into a verify-step record; ``logits``: the target's logits
-    as they were before the call (sampled steps only)."""
-    predict, num_correct_drafts, accept_index = result
+                        mode_used: str, logits: Any = None, reason: str = "") -> None:
+    """Turn one eagle_sample call (predict, an accepted count, accept_index) into a verify-step record (and a fallback per request that
+    asked for sampling and got the argmax); ``logits``: the target's logits as they were before
+    the call (sampled steps only)."""
+    predict, _, accept_index = result
     reqs = list(batch.reqs)
     if not reqs:
         return
-    params = [r.sampling_params for r in reqs]
-    temps = [float(getattr(p, "temperature", 0.0) or 0.0) for p in params]
-    used = [schema.GREEDY if t <= 0 else mode_used for t in temps]
+    num_correct_drafts = accepted_drafts(accept_index)
+    asked = [requested(r.sampling_params) for r in reqs]
+    used = [schema.GREEDY if t <= 0 else
+            (schema.FALLBACK_ARGMAX if mode_used == schema.GREEDY else mode_used)
+            for t, _, _ in asked]
     truth = {} if logits is None else truth_inputs(logits, predict, accept_index)
+    drafted = int(verify_input.draft_token_num) - 1  # what SGLang counts as proposed per step
+    step = recorder._step
     recorder.record_verify(
         request_ids=[str(r.rid) for r in reqs], num_accepted=num_correct_drafts,
-        num_drafted=int(verify_input.spec_steps), num_draft_tokens=int(verify_input.draft_token_num) - 1,
-        temperature=temps, top_p=[float(getattr(p, "top_p", 1.0) or 1.0) for p in params],
-        top_k=[max(0, int(getattr(p, "top_k", 0) or 0)) for p in params], mode_used=used,
+        num_drafted=drafted, num_draft_tokens=drafted, temperature=[a[0] for a in asked],
+        top_p=[a[1] for a in asked], top_k=[a[2] for a in asked], mode_used=used, step=step,
         **truth)
+    for r, (t, p, k), u in zip(reqs, asked, used):
+        if u == schema.FALLBACK_ARGMAX:
+            recorder.record_fallback(reason=reason, request_id=str(r.rid), temperature=t,
+                                     top_p=p, top_k=k, mode_requested=schema.TARGET_TEMPERATURE,
+                                     step=step)
+
+
+class _Watch:
+    """Verify steps SGLang served against those a hook saw; says so once when none were seen."""
+
+    def __init__(self) -> None:
+        self.engine_steps = 0
+        self.hook_steps = 0
+        self.warned = False
+
+    def served(self, lazy: Any, make: Any) -> None:
+        self.engine_steps += 1
+        if self.warned or self.hook_steps or self.engine_steps < UNSEEN_AFTER:
+            return
+        self.warned = True
+        message = (f"specscope: SGLang served {self.engine_steps} speculative verify steps and "
+                   "no specscope hook saw them: this trace has no verify records")
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        lazy.record(make, lambda rec: rec._emit(schema.AnomalyRecord(
+            run_id=rec.run.run_id, kind="unhooked_verify", severity="critical", message=message,
+            t_ns=rec.clock_ns(), evidence={"engine_steps": self.engine_steps})))
+
+
+def _rebind(original: Any, wrapper: Any) -> list[str]:
+    """Modules already imported that bound ``eagle_sample`` by name: point them at the wrapper."""
+    done = []
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("sglang.") and getattr(mod, "eagle_sample", None) is original:
+            mod.eagle_sample = wrapper
+            done.append(f"{name}.eagle_sample")
+    return done
+
+
+def _watch_workers(watch: _Watch, lazy: Any, make_default: Any) -> list[str]:
+    """Count SGLang's own verify steps at each speculative worker's per-step host callback."""
+    import importlib
+
+    from ..guard import SPECSCOPE_ERRORS
+
+    done = []
+    for module_name, cls_name in (("sglang.srt.speculative.eagle_worker_v2", "EAGLEWorkerV2"),
+                                  ("sglang.srt.speculative.ngram_worker", "NGRAMWorker")):
+        try:
+            cls = getattr(importlib.import_module(module_name), cls_name)
+            original = cls.__dict__["on_verify_complete_cpu"]
+        except (Exception, SystemExit):
+            continue
+        if getattr(original, "_specscope", False):
+            continue
+
+        def on_verify_complete_cpu(self, *args, _original=original, **kwargs):
+            try:
+                watch.served(lazy, make_default)
+            except SPECSCOPE_ERRORS:
+                lazy.count_error()
+            return _original(self, *args, **kwargs)
+
+        on_verify_complete_cpu._specscope = True
+        setattr(cls, "on_verify_complete_cpu", on_verify_complete_cpu)
+        done.append(f"{module_name}.{cls_name}.on_verify_complete_cpu")
+    return done
 
 
 def install(recorder: Any = None) -> list[str]:
@@ -76,17 +230,15 @@ def install(recorder: Any = None) -> list[str]:
         return []
     original = module.eagle_sample
     lazy = LazyRecorder(recorder)
+    watch = _Watch()
 
     def eagle_sample(verify_input, batch, logits_output, *args, **kwargs):
         def make():
-            return default_recorder(
-                "sglang", algorithm="eagle", num_steps=int(verify_input.spec_steps),
-                topk=int(verify_input.topk), num_draft_tokens=int(verify_input.draft_token_num),
-                backend="hip" if module._is_hip else ("cuda" if module._is_cuda else "cpu"),
-                verify_mode=schema.TARGET_TEMPERATURE)
+            return default_recorder("sglang", **run_fields(verify_input, module))
 
         logits = None
         try:
+            watch.hook_steps += 1
             rec = lazy.get(make)
             if rec is not None and rec.enabled and rec.wants_stats():
                 logits = logits_output.next_token_logits.detach().clone()  # on the device
@@ -95,10 +247,15 @@ def install(recorder: Any = None) -> list[str]:
         with lazy.phase(make, "verify_sample"):  # CUDA events on a GPU: no sync
             result = original(verify_input, batch, logits_output, *args, **kwargs)
         lazy.record(make, lambda rec: record_eagle_sample(
-            rec, verify_input, batch, result, verify_mode_used(module, batch), logits))
+            rec, verify_input, batch, result, verify_mode_used(module, batch), logits,
+            greedy_reason(module)))
         return result
+
+    def make_default():
+        return default_recorder("sglang", algorithm="unknown")
 
     eagle_sample._specscope = True
     eagle_sample._specscope_recorder = lazy
     module.eagle_sample = eagle_sample
-    return ["sglang.srt.speculative.eagle_utils.eagle_sample"]
+    patched = ["sglang.srt.speculative.eagle_utils.eagle_sample", *_rebind(original, eagle_sample)]
+    return patched + _watch_workers(watch, lazy, make_default)
