@@ -118,14 +118,14 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
             + ": unknown, not evidence")
     if inferred_note:
         result.notes.append(inferred_note)
+    if took < top_logprobs:
+        result.notes.append(f"the server allows {took} alternatives per position (asked {top_logprobs})")
     if result.engine_error is not None:
         result.verdict = ERROR
         return result  # a reference is not asked to judge an engine that failed
     if reference:
         result.checks.append(against_reference(reference, plan, answers, dtype, top_logprobs))
         result.verdict = overall(result.checks)
-    if took < top_logprobs:
-        result.notes.append(f"the server allows {took} alternatives per position (asked {top_logprobs})")
     return result
 
 

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specscope.cli import main
+from specscope.collector.report import build_report
 from specscope.probe import ERROR, ProbeError, ProbePlan, format_probe, probe, probe_records
 from specscope.probe.exporter import ProbeLoop
 from specscope.probe.workload import RISKY
@@ -129,6 +130,9 @@ def test_a_500_after_answers_is_an_error_naming_the_request_and_the_engines_word
     assert records[0].labels["probe_verdict"] == "error"
     assert any(getattr(r, "kind", "") == "probe_engine_error" and CRASH in r.message
                for r in records)
+    (sec,) = build_report(records)["runs"]  # and `report` reads it so
+    assert sec["probe"]["verdict"] == "error"
+    assert "probe_engine_error" in {f["check"] for f in sec["probe"]["failed"]}
 
 
 def test_a_dropped_connection_is_an_engine_error_too():
