@@ -1,11 +1,13 @@
 """Verify faults at the defaults on a real vLLM (CPU build, SmolLM2 with its 4-bit copy as the
 draft, k = 3): the plugin at its default statistics policy and ``specscope probe`` against the
 same server, which serves the probe's workload (18 requests of 48 tokens: greedy, temperature
-0.8, temperature 0.8 with top-p 0.9; vLLM 0.32 CPU crashes on top-k under speculation). Each
+0.8, temperature 0.8 with top-p 0.9; vLLM 0.32 CPU crashes on top-k under prompt lookup,
+where a step's batch can draft nothing: ``test_vllm_real`` holds the probe's ERROR). Each
 fault is seeded from the server's start (the three servers start together, then serve in
 turn); each must FAIL in-engine and by probe within 60 s of serving. A draft model drafts at
 every step, so vLLM's per-step detail places every token and the probe tests the tokens verify
-committed; under n-gram most tokens come from steps without a draft.
+committed; under n-gram most tokens come from steps without a draft, and the probe replays the
+proposer to find them (``test_vllm_real``'s n-gram test, a fault confined to verified tokens).
 
 The clean server at the defaults is ``test_vllm_real``'s diverge test (in-engine and probe,
 against a target-only endpoint); vLLM as shipped is its five-views test (probe FAIL).
