@@ -170,6 +170,10 @@ def test_cli_exit_status_3_on_error_2_when_nothing_was_answered(capsys):
         assert main(["probe", eng.url, "--requests", "4", "--max-tokens", "8"]) == 2
         assert main(["probe", eng.url, "--ngram", "4:2"]) == 2  # K:MIN:MAX or nothing
         assert "K:MIN:MAX" in capsys.readouterr().err
+    with FakeEngine(answer=4) as eng:  # as an exporter's rounds: 3 once the engine failed
+        rc = main(["probe", eng.url, "--requests", "8", "--max-tokens", "8", "--concurrency", "1",
+                   "--every", "0.01", "--rounds", "1"])
+        assert rc == 3 and "probe ERROR" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["probe", "--help"])
     help_text = capsys.readouterr().out
