@@ -453,6 +453,28 @@ def _per_pos_from_steps(reqs: list[Req]) -> tuple[tuple[int, ...], tuple[int, ..
     return tuple(counts), tuple(reached)
 
 
+def _per_pos_from_hist(reqs: list[Req]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(accepted, drafted) per draft position, exactly, from each request's acceptance
+    histogram (steps by accepted drafts: a step that accepted a accepted positions 1..a) and its
+    drafted tokens per step (SGLang drafts the same number every step: positions 1..d reached);
+    () when a request's drafted tokens do not divide evenly over its steps."""
+    depth = []
+    for r in reqs:
+        if not r.steps or r.drafted is None or r.drafted % r.steps:
+            return (), ()
+        depth.append(r.drafted // r.steps)
+    width = max(depth + [len(r.hist) - 1 for r in reqs])
+    accepted = [0] * width
+    reached = [0] * width
+    for r, d in zip(reqs, depth):
+        for a, n in enumerate(r.hist):
+            for p in range(a):
+                accepted[p] += n
+        for p in range(d):
+            reached[p] += r.steps
+    return tuple(accepted), tuple(reached)
+
+
 def pooled(reqs: list[Req], run_id: str, fmt: str) -> schema.SpecCountsRecord | None:
     """The sum over requests that gave drafted and accepted counts (steps only if all gave them)."""
     counted = [r for r in reqs if r.drafted is not None and r.accepted is not None]
@@ -465,6 +487,8 @@ def pooled(reqs: list[Req], run_id: str, fmt: str) -> schema.SpecCountsRecord | 
             len({len(r.per_pos) for r in counted}) == 1:
         per_pos = tuple(sum(round(r.per_pos[i] * r.steps) for r in counted)
                         for i in range(len(counted[0].per_pos)))
+    if not per_pos and all_steps and counted and all(r.hist for r in counted):
+        per_pos, reached = _per_pos_from_hist(counted)
     if counted:
         return schema.SpecCountsRecord(
             run_id=run_id, t_ns=0, num_drafts=sum(r.steps for r in counted) if all_steps else None,
