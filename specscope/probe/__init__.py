@@ -92,11 +92,7 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
     sem = semantics(engine, logprobs_mode)
     stop = (lambda done: overall(run_checks(done, sem, dtype)) == FAIL) if plan.fail_fast else None
     answers, took = send(url, engine, model, plan, plan.requests_to_send(), top_logprobs, stop)
-    inferred, inferred_note = (None, "") if plan.ngram is not None else infer_ngram(answers)
-    for a in answers:  # the unplaced requests, placed by the settings read off the engine
-        if inferred is not None and a.response is not None and not a.roles_by:
-            (a.positions, _, _, a.roles_by, a.verified_at_most,
-             a.why_unplaced) = place(a.positions, a.response, inferred)
+    inferred_note = "" if plan.ngram is not None else place_by_inference(answers)
     got = [a for a in answers if a.response is not None]
     if not got:
         errors = sorted({a.error for a in answers if a.error})[:3]
@@ -127,6 +123,18 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
         result.checks.append(against_reference(reference, plan, answers, dtype, top_logprobs))
         result.verdict = overall(result.checks)
     return result
+
+
+def place_by_inference(answers: list[Answer]) -> str:
+    """Places the requests whose roles are unknown by the prompt-lookup settings read off the
+    engine's per-step figures (``verified.infer_ngram``), where they fit one way only; returns
+    the note that says what was read (empty where nothing was)."""
+    inferred, note = infer_ngram(answers)
+    for a in answers:
+        if inferred is not None and a.response is not None and not a.roles_by:
+            (a.positions, _, _, a.roles_by, a.verified_at_most,
+             a.why_unplaced) = place(a.positions, a.response, inferred)
+    return note
 
 
 def engine_failure(answers: list[Answer]) -> dict[str, Any] | None:

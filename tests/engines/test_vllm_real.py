@@ -29,7 +29,8 @@ from specscope.collector.views import format_views, views_agree
 from specscope.importers import import_file
 from specscope.io.trace import read_trace
 from specscope.collector.verdict import Assessment
-from specscope.probe import ProbePlan, ProbeResult, format_probe, probe, run_checks
+from specscope.probe import (ProbePlan, ProbeResult, format_probe, place_by_inference, probe,
+                             run_checks)
 from specscope.probe.client import semantics
 from specscope.probe.ngram import NgramSettings
 from specscope.scrape import scrape
@@ -161,6 +162,17 @@ def check_prompt_lookup(results: dict[str, ProbeResult]) -> None:
         else:  # every verified token is the top-1, and never a PASS
             assert all(c.state != "pass" for c in temperature) and r.verdict != "pass"
             assert all(c.evidence["observed_top1_rate"] >= 0.98 for c in temperature)
+        # without --ngram (issue 42's command): the settings read off vLLM's per-step figures
+        # place every token as the replay with them does, and the checks come out the same
+        flagged = {a.index: [p.role for p in a.positions] for a in r.answers}
+        for a in r.answers:
+            if a.roles_by == "replay":
+                a.roles_by, a.positions = "", [dataclasses.replace(p, role="") for p in a.positions]
+        note = place_by_inference(r.answers)
+        print(f"    without --ngram: {note}")
+        assert {a.index: [p.role for p in a.positions] for a in r.answers} == flagged, note
+        unflagged = run_checks(r.answers, semantics("vllm"), "bfloat16")
+        assert [(c.check, c.state) for c in unflagged] == [(c.check, c.state) for c in r.checks]
         read_blind = blind(r)
         print("    read blind: " + "; ".join(f"{c.check} {c.why}" for c in read_blind.values()))
         for name, c in read_blind.items():
