@@ -4,10 +4,11 @@ A verify fault (committing the argmax for sampled requests) touches only the tok
 produced: accepted draft tokens and the token drawn at a rejection. Where each token's role is
 known (every step drafted, or prompt lookup replayed from the token ids), the check tests those
 tokens alone. Where it is not, it tests every token, and tokens sampled outside verify dilute
-the fault: this module then bounds the smallest shift in the pooled top-1 share that a fault
-confined to the verified tokens is sure to make (each request's verified tokens at most as many
-as the engine's own counts allow, placed where honest sampling is nearest the argmax already),
-and a PASS stands only where the check rules out a shift that small.
+the fault: this module then bounds the smallest pooled top-1 share that a fault confined to the
+verified tokens is sure to give (each request's verified tokens at most as many as the engine's
+own counts allow, placed where honest sampling is nearest the argmax already, the others at a
+lower bound of their honest top-1 probability), and a PASS stands only where the share the
+check rules out (the allowed share plus the fault's size) is no higher.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ VERIFY_ROLES = ("accepted", "correction")
 #: the excess top-1 share a temperature check's PASS rules out where its evidence does not say
 #: (``temperature_check``'s ``min_excess``)
 DEFAULT_RULED_OUT = 0.05
-#: evidence keys under which a check may state the excess its PASS rules out
-RULED_OUT_KEYS = ("rules_out_excess", "ruled_out_excess", "equivalence_margin", "min_excess")
+#: evidence keys under which a check may state the excess top-1 share its PASS rules out
+RULED_OUT_KEYS = ("rules_out_excess", "min_excess")
 
 
 @dataclass
@@ -35,9 +36,9 @@ class Selection:
     """The positions a class's temperature check tests and how they were chosen."""
 
     positions: list[Position]
-    #: "verify" (the tokens verify produced, each placed), "all" (no request drafted: nothing
-    #: to dilute), or "blind" (roles unknown: every token, a fault confined to verified ones
-    #: diluted)
+    #: "verify" (the tokens verify produced, each placed), "all" (no request shows speculation:
+    #: nothing to dilute), or "blind" (roles unknown: every token, a fault confined to verified
+    #: ones diluted)
     how: str
     requests_placed: int = 0
     requests_blind: int = 0
