@@ -213,7 +213,7 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
         if cls == "greedy":
             found = [greedy_check(positions, tie_margin(dtype))]
         else:
-            sel = select(mine)
+            sel = select(mine, silent_drafted_nothing=sem.engine == "llamacpp")
             found = [guard(temperature_check(sel.positions, sem, label=cls), sel, sem)]
             if cls in ("top-p", "top-k"):
                 found.append(truncation_check(positions, sem, label=cls))

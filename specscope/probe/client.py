@@ -265,10 +265,10 @@ def place(positions: list[Position], response: dict[str, Any], ngram: NgramSetti
             return labelled(labels), drafted, accepted, "per-step", verified, ""
     ids = token_ids(response)
     why = ""
-    if ngram is None:
+    if ids is None:
+        why = "the response has no token ids to replay prompt lookup over"
+    elif ngram is None:
         why = "the n-gram settings are unknown (--ngram K:MIN:MAX)"
-    elif ids is None:
-        why = "the response has no token ids"
     elif len(ids[1]) != len(positions):
         why = f"{len(ids[1])} token ids for {len(positions)} positions"
     else:

@@ -48,24 +48,27 @@ class Selection:
     why_blind: list[str] = field(default_factory=list)
 
 
-def select(answers: Sequence[Any]) -> Selection:
+def select(answers: Sequence[Any], *, silent_drafted_nothing: bool = False) -> Selection:
     """The positions to test from a class's answered requests (``client.Answer``s): the tokens
     verify produced where any request's roles are known and it drafted; every token where no
     request shows speculation (each drafted nothing, or the engine reports no speculative
-    counts at all: a target-only server's responses look the same); else every token, blind."""
+    counts at all: a target-only server's responses look the same); else every token, blind.
+    ``silent_drafted_nothing``: a response without counts drafted nothing (llama.cpp leaves
+    ``draft_n`` out of a request that drafted nothing)."""
     got = [a for a in answers if getattr(a, "response", None) is not None]
     placed = [a for a in got if a.roles_by]
-    blind = [a for a in got if not a.roles_by]
+    blind = [(a, 0 if a.verified_at_most is None and silent_drafted_nothing
+              else a.verified_at_most) for a in got if not a.roles_by]
     verify = [p for a in placed for p in a.positions if p.role in VERIFY_ROLES]
     by = sorted({a.roles_by for a in placed})
     if verify:
         return Selection(verify, "verify", len(placed), len(blind), by)
     everything = [p for a in got for p in a.positions]
-    if all(a.verified_at_most is None for a in blind):
+    if all(not v for _, v in blind):  # none shows a verified token (or any count at all)
         return Selection(everything, "all", len(placed), len(blind), by)
     return Selection(everything, "blind", len(placed), len(blind), by,
-                     [(list(a.positions), a.verified_at_most) for a in blind],
-                     sorted({a.why_unplaced for a in blind if a.why_unplaced}))
+                     [(list(a.positions), v) for a, v in blind],
+                     sorted({a.why_unplaced for a, _ in blind if a.why_unplaced}))
 
 
 def top1_floor(p: Position, sem: Semantics) -> float:
