@@ -133,6 +133,10 @@ def detect(path: str | os.PathLike) -> str:
         return "inferencex-golden-al"
     if promtext.sniff(head):
         return "prometheus-text"
+    if head.lstrip().startswith("data: ") and '"chat.completion.chunk"' in head:
+        raise ValueError(f"{path}: a saved stream of OpenAI-compatible chunks with no speculative "
+                         "figures in any of them; SGLang adds its own to the stream when the "
+                         'request asks for them ("return_spec_tokens_details": true)')
     raise ValueError(f"{path}: unknown format; specscope imports: {', '.join(sorted(PARSERS))}")
 
 
