@@ -314,7 +314,7 @@ def send(url: str, engine: str, model: str, plan: Any, requests: list[tuple[str,
     count the server took."""
     answers = [Answer(cls, prompt, sampling, index=i)
                for i, (cls, prompt, sampling) in enumerate(requests)]
-    used = {"tokens": 0, "stopped": False, "engine_failed": False}
+    used = {"tokens": 0, "stopped": False, "engine_failed": False, "next": 0}
     lock = threading.Lock()
     limit = {"n": top_logprobs}
     t_start = time.monotonic()
@@ -326,19 +326,30 @@ def send(url: str, engine: str, model: str, plan: Any, requests: list[tuple[str,
             a.t_done_s = time.monotonic() - t_start
             used["engine_failed"] = used["engine_failed"] or engine_failed
 
+    def worker() -> None:  # takes the next request in the plan's order, under the lock
+        while True:
+            with lock:
+                i = used["next"]
+                used["next"] += 1
+                if i >= len(answers):
+                    return
+                sent = admit(answers[i])
+            if sent:
+                one(i)
+
+    def admit(a: Answer) -> bool:  # under the lock: send it, or say why not
+        if used["engine_failed"]:
+            a.not_sent = "the engine had failed under an earlier request"
+        elif used["stopped"]:
+            a.not_sent = "a check had failed (fail-fast)"
+        elif used["tokens"] >= plan.token_budget or time.monotonic() > t_end:
+            a.not_sent = "token budget or deadline spent"
+        else:
+            a.t_sent_s = time.monotonic() - t_start
+        return not a.not_sent
+
     def one(i: int) -> None:
         a = answers[i]
-        with lock:
-            if used["engine_failed"]:
-                a.not_sent = "the engine had failed under an earlier request"
-                return
-            if used["stopped"]:
-                a.not_sent = "a check had failed (fail-fast)"
-                return
-            if used["tokens"] >= plan.token_budget or time.monotonic() > t_end:
-                a.not_sent = "token budget or deadline spent"
-                return
-            a.t_sent_s = time.monotonic() - t_start
         for _ in range(3):
             path, payload = body(plan, engine, a.cls, a.prompt, a.sampling, model, limit["n"],
                                  plan.seed + i)
@@ -386,5 +397,6 @@ def send(url: str, engine: str, model: str, plan: Any, requests: list[tuple[str,
                 used["stopped"] = bool(stop([x for x in answers if x.response is not None]))
 
     with concurrent.futures.ThreadPoolExecutor(max(1, plan.concurrency)) as pool:
-        list(pool.map(one, range(len(answers))))
+        for f in [pool.submit(worker) for _ in range(max(1, plan.concurrency))]:
+            f.result()
     return answers, limit["n"]

@@ -188,3 +188,12 @@ def test_the_exporter_says_success_0_and_counts_the_engine_error():
     assert fams["specscope_probe_success"].samples[0].value == 0
     assert fams["specscope_probe_engine_errors"].samples[0].value == 1
     assert fams["specscope_probe_failures"].samples[0].value == 0
+
+
+def test_requests_go_out_in_the_plans_order_at_any_concurrency():
+    plan = ProbePlan(requests=24, max_tokens=8, concurrency=4, timeout_s=10, deadline_s=60)
+    with FakeEngine() as eng:
+        result = probe(eng.url, plan)
+    sent = sorted((a for a in result.answers if a.t_sent_s is not None), key=lambda a: a.t_sent_s)
+    assert [a.index for a in sent] == list(range(24))
+    assert [a.cls for a in sent][-6:] == ["top-k"] * 6
