@@ -13,6 +13,7 @@ Pure functions, stdlib only.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 #: two target logits closer than this (nats) are a numerical tie in the engine's dtype: 2-3 units
 #: in the last place at a language model's top-logit scale (16-32) for bfloat16 and float16, and
@@ -144,3 +145,124 @@ def _log_comb(n: int, k: int) -> float:
     if k < 0 or k > n:
         return -math.inf
     return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+# --- PASS: a one-sided equivalence test ---------------------------------------------------------
+# A check says PASS only where its data exclude the fault it names at a stated size: the
+# confidence bound of the observed rate on the fault's side lies short of the fault's rate. A
+# FAIL keeps its own, far stricter false-alarm budget (``ALPHA``); everything between is
+# INCONCLUSIVE, leaning one way or the other.
+
+#: a PASS's error budget: a fault of exactly the stated size passes at most this often (a 99%
+#: one-sided confidence bound)
+PASS_ALPHA = 0.01
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+_MAX_NEED = 10_000_000  #: beyond this many more units a verdict is "not within reach"
+
+
+def _z(alpha: float) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(1.0 - alpha)
+
+
+def wilson_bound(k: float, n: float, upper: bool, alpha: float = PASS_ALPHA) -> float | None:
+    """The one-sided Wilson score bound of a rate at ``1 - alpha`` (for display; the decisions
+    use the exact tails)."""
+    if not n:
+        return None
+    z = _z(alpha)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return min(1.0, centre + half) if upper else max(0.0, centre - half)
+
+
+def _normal_need(obs: float, target: float, var: float, alpha: float) -> int | None:
+    """About how many units, in all, put ``target`` ``z(alpha)`` standard errors from ``obs``."""
+    gap = abs(target - obs)
+    if gap <= 1e-12:
+        return None
+    n = math.ceil(_z(alpha) ** 2 * max(var, 1e-6) / gap ** 2)
+    return n if n <= _MAX_NEED else None
+
+
+@dataclass(frozen=True)
+class RateDecision:
+    """One side of a rate check: FAIL where the rate is beyond the honest one at ``ALPHA`` and
+    past the fault's size, PASS where the fault's rate is excluded at ``PASS_ALPHA``."""
+
+    state: str
+    need: int | None  #: INCONCLUSIVE: about how many more units would settle it (None: out of reach)
+    lean: str  #: "fault" (past halfway to the fault's rate, or significantly off honest) or "honest"
+    bound: float | None  #: the rate's confidence bound on the fault's side (Wilson, 1 - PASS_ALPHA)
+    p_fail: float  #: the tail of the observed count at the honest rate, on the fault's side
+    p_pass: float  #: the tail of the observed count at the fault's rate, on the honest side
+
+
+def decide_rate(k: float, n: int, honest: float, fault: float, *, alpha: float = ALPHA,
+                pass_alpha: float = PASS_ALPHA, up: bool | None = None) -> RateDecision:
+    """``k`` hits in ``n`` against an honest rate and a fault at rate ``fault`` (above or below
+    ``honest``: the side is the fault's). FAIL: the honest tail beyond ``k`` is below ``alpha``
+    and the observed rate is past ``fault``; PASS: a true rate at ``fault`` or beyond would give
+    ``k`` or a count further from it with chance below ``pass_alpha`` (binomial tails at the mean
+    rate bound the Poisson-binomial ones, Hoeffding 1956); else INCONCLUSIVE. ``up`` names the
+    fault's side where ``fault`` equals ``honest`` (a ceiling that is both)."""
+    up = fault > honest if up is None else up
+    k = int(round(k))
+    if n <= 0:
+        return RateDecision(INCONCLUSIVE, None, "honest", None, 1.0, 1.0)
+    obs = k / n
+    p_fail = upper_tail(k, n, honest) if up else lower_tail(k, n, honest)
+    p_pass = (lower_tail(k, n, fault) if up else upper_tail(k, n, fault)) if 0.0 < fault < 1.0 \
+        else 1.0
+    past = obs - fault > 0 if up else fault - obs > 0
+    # toward the fault: past halfway from the honest rate to the fault's, or beyond the honest
+    # rate at PASS's own confidence
+    toward = (obs - honest) if up else (honest - obs)
+    lean = "fault" if toward >= abs(fault - honest) / 2 or p_fail < pass_alpha else "honest"
+    bound = wilson_bound(k, n, upper=up, alpha=pass_alpha)
+    if p_fail < alpha and past:
+        return RateDecision(FAIL, None, "fault", bound, p_fail, p_pass)
+    if p_pass < pass_alpha:
+        return RateDecision(PASS, None, "honest", bound, p_fail, p_pass)
+    if not 0.0 < fault < 1.0:
+        return RateDecision(INCONCLUSIVE, None, lean, bound, p_fail, p_pass)
+    if past and obs in (0.0, 1.0) and honest not in (0.0, 1.0):  # every position an extreme
+        total = positions_to_detect(honest if up else 1.0 - honest, alpha)
+    elif past:  # settles as a FAIL
+        total = _normal_need(obs, honest, honest * (1 - honest), alpha)
+    elif k == (0 if up else n):  # none on the fault's side yet: exact
+        total = positions_to_rule_out(fault if up else 1.0 - fault, pass_alpha)
+    else:  # settles as a PASS
+        total = _normal_need(obs, fault, fault * (1 - fault), pass_alpha)
+    need = None if total is None else max(1, total - n)
+    return RateDecision(INCONCLUSIVE, need, lean, bound, p_fail, p_pass)
+
+
+def positions_to_rule_out(share: float, pass_alpha: float = PASS_ALPHA) -> int | None:
+    """The fewest units, none of them faulty, that exclude a fault present in ``share`` of them
+    (``(1 - share)^n < pass_alpha``): e.g. 13 greedy pairs rule out structural divergence in 30%
+    of requests. None where ``share`` is 0."""
+    if share <= 0.0:
+        return None
+    if share >= 1.0:
+        return 1
+    return max(1, math.floor(math.log(pass_alpha) / math.log(1.0 - share)) + 1)
+
+
+def truth_state(k: float, n: int, expected: float, min_excess: float = 0.05, *,
+                alpha: float = ALPHA, pass_alpha: float = PASS_ALPHA) -> str:
+    """A sampled class's sampling-truth state from its counters: FAIL where the argmax share is
+    past ``min_excess`` from the expected one on either side at ``alpha``; PASS where both sides
+    are ruled out at ``pass_alpha``; else INCONCLUSIVE (always, where the expected share is
+    within ``min_excess`` of 1: silent greedy cannot be told apart there)."""
+    hi = decide_rate(k, n, expected, expected + min_excess, alpha=alpha, pass_alpha=pass_alpha)
+    lo = decide_rate(k, n, expected, expected - min_excess, alpha=alpha, pass_alpha=pass_alpha)
+    if FAIL in (hi.state, lo.state):
+        return FAIL
+    if 1.0 - expected <= min_excess:
+        return INCONCLUSIVE
+    if hi.state == PASS and (lo.state == PASS or expected - min_excess <= 0.0):
+        return PASS
+    return INCONCLUSIVE

@@ -13,8 +13,9 @@ Exact match by class: each greedy request paired with its reference (``diverge``
 every class whose steps committed its tokens up to its first divergence, and its divergence in
 the class of the step that committed the divergent token (the first token, sampled at prefill,
 has no class). A class FAILs on a structural divergence committed there; tie-flips alone never
-fail; PASS needs one compared greedy request, INCONCLUSIVE otherwise (or where a divergence's
-margin is unknown).
+fail; PASS needs the compared greedy requests that rule a structural fault in 30% of them out
+(``diverge.PAIRS_TO_PASS``), INCONCLUSIVE below that (or where a divergence's margin is
+unknown).
 """
 
 from __future__ import annotations
@@ -110,7 +111,13 @@ def _exact_check(c: BatchClass) -> Assessment:
     if d.get("unknown") or not n:
         return Assessment(EXACT_CHECK, INCONCLUSIVE, {**evidence, "reason": "a divergence's margin "
                                                      "is unknown" if n else "no greedy request"})
-    return Assessment(EXACT_CHECK, PASS, evidence)
+    from .diverge import FAULT_SHARE, PAIRS_TO_PASS
+
+    if n < PAIRS_TO_PASS:
+        return Assessment(EXACT_CHECK, INCONCLUSIVE, {**evidence, "lean": "honest"},
+                          PAIRS_TO_PASS - n, "greedy requests")
+    return Assessment(EXACT_CHECK, PASS, {**evidence, "rules_out": "rules out structural "
+                      f"divergence in {FAULT_SHARE:.0%} or more of greedy requests"})
 
 
 def class_dict(c: BatchClass) -> dict[str, Any]:

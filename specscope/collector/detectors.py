@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import schema
-from ..exact import (ALPHA, fmt_p, greedy_positions_needed, lower_tail, one_sided_excess,
-                     positions_to_detect, tie_margin, upper_tail)
+from ..exact import (ALPHA, PASS_ALPHA, _z, decide_rate, fmt_p, greedy_positions_needed,
+                     lower_tail, one_sided_excess, tie_margin, upper_tail)
 from .stats import SpecStats, TruthStats
-from .verdict import FAIL, Assessment, assessed
+from .verdict import FAIL, INCONCLUSIVE, PASS, Assessment, rate_evidence
 
 
 TRUTH_CHECK = "sampling truth"  #: followed by " (mode)"
@@ -34,20 +34,26 @@ class SamplingTruthDetector:
     (committed tokens are not target samples, e.g. a residual built from wrong draft
     probabilities). ``min_excess`` keeps huge samples from flagging tiny, harmless biases.
 
-    No fixed minimum: the check is INCONCLUSIVE until it has the positions at which an
-    all-argmax run would fail it (``exact.positions_to_detect`` at the expected rate: 23 at an
-    expected argmax rate of 0.4, 197 at 0.9), PASS from there on when nothing is flagged.
+    PASS only where the data rule the fault out at its size: the argmax share's one-sided
+    bounds at ``pass_alpha`` (99%) lie within ``min_excess`` of the expected rate on both sides
+    (an equivalence test: an excess of 5 points or more, silent greedy at ``min_excess / (1 -
+    expected)`` of positions or more, is excluded, and so is a deficit as large). Everything
+    between is INCONCLUSIVE, leaning toward the fault or honest, with about how many more
+    positions would settle it; a run whose expected rate is within ``min_excess`` of 1 can never
+    rule silent greedy out and stays INCONCLUSIVE with that reason.
 
     Greedy requests must commit the argmax at every position. The only honest exception is a
     near tie that the verify kernel breaks another way than the statistics' argmax (reduced
     precision, another reduction order): ``greedy_tie_rate`` (1%) allows for it, so
     ``greedy_mismatch`` flags a share of non-argmax tokens that a 1% tie rate gives with
-    probability under ``alpha`` and that exceeds it by ``min_excess``.
+    probability under ``alpha`` and that exceeds it by ``min_excess``; PASS rules out a share of
+    ``greedy_tie_rate + min_excess`` (6%) or more.
     """
 
     alpha: float = ALPHA
     min_excess: float = 0.05
     greedy_tie_rate: float = 0.01
+    pass_alpha: float = PASS_ALPHA
     #: nats: a greedy mismatch whose margin exceeds this is structural (``exact.TIE_MARGIN`` of
     #: the run's dtype; by default the widest, bfloat16's)
     tie_margin: float = tie_margin("")
@@ -71,17 +77,20 @@ class SamplingTruthDetector:
         numerical tie explains it. Near-ties keep the ``greedy_tie_rate`` allowance."""
         n, k = t.num_verified, t.num_top1
         exp = 1.0 - self.greedy_tie_rate
+        fault = exp - self.min_excess
         obs = k / n
-        p_lo = lower_tail(k, n, exp)
+        d = decide_rate(k, n, exp, fault, alpha=self.alpha, pass_alpha=self.pass_alpha)
         needed = self.greedy_needed()
         if scope:
             mismatches = [m for m in mismatches if m[1] == scope]
         structural = [m for m in mismatches if m[0] > self.tie_margin]
         evidence = {"mode_requested": schema.GREEDY, "num_positions": n,
                     "observed_top1_rate": obs, "expected_top1_rate": 1.0,
-                    "allowed_tie_rate": self.greedy_tie_rate, "p_value": p_lo,
+                    "allowed_tie_rate": self.greedy_tie_rate, "p_value": d.p_fail,
                     "positions_needed": needed, "tie_margin": self.tie_margin,
-                    "structural_mismatches": len(structural)}
+                    "structural_mismatches": len(structural), **rate_evidence(d),
+                    "rules_out": f"rules out non-argmax tokens at {1 - fault:.0%} or more of "
+                                 "greedy positions"}
         where = f" in request {scope}" if scope else ""
         if scope:
             evidence["request_id"] = scope
@@ -89,7 +98,7 @@ class SamplingTruthDetector:
         if structural:
             margin, request, step, position, rank = structural[0]
             evidence.update(worst_margin=margin, worst_request_id=request, worst_step=step,
-                            worst_position=position, worst_rank=rank)
+                            worst_position=position, worst_rank=rank, lean=None)
             message = (f"a greedy request{where} committed a token its target ranked below the "
                        f"argmax by {margin:.3g} nats (request {request}, step {step}, position "
                        f"{position}), beyond the {self.tie_margin:g}-nat tie margin; "
@@ -97,16 +106,15 @@ class SamplingTruthDetector:
             return Assessment(check, FAIL, evidence, anomaly=schema.AnomalyRecord(
                 run_id=run_id, kind="greedy_mismatch", severity="critical", message=message,
                 evidence=evidence))
-        if p_lo < self.alpha and exp - obs > self.min_excess:
+        if d.state == FAIL:
             message = (f"requests asking for greedy decoding{where} commit the target argmax "
-                       f"only {obs:.1%} of the time (p {fmt_p(p_lo)} over {n} positions, "
+                       f"only {obs:.1%} of the time (p {fmt_p(d.p_fail)} over {n} positions, "
                        f"allowing {self.greedy_tie_rate:.0%} near ties): verify commits tokens "
                        "the target did not choose")
             return Assessment(check, FAIL, evidence, anomaly=schema.AnomalyRecord(
                 run_id=run_id, kind="greedy_mismatch", severity="critical", message=message,
                 evidence=evidence))
-        state, need = assessed(False, n, needed)
-        return Assessment(check, state, evidence, need, "positions")
+        return Assessment(check, d.state, evidence, d.need, "positions")
 
     def assess_one(self, mode: str, t: TruthStats, run_id: str = "",
                    scope: str = "") -> Assessment:
@@ -116,36 +124,58 @@ class SamplingTruthDetector:
         n, k = t.num_verified, t.num_top1
         exp = min(1.0, max(0.0, t.expected_top1 / n))
         obs = k / n
-        p_hi, p_lo = upper_tail(k, n, exp), lower_tail(k, n, exp)
-        needed = (positions_to_detect(exp, self.alpha)
-                  if 1.0 - exp > self.min_excess else None)
+        delta = self.min_excess
+        hi = decide_rate(k, n, exp, exp + delta, alpha=self.alpha, pass_alpha=self.pass_alpha)
+        lo = decide_rate(k, n, exp, exp - delta, alpha=self.alpha, pass_alpha=self.pass_alpha)
+        if exp - delta <= 0.0:  # no deficit that large is possible: nothing to rule out below
+            lo = lo.__class__(PASS, None, "honest", lo.bound, lo.p_fail, 0.0)
         evidence = {"mode_requested": mode, "num_positions": n, "observed_top1_rate": obs,
-                    "expected_top1_rate": exp, "p_value": min(p_hi, p_lo),
+                    "expected_top1_rate": exp, "p_value": min(hi.p_fail, lo.p_fail),
                     "z": _json_z(t.z) if t.z is not None else None,
-                    "positions_needed": needed}
+                    "positions_needed": None, "bound": hi.bound,
+                    "excess_bound": None if hi.bound is None else hi.bound - exp,
+                    "lower_bound": lo.bound, "p_pass": max(hi.p_pass, lo.p_pass),
+                    "rules_out": (f"rules out an argmax share {delta:.0%} or more away from "
+                                  f"honest sampling's {exp:.1%} (verify committing the argmax "
+                                  f"at {min(1.0, delta / max(1e-9, 1 - exp)):.0%} or more of "
+                                  "positions, or a deficit as large)")}
         where = f" in request {scope}" if scope else ""
         kind = message = None
-        if p_hi < self.alpha and obs - exp > self.min_excess:
+        if hi.state == FAIL:
             kind, message = "silent_greedy", (
                 f"requests asking for {mode}{where} commit the target argmax {obs:.1%} of the "
-                f"time; honest sampling would give {exp:.1%} (p {fmt_p(p_hi)} over {n} "
+                f"time; honest sampling would give {exp:.1%} (p {fmt_p(hi.p_fail)} over {n} "
                 "positions): verify is running greedy")
-        elif p_lo < self.alpha and exp - obs > self.min_excess:
+        elif lo.state == FAIL:
             kind, message = "sampling_mismatch", (
                 f"requests asking for {mode}{where} commit the target argmax only {obs:.1%} of "
-                f"the time where the target distribution gives {exp:.1%} (p {fmt_p(p_lo)} over "
-                f"{n} positions): committed tokens are not target samples")
-        if needed is None:
-            evidence["reason"] = (f"honest sampling here commits the argmax {exp:.0%} of the "
-                                  "time: too close to greedy to tell apart")
+                f"the time where the target distribution gives {exp:.1%} (p {fmt_p(lo.p_fail)} "
+                f"over {n} positions): committed tokens are not target samples")
         if scope:
             evidence["request_id"] = scope
         check = f"{TRUTH_CHECK} ({mode})"
-        if kind is None:
-            state, need = assessed(False, n, needed)
-            return Assessment(check, state, evidence, need, "positions")
-        return Assessment(check, FAIL, evidence, anomaly=schema.AnomalyRecord(
-            run_id=run_id, kind=kind, severity="critical", message=message, evidence=evidence))
+        if kind is not None:
+            return Assessment(check, FAIL, evidence, anomaly=schema.AnomalyRecord(
+                run_id=run_id, kind=kind, severity="critical", message=message,
+                evidence=evidence))
+        if 1.0 - exp <= delta:
+            evidence.update(lean="honest" if obs < 1.0 else "fault", reason=(
+                f"honest sampling here commits the argmax {exp:.0%} of the time: too close to "
+                "greedy to tell apart"))
+            return Assessment(check, INCONCLUSIVE, evidence, None, "positions")
+        if hi.state == PASS and lo.state == PASS:
+            return Assessment(check, PASS, evidence, None, "positions")
+        side = hi if obs >= exp else lo
+        open_sides = [d for d in (hi, lo) if d.state != PASS]
+        needs = [d.need for d in open_sides]
+        need = None if None in needs else max(needs)
+        evidence["lean"] = "fault" if any(d.lean == "fault" for d in (hi, lo)) else side.lean
+        if need is None:
+            evidence["reason"] = (f"the observed rate sits at the fault's size ({obs:.1%} "
+                                  f"against {exp:.1%}): no sample within reach settles it")
+        else:
+            evidence["positions_needed"] = n + need
+        return Assessment(check, INCONCLUSIVE, evidence, need, "positions")
 
     def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
         return [a.anomaly for a in self.assess(stats, run_id) if a.anomaly is not None]
@@ -178,11 +208,13 @@ class DraftHealthDetector:
 
     The count of drafted positions at exactly 1.0 is tested against the most an honest softmax
     in the draft's dtype produces (``HONEST_SHARE_AT_ONE``), binomial upper tail below
-    ``alpha``. INCONCLUSIVE until the positions at which an all-1.0 draft would fail it
-    (23 at float32's 0.4, 73 at the half-precision 0.75).
+    ``alpha``. PASS only where the share's upper bound at ``pass_alpha`` lies below that
+    ceiling (a draft whose top-1 is never computed at the ceiling's share of positions or more
+    is ruled out: 6 clean positions in float32, 17 in half precision); INCONCLUSIVE between.
     """
 
     alpha: float = ALPHA
+    pass_alpha: float = PASS_ALPHA
     draft_dtype: str = ""  #: "float32", "bfloat16", "float16"; "" = unknown
     min_positions_one_bin: int = 100  #: the one-bin warning (not part of any gate) waits for this
     max_share_one_bin: float = 0.995
@@ -194,21 +226,24 @@ class DraftHealthDetector:
             return []
         base = HONEST_SHARE_AT_ONE.get(self.draft_dtype, HONEST_SHARE_AT_ONE[""])
         k = hist[-1]
-        p = upper_tail(k, n, base)
-        needed = positions_to_detect(base, self.alpha)
+        d = decide_rate(k, n, base, base, alpha=self.alpha, pass_alpha=self.pass_alpha, up=True)
+        p = d.p_fail
         evidence = {"num_positions": n, "share_at_exactly_one": k / n, "histogram": list(hist),
                     "honest_share_at_one": base, "draft_dtype": self.draft_dtype or "unknown",
-                    "p_value": p, "positions_needed": needed}
+                    "p_value": p, "positions_needed": None if d.need is None else n + d.need,
+                    **rate_evidence(d),
+                    "rules_out": f"rules out a draft top-1 of exactly 1.0 at {base:.0%} or more "
+                                 "of drafted positions (the most an honest "
+                                 f"{self.draft_dtype or 'half-precision'} softmax gives)"}
         check = DRAFT_CHECK
-        if p < self.alpha and k / n > base:
+        if d.state == FAIL:
             return [Assessment(check, FAIL, evidence, anomaly=schema.AnomalyRecord(
                 run_id=run_id, kind="draft_prob_collapse", severity="critical",
                 message=(f"{k / n:.1%} of {n} drafted positions have a draft top-1 probability "
                          f"of exactly 1.0, where an honest {self.draft_dtype or 'half-precision'} "
                          f"softmax gives at most {base:.0%} (p {fmt_p(p)}): the draft "
                          "distribution is not being computed"), evidence=evidence))]
-        state, need = assessed(False, n, needed)
-        out = [Assessment(check, state, evidence, need, "drafted positions")]
+        out = [Assessment(check, d.state, evidence, d.need, "drafted positions")]
         top_bin = max(range(len(hist)), key=lambda i: hist[i])
         if n >= self.min_positions_one_bin and hist[top_bin] / n > self.max_share_one_bin:
             out.append(Assessment("draft probabilities spread", FAIL, evidence,
@@ -243,16 +278,18 @@ class AcceptanceRegressionDetector:
     that counts: 0 flags. Use ``baseline`` = an earlier run, or ``check_windows`` to compare the
     latest window with the ones before it.
 
-    No fixed minimum: INCONCLUSIVE until the run has the drafts at which a drop of
-    ``min_relative_drop`` in acceptance length would reach ``z_threshold`` given both runs'
-    spread (``drafts_to_detect``); never fewer than ``min_drafts`` (the z test's normal
-    approximation).
+    PASS only where the data rule a fall of ``min_relative_drop`` out: the one-sided lower
+    bound (at ``pass_alpha``, normal) of the run's mean minus the baseline's lies above minus
+    that fall (per drafted position, from counters, where the histograms are missing: every
+    position with drafts in both); INCONCLUSIVE between, with the lean and about how many more
+    drafts would settle it; never on fewer than ``min_drafts`` (the normal approximation).
     """
 
     baseline: SpecStats | None = None
     z_threshold: float = 5.0
     min_relative_drop: float = 0.05
     min_drafts: int = 30
+    pass_alpha: float = PASS_ALPHA
 
     def drafts_to_detect(self) -> int | None:
         """Drafts the run needs for a ``min_relative_drop`` fall to reach ``z_threshold``;
@@ -279,9 +316,13 @@ class AcceptanceRegressionDetector:
         # counters (an engine's /metrics, imported logs) give per-position counts without the
         # accept-length histogram: then the per-position tests alone run
         counters_only = not stats.accept_len_hist and not base.accept_len_hist
+        evidence["rules_out"] = (f"rules out a fall of {self.min_relative_drop:.0%} or more in "
+                                 "acceptance (length with the bonus token, or per position) "
+                                 "against the baseline")
         if (n1 < self.min_drafts or n0 < self.min_drafts) and not counters_only:
-            state, need = assessed(False, n1, needed)
-            return [Assessment(check, state, evidence, need, "drafts")]
+            evidence["lean"] = "fault" if m1 < m0 * (1 - self.min_relative_drop) else "honest"
+            return [Assessment(check, INCONCLUSIVE, evidence, max(1, self.min_drafts - n1),
+                               "drafts")]
         se = math.sqrt(v1 / n1 + v0 / n0) if n1 and n0 else 0.0
         z = (m1 - m0) / se if se else 0.0
         if z < -self.z_threshold and m1 < m0 * (1 - self.min_relative_drop):
@@ -297,13 +338,50 @@ class AcceptanceRegressionDetector:
             if zp < -self.z_threshold and p1 < p0 * (1 - self.min_relative_drop):
                 findings[f"position_{pos}"] = {"baseline": p0, "now": p1, "z": zp}
         if not findings:
-            state, need = assessed(False, n1, needed)
-            return [Assessment(check, state, evidence, need, "drafts")]
+            return [self._equivalence(stats, base, evidence, counters_only, check)]
         what = ", ".join(f"{k} {v['baseline']:.3f} -> {v['now']:.3f} (z {v['z']:.1f})"
                          for k, v in findings.items())
         return [Assessment(check, FAIL, findings, anomaly=schema.AnomalyRecord(
             run_id=run_id, kind="acceptance_regression", severity="warning",
             message=f"acceptance fell: {what}", evidence=findings))]
+
+    def _equivalence(self, stats: SpecStats, base: SpecStats, evidence: dict[str, Any],
+                     counters_only: bool, check: str) -> Assessment:
+        """PASS where every mean the run has (acceptance length, else each position's rate)
+        has a lower bound above the baseline's less ``min_relative_drop``."""
+        zp, drop = _z(self.pass_alpha), self.min_relative_drop
+        if counters_only:
+            means = [(a1 / d1, a1 / d1 * (1 - a1 / d1), d1, a0 / d0, a0 / d0 * (1 - a0 / d0), d0)
+                     for a1, d1, a0, d0 in zip(stats.accepted_per_pos, stats.drafted_per_pos,
+                                               base.accepted_per_pos, base.drafted_per_pos)
+                     if d1 and d0]
+        else:
+            means = [(*_mean_var_n(stats.accept_len_hist), *_mean_var_n(base.accept_len_hist))]
+        if not means:
+            evidence["reason"] = "no drafted position in both the run and the baseline"
+            return Assessment(check, INCONCLUSIVE, evidence, None, "drafts")
+        needs, lean, bounds = [], "honest", []
+        for m1, v1, n1, m0, v0, n0 in means:
+            gap = m1 - m0 + drop * m0
+            se = math.sqrt(v1 / n1 + v0 / n0)
+            bounds.append((m1 - m0) - zp * se)
+            if gap <= zp * se:
+                if gap <= 0:
+                    lean = "fault"
+                    needs.append(None)
+                    continue
+                budget = (gap / zp) ** 2 - v0 / n0
+                needs.append(None if budget <= 0 else max(1, math.ceil(max(v1, 1e-9) / budget) - n1))
+        evidence["lower_bound_of_change"] = min(bounds)
+        if not needs:
+            return Assessment(check, PASS, evidence, None, "drafts")
+        evidence["lean"] = lean
+        if None in needs:
+            evidence["reason"] = ("the run's acceptance sits at or below the fall it must rule out"
+                                  if lean == "fault" else "the baseline is too small to rule a "
+                                  f"{drop:.0%} fall out at any run size")
+            return Assessment(check, INCONCLUSIVE, evidence, None, "drafts")
+        return Assessment(check, INCONCLUSIVE, evidence, max(needs), "drafts")
 
     def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
         return [a.anomaly for a in self.assess(stats, run_id) if a.anomaly is not None]

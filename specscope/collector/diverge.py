@@ -21,9 +21,10 @@ engine's margins come from its ``logprobs`` (vLLM with ``top_logprobs`` of 2 or 
   that repeat an earlier one: a loop scores near 1).
 
 The summary's verdict follows the rules of every check: FAIL on any structural divergence;
-PASS where pairs were compared (a structural divergence could have shown) and none was;
-INCONCLUSIVE where no greedy pair exists or a divergence's margin is unknown. Tie-flips alone
-never fail.
+PASS only where the pairs rule a fault out, no structural divergence among at least
+``PAIRS_TO_PASS`` pairs (13: a verify that structurally changes 30% or more of greedy outputs
+would show in one of them but with chance under 1%); INCONCLUSIVE where fewer pairs were
+compared, none exists, or a divergence's margin is unknown. Tie-flips alone never fail.
 
 ``TIE_MARGIN``: two logits closer than a few units in the last place of the dtype's logits are
 a numerical tie. At the logit scale of a language model's top tokens (16-32) bfloat16's ulp is
@@ -43,10 +44,14 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
 from .. import schema
-from ..exact import TIE_MARGIN
+from ..exact import TIE_MARGIN, positions_to_rule_out
 
 DEFAULT_DTYPE = "float32"
 NGRAM = 4
+#: the share of greedy requests a structural fault must reach to be ruled out by a PASS
+FAULT_SHARE = 0.30
+#: greedy pairs without a structural divergence that rule such a fault out (99%)
+PAIRS_TO_PASS = positions_to_rule_out(FAULT_SHARE)
 
 
 @dataclass
@@ -83,7 +88,7 @@ class DivergeResult:
     def verdict(self) -> str:
         if any(p.verdict == "structural" for p in self.pairs):
             return "FAIL"
-        if not self.pairs or any(p.verdict == "unknown" for p in self.pairs):
+        if len(self.pairs) < PAIRS_TO_PASS or any(p.verdict == "unknown" for p in self.pairs):
             return "INCONCLUSIVE"
         return "PASS"
 
@@ -94,7 +99,11 @@ class DivergeResult:
                 "median_first_index": statistics.median(p.first_index for p in d) if d else None,
                 "share_tie_flips": (sum(p.verdict == "tie-flip" for p in d) / len(d)) if d else None,
                 "structural": sum(p.verdict == "structural" for p in d),
-                "verdict": self.verdict}
+                "verdict": self.verdict,
+                "need": (PAIRS_TO_PASS - len(self.pairs) if self.verdict == "INCONCLUSIVE"
+                         and len(self.pairs) < PAIRS_TO_PASS else None),
+                "rules_out": (f"rules out structural divergence in {FAULT_SHARE:.0%} or more of "
+                              "greedy requests") if self.verdict == "PASS" else None}
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "reference_id": self.reference_id, "dtype": self.dtype,
@@ -219,7 +228,9 @@ def format_diverge(results: list[DivergeResult], limit: int = 20) -> str:
                      f"margin below {res.tie_margin:g} nats; paired by {res.paired_by})")
         lines.append(f"  greedy pairs {s['pairs']}  identical {s['identical']}  diverging {share}  "
                      f"median first index {s['median_first_index']}  tie-flips {ties}  "
-                     f"structural {s['structural']}  -> {s['verdict']}")
+                     f"structural {s['structural']}  -> {s['verdict']}"
+                     + (f" ({s['rules_out']})" if s["rules_out"] else "")
+                     + (f" (need ~{s['need']} more greedy pairs)" if s["need"] else ""))
         for p in sorted(res.diverged, key=lambda p: (p.verdict != "structural", p.first_index))[:limit]:
             margin = f"{p.margin:.4g}" if p.margin is not None else "n/a"
             rank = {1: "1st", 2: "2nd", None: ">2nd or unknown"}[p.rank]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .detectors import DRAFT_CHECK, TRUTH_CHECK, detectors_for, evaluate
-from ..exact import one_sided_excess
+from ..exact import PASS_ALPHA, _z, decide_rate, one_sided_excess
 from .stats import SpecStats
 from .verdict import (FAIL, INCONCLUSIVE, PASS, Assessment, assessed, combine, state_text,
                       why_text)
@@ -56,9 +56,49 @@ class GateConfig:
     min_exact_match: float = 0.95  #: float32 near-ties may flip a rare greedy token
     alpha: float = 0.01  #: significance of "worse than the reference"
     min_excess: float = 0.10  #: and by at least this much (absolute rate)
-    #: the rise the quality checks must be able to see before they may say PASS: 30 points, the
-    #: size of the silent-greedy incident (30.6% of answers unparseable)
+    #: the rise the quality checks rule out before they may say PASS: 30 points, the size of
+    #: the silent-greedy incident (30.6% of answers unparseable); also the share of greedy
+    #: outputs differing from target-only that exact match rules out
     detect_excess: float = 0.30
+    pass_alpha: float = PASS_ALPHA  #: a PASS's confidence: 1 - this, one-sided
+
+
+def exact_match_check(hits: int, n: int, config: GateConfig = GateConfig()) -> dict[str, Any]:
+    """Greedy exact match: FAIL below ``min_exact_match``; PASS where it reaches it and the
+    share of greedy outputs that differ from target-only is ruled out at ``detect_excess`` (13
+    identical requests at the defaults); INCONCLUSIVE between."""
+    em = hits / n
+    check = {"check": "greedy exact match vs target-only", "value": em,
+             "threshold": config.min_exact_match, "unit": "requests",
+             "rules_out": f"rules out greedy outputs differing from target-only decoding in "
+                          f"{config.detect_excess:.0%} or more of requests"}
+    if em < config.min_exact_match:
+        return {**check, "state": FAIL}
+    d = decide_rate(hits, n, 1.0, 1.0 - config.detect_excess, pass_alpha=config.pass_alpha)
+    if d.state == PASS:
+        return {**check, "state": PASS}
+    return {**check, "state": INCONCLUSIVE, "need": d.need, "lean": "honest"}
+
+
+def rise_check(hits: int, n: int, ref_hits: int, ref_n: int, config: GateConfig = GateConfig()
+               ) -> tuple[str, int | None, float]:
+    """(state, more requests needed, upper bound of the rise) of a rate against the reference's:
+    FAIL where Fisher's one-sided test says worse at ``alpha`` by ``min_excess``; PASS where the
+    upper bound of the rise (Agresti-Caffo, one-sided at ``pass_alpha``) lies below
+    ``detect_excess``; INCONCLUSIVE between."""
+    excess, p = one_sided_excess(hits, n, ref_hits, ref_n)
+    z = _z(config.pass_alpha)
+    p1, p0 = (hits + 1) / (n + 2), (ref_hits + 1) / (ref_n + 2)
+    se = math.sqrt(p1 * (1 - p1) / (n + 2) + p0 * (1 - p0) / (ref_n + 2))
+    upper = (p1 - p0) + z * se
+    if p < config.alpha and excess >= config.min_excess:
+        return FAIL, None, upper
+    if upper < config.detect_excess:
+        return PASS, None, upper
+    room = config.detect_excess - (p1 - p0)
+    budget = (room / z) ** 2 - p0 * (1 - p0) / (ref_n + 2) if room > 0 else 0.0
+    need = max(1, math.ceil(p1 * (1 - p1) / budget) - n - 2) if budget > 0 else None
+    return INCONCLUSIVE, need, upper
 
 
 def requests_to_detect(ref_hits: int, ref_n: int, config: GateConfig = GateConfig()) -> int | None:
@@ -113,9 +153,8 @@ def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence
     checks: list[dict[str, Any]] = []
     em = stats.eval_rate("exact_match")
     if em is not None:
-        check = {"check": "greedy exact match vs target-only", "value": em,
-                 "threshold": config.min_exact_match,
-                 "state": PASS if em >= config.min_exact_match else FAIL}
+        hits, total = stats.evals["exact_match"]
+        check = exact_match_check(int(hits), int(total), config)
         if divergence and check["state"] == FAIL and divergence.get("pairs"):
             structural = divergence.get("structural", 0)
             check["state"] = FAIL if structural else PASS if divergence["verdict"] == "PASS" else INCONCLUSIVE
@@ -158,26 +197,30 @@ def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence
             ref_hits, ref_n = reference.evals.get(name, [0, 0])
             if not n or not ref_n:
                 continue
-            excess, p = one_sided_excess(hits, n, ref_hits, ref_n)
-            worse = p < config.alpha and excess >= config.min_excess
-            needed = requests_to_detect(ref_hits, ref_n, config)
-            state, need = assessed(worse, n, needed)
+            _, p = one_sided_excess(hits, n, ref_hits, ref_n)
+            state, need, upper = rise_check(int(hits), int(n), int(ref_hits), int(ref_n), config)
             checks.append({"check": f"{name} rate vs reference", "value": hits / n,
                            "reference": ref_hits / ref_n, "p_value": p, "state": state,
-                           "need": need, "unit": "requests",
-                           "reason": f"a reference of {ref_n} requests cannot show a rise of "
-                                     f"{config.detect_excess:.0%} at p < {config.alpha}"})
+                           "need": need, "unit": "requests", "bound": upper,
+                           "lean": ("fault" if hits / n - ref_hits / ref_n >= config.detect_excess
+                                    else "honest") if state == INCONCLUSIVE else None,
+                           "rules_out": f"rules out a rise of {config.detect_excess:.0%} or more "
+                                        "over the reference",
+                           "reason": f"a reference of {ref_n} requests cannot rule out a rise of "
+                                     f"{config.detect_excess:.0%}"})
     return {"verdict": combine(c["state"] for c in checks), "checks": checks}
 
 
 def check_text(c: dict[str, Any]) -> str:
-    """``PASS``, ``FAIL`` or ``INCONCLUSIVE (need ~N more positions)`` for one gate check."""
-    return state_text(c["state"], c.get("need"), c.get("unit", "positions"), c.get("reason"))
+    """``PASS (rules out ...)``, ``FAIL`` or ``INCONCLUSIVE (leans ...; need ~N more
+    positions)`` for one gate check."""
+    return state_text(c["state"], c.get("need"), c.get("unit", "positions"), c.get("reason"),
+                      c.get("lean"), c.get("rules_out"))
 
 
 def check_why(c: dict[str, Any]) -> str:
-    """Why an INCONCLUSIVE gate check could not fail yet."""
-    return why_text(c.get("need"), c.get("unit", "positions"), c.get("reason"))
+    """Why an INCONCLUSIVE gate check has not decided."""
+    return why_text(c.get("need"), c.get("unit", "positions"), c.get("reason"), c.get("lean"))
 
 
 def gate_text(gate: dict[str, Any]) -> str:

@@ -1,8 +1,11 @@
-"""Three states for every check: PASS only where the data could have failed.
+"""Three states for every check: PASS only where the data rule the fault out.
 
-A check that has too little data to detect its target effect says INCONCLUSIVE, with how much
-more it needs; it never says PASS on a sample where the fault it looks for would have gone
-unseen. Pure; no torch, no I/O.
+Each check names a fault and its size (an excess argmax share of 5 points, a 5% fall in
+acceptance length, ...). FAIL where the data show the fault beyond its false-alarm budget;
+PASS only where they exclude it at that size (a one-sided equivalence test at
+``exact.PASS_ALPHA``: the confidence bound on the fault's side lies short of it), and the PASS
+says what it rules out; everything between is INCONCLUSIVE, says which way it leans and about
+how much more would settle it. Pure; no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+from ..exact import FAIL, INCONCLUSIVE, PASS, RateDecision
+
 STATES = (PASS, FAIL, INCONCLUSIVE)
 
 
@@ -27,30 +31,53 @@ class Assessment:
 
     @property
     def why(self) -> str:
-        """``INCONCLUSIVE (need ~N more positions)`` and the like, for one line of text."""
-        return state_text(self.state, self.need, self.unit, self.evidence.get("reason"))
+        """``PASS (rules out ...)``, ``INCONCLUSIVE (leans toward the fault; need ~N more
+        positions)`` and the like, for one line of text."""
+        ev = self.evidence
+        return state_text(self.state, self.need, self.unit, ev.get("reason"), ev.get("lean"),
+                          ev.get("rules_out"))
 
     def to_check(self, forced: str | None = None) -> dict[str, Any]:
         """The check as a gate lists it (``forced``: a state found elsewhere, e.g. per request)."""
         ev = self.evidence
-        return {"check": self.check, "state": forced or self.state, "need": self.need,
-                "unit": self.unit, "reason": ev.get("reason"), "p_value": ev.get("p_value"),
+        state = forced or self.state
+        return {"check": self.check, "state": state, "need": self.need if state == INCONCLUSIVE
+                else None, "unit": self.unit, "reason": ev.get("reason"),
+                "p_value": ev.get("p_value"), "lean": ev.get("lean") if state == INCONCLUSIVE
+                else None, "rules_out": ev.get("rules_out") if state == PASS else None,
+                "bound": ev.get("bound"),
                 "value": ev.get("observed_top1_rate", ev.get("share_at_exactly_one"))}
 
 
-def why_text(need: int | None, unit: str, reason: str | None = None) -> str:
-    """Why a check could not fail yet: how much more it needs, or why no sample can."""
+LEANS = {"fault": "leans toward the fault", "honest": "leans honest"}
+
+
+def why_text(need: int | None, unit: str, reason: str | None = None,
+             lean: str | None = None) -> str:
+    """Why a check has not decided: which way it leans, how much more would settle it, or why
+    no sample can."""
+    head = f"{LEANS[lean]}; " if lean in LEANS else ""
     if need is None:
-        return reason or "no sample size can tell here"
-    return f"need ~{need} more {unit}"
+        return head + (reason or "no sample size can tell here")
+    return f"{head}need ~{need} more {unit}"
 
 
 def state_text(state: str, need: int | None = None, unit: str = "positions",
-               reason: str | None = None) -> str:
-    """``PASS``, ``FAIL`` or ``INCONCLUSIVE (need ~N more positions)``."""
+               reason: str | None = None, lean: str | None = None,
+               rules_out: str | None = None) -> str:
+    """``PASS (rules out ...)``, ``FAIL`` or ``INCONCLUSIVE (leans ...; need ~N more
+    positions)``."""
+    if state == PASS and rules_out:
+        return f"PASS ({rules_out})"
     if state != INCONCLUSIVE:
         return state.upper()
-    return f"INCONCLUSIVE ({why_text(need, unit, reason)})"
+    return f"INCONCLUSIVE ({why_text(need, unit, reason, lean)})"
+
+
+def rate_evidence(d: RateDecision) -> dict[str, Any]:
+    """A rate decision's figures for a check's evidence."""
+    return {"lean": d.lean if d.state == INCONCLUSIVE else None, "bound": d.bound,
+            "p_pass": d.p_pass}
 
 
 def combine(states: Iterable[str]) -> str | None:
@@ -64,8 +91,10 @@ def combine(states: Iterable[str]) -> str | None:
 
 
 def assessed(failed: bool, n: int, needed: int | None) -> tuple[str, int | None]:
-    """(state, more needed): FAIL if ``failed``, else PASS once ``n`` reaches ``needed`` (the
-    smallest sample at which the check could have failed), else INCONCLUSIVE."""
+    """(state, more needed): FAIL if ``failed``, else PASS once ``n`` reaches ``needed``, else
+    INCONCLUSIVE. For checks whose unit is all-or-nothing (no faulty unit seen in ``n``):
+    ``needed`` must then be the sample that rules the fault out at its size
+    (``exact.positions_to_rule_out``), never merely one at which it could have shown."""
     if failed:
         return FAIL, None
     if needed is None:

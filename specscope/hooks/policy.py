@@ -3,7 +3,7 @@ Stdlib and numpy; never imports the collector (the decision rule comes from ``sp
 
 A policy is a plain function ``step -> bool`` (``every_step``, ``every_n``), or ``UntilDecided``:
 every step until each sampling class the engine has served has the evidence its check needs
-(PASS possible, or FAIL already), then one step in ``every``. A class it has not seen (a new
+(PASS or FAIL, by the collector's own rule), then one step in ``every``. A class it has not seen (a new
 mode, a request with top-k where none had asked for it) gets every step again until it too has
 decided. The drain side tells it what the statistics found; the hot path asks it one cheap
 question per step.
@@ -16,8 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..exact import (ALPHA, greedy_positions_needed, lower_tail, positions_to_detect, tie_margin,
-                     upper_tail)
+from ..exact import (ALPHA, INCONCLUSIVE, PASS_ALPHA, decide_rate, positions_to_detect,
+                     tie_margin, truth_state)
 
 #: sampling classes, as bits: sampled (temperature > 0), top-p < 1, top-k > 0; greedy is 0
 SAMPLED, TOP_P, TOP_K = 1, 2, 4
@@ -49,16 +49,17 @@ def classes(temperature: Any, top_p: Any = None, top_k: Any = None) -> set[int]:
 class UntilDecided:
     """Every verify step until the checks have decided, then one step in ``every``.
 
-    A sampled class is decided where its positions reach the sample at which an all-argmax
-    verify would fail (``exact.positions_to_detect`` at its expected argmax rate), or it has
-    failed already; one whose expected rate is too close to greedy to tell apart stops asking
-    after ``undecidable_positions``. The greedy class is decided at the tie-allowance check's
-    sample, or at its first mismatch beyond ``tie_margin``. Drafted positions with a draft
-    probability decide at ``DRAFT_POSITIONS``.
+    A sampled class is decided where its check is: PASS (the fault ruled out at its size,
+    ``exact.truth_state``, the collector's own rule) or FAIL; one whose expected rate is too
+    close to greedy to tell apart, or that has not decided by ``undecidable_positions``, stops
+    asking then. The greedy class is decided where its check passes or fails, or at its first
+    mismatch beyond ``tie_margin``. Drafted positions with a draft probability decide at
+    ``DRAFT_POSITIONS``.
     """
 
     def __init__(self, every: int = 32, *, alpha: float = ALPHA, min_excess: float = 0.05,
-                 undecidable_positions: int = 512, margin: float | None = None) -> None:
+                 undecidable_positions: int = 4096, margin: float | None = None,
+                 pass_alpha: float = PASS_ALPHA) -> None:
         if every < 1:
             raise ValueError("every must be >= 1")
         self.every = every
@@ -66,7 +67,7 @@ class UntilDecided:
         self.min_excess = min_excess
         self.undecidable_positions = undecidable_positions
         self.tie_margin = tie_margin("") if margin is None else margin
-        self.greedy_needed = greedy_positions_needed(alpha=alpha, min_excess=min_excess)
+        self.pass_alpha = pass_alpha
         self.totals: dict[int, list[float]] = {}  #: class -> [positions, argmax hits, expected]
         self.draft_positions = 0
         self.decided: set[int] = set()
@@ -126,16 +127,16 @@ class UntilDecided:
             return n >= DRAFT_POSITIONS
         if not n:
             return False
-        if c == 0:
-            return n >= self.greedy_needed
-        exp = min(1.0, max(0.0, expected / n))
-        obs = k / n
-        if upper_tail(int(k), int(n), exp) < self.alpha and obs - exp > self.min_excess:
-            return True  # failed already
-        if lower_tail(int(k), int(n), exp) < self.alpha and exp - obs > self.min_excess:
+        if n >= self.undecidable_positions:
             return True
-        needed = positions_to_detect(exp, self.alpha) if 1.0 - exp > self.min_excess else None
-        return n >= (needed if needed is not None else self.undecidable_positions)
+        if c == 0:
+            tie = 0.01
+            return decide_rate(int(k), int(n), 1.0 - tie, 1.0 - tie - self.min_excess,
+                               alpha=self.alpha, pass_alpha=self.pass_alpha).state != INCONCLUSIVE
+        exp = min(1.0, max(0.0, expected / n))
+        state = truth_state(int(k), int(n), exp, self.min_excess, alpha=self.alpha,
+                            pass_alpha=self.pass_alpha)
+        return state != INCONCLUSIVE or (1.0 - exp <= self.min_excess and n >= 512)
 
     def state(self) -> dict[str, Any]:
         """What it has decided, for tests and the engine's log."""

@@ -19,6 +19,11 @@ side that bound guarantees:
 - top-p and top-k honoured: FAIL only where a lower bound of the probability mass ranked above
   the committed token already reaches top-p (the unknown tail bounded, not ignored), in the
   engine's sampler order, or where k returned tokens rank strictly above it.
+
+PASS, as everywhere in specscope, only where the data rule the fault out at its size (a
+one-sided bound at ``PASS_ALPHA``): an argmax share 5 points above the bound for temperature,
+non-argmax tokens at 6% of greedy positions, tokens outside the truncation at 5% of the
+positions checked; INCONCLUSIVE between, with its lean.
 """
 
 from __future__ import annotations
@@ -27,9 +32,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment, assessed
-from ..exact import (ALPHA, fmt_p, greedy_positions_needed, lower_tail, positions_to_detect,
-                     upper_tail)
+from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment, rate_evidence
+from ..exact import ALPHA, decide_rate, fmt_p, greedy_positions_needed
 
 #: a bound is violated only past this much (log-probabilities travel as rounded decimals)
 SLACK = 1e-4
@@ -104,15 +108,16 @@ def greedy_check(positions: Sequence[Position], tie_margin: float, *, tie_rate: 
                   f"top-1 at output position {w.index} (tie margin {tie_margin:g}); "
                   f"{len(structural)} such position(s)")
         return Assessment("greedy losslessness", FAIL, ev)
-    if n:
-        p_lo = lower_tail(n - len(mismatched), n, 1.0 - tie_rate)
-        ev["p_value"] = p_lo
-        if p_lo < alpha and len(mismatched) / n > tie_rate + min_excess:
-            ev["message"] = (f"{len(mismatched)} of {n} greedy positions are near-ties broken "
-                             f"against the top-1 (p {fmt_p(p_lo)})")
-            return Assessment("greedy losslessness", FAIL, ev)
-    state, need = assessed(False, n, needed)
-    return Assessment("greedy losslessness", state, ev, need, "positions")
+    honest, fault = 1.0 - tie_rate, 1.0 - tie_rate - min_excess
+    d = decide_rate(n - len(mismatched), n, honest, fault, alpha=alpha)
+    ev.update(p_value=d.p_fail if n else None, **rate_evidence(d),
+              rules_out=f"rules out non-argmax tokens at {1 - fault:.0%} or more of greedy "
+                        "positions")
+    if d.state == FAIL:
+        ev["message"] = (f"{len(mismatched)} of {n} greedy positions are near-ties broken "
+                         f"against the top-1 (p {fmt_p(d.p_fail)})")
+        return Assessment("greedy losslessness", FAIL, ev)
+    return Assessment("greedy losslessness", d.state, ev, d.need if n else needed, "positions")
 
 
 def p_max_bound(p: Position, sem: Semantics) -> float:
@@ -166,19 +171,24 @@ def temperature_check(positions: Sequence[Position], sem: Semantics, *, label: s
         ev["positions_needed"] = None
         ev["reason"] = "no position with log-probabilities"
         return Assessment(check, INCONCLUSIVE, ev)
-    p_hi = upper_tail(k, n, exp)
-    needed = positions_to_detect(exp, alpha) if 1.0 - exp > min_excess else None
-    ev.update(p_value=p_hi, positions_needed=needed)
-    if p_hi < alpha and k / n - exp > min_excess:
+    d = decide_rate(k, n, exp, exp + min_excess, alpha=alpha)
+    ev.update(p_value=d.p_fail, positions_needed=None if d.need is None else n + d.need,
+              **rate_evidence(d),
+              rules_out=f"rules out an argmax share {min_excess:.0%} or more above the "
+                        f"{exp:.1%} the requested sampling allows at most")
+    if d.state == FAIL:
         ev["message"] = (f"{k} of {n} committed tokens are their position's top-1 ({k / n:.1%}); "
                          f"the requested sampling allows at most {exp:.1%} on average "
-                         f"(p {fmt_p(p_hi)}): verify is committing the argmax")
+                         f"(p {fmt_p(d.p_fail)}): verify is committing the argmax")
         return Assessment(check, FAIL, ev)
-    if needed is None:
+    if 1.0 - exp <= min_excess:
         ev["reason"] = (f"honest sampling here commits the top-1 up to {exp:.0%} of the time: too "
                         "close to greedy to tell apart")
-    state, need = assessed(False, n, needed)
-    return Assessment(check, state, ev, need, "positions")
+        return Assessment(check, INCONCLUSIVE, ev)
+    if d.state == INCONCLUSIVE and d.need is None:
+        ev["reason"] = (f"the observed top-1 share sits at the fault's size ({k / n:.1%} against "
+                        f"{exp + min_excess:.1%}): no sample within reach settles it")
+    return Assessment(check, d.state, ev, d.need, "positions")
 
 
 def _tail_bound(lps: Sequence[float], t: float, vocab: int) -> float:
@@ -214,7 +224,7 @@ def mass_above(p: Position, sem: Semantics) -> float | None:
 
 
 def truncation_check(positions: Sequence[Position], sem: Semantics, *, label: str,
-                     alpha: float = ALPHA) -> Assessment:
+                     alpha: float = ALPHA, fault_share: float = 0.05) -> Assessment:
     """No committed token lies outside the requested top-p nucleus or top-k set."""
     known = [p for p in positions if p.known and (p.top_p < 1.0 or p.top_k > 0)]
     outside: list[tuple[Position, str]] = []
@@ -231,11 +241,13 @@ def truncation_check(positions: Sequence[Position], sem: Semantics, *, label: st
             m = mass_above(p, sem)
             if m is not None and m >= p.top_p + SLACK:
                 outside.append((p, f"at least {m:.4f} of the mass ranks above it (top-p {p.top_p})"))
-    top_p = min((p.top_p for p in known), default=1.0)
-    needed = positions_to_detect(top_p, alpha) if top_p < 1.0 else positions_to_detect(0.9, alpha)
+    d = decide_rate(len(outside), len(known), 0.0, fault_share, alpha=alpha)
     ev: dict[str, Any] = {"mode_requested": label, "num_positions": len(known),
-                          "num_outside": len(outside), "positions_needed": needed,
-                          "sampler_order": sem.order}
+                          "num_outside": len(outside), "sampler_order": sem.order,
+                          "positions_needed": None if d.need is None else len(known) + d.need,
+                          **rate_evidence(d),
+                          "rules_out": f"rules out tokens outside the truncation at "
+                                       f"{fault_share:.0%} or more of the positions checked"}
     check = f"truncation honoured ({label})"
     if outside:
         p, why = outside[0]
@@ -243,8 +255,8 @@ def truncation_check(positions: Sequence[Position], sem: Semantics, *, label: st
                   message=f"request {p.request} committed a token outside its truncation at output "
                   f"position {p.index}: {why}; {len(outside)} such position(s)")
         return Assessment(check, FAIL, ev)
-    state, need = assessed(False, len(known), needed)
-    return Assessment(check, state, ev, need, "positions")
+    state = PASS if d.state == PASS else INCONCLUSIVE
+    return Assessment(check, state, ev, None if state == PASS else d.need, "positions")
 
 
 def overall(checks: Sequence[Assessment]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from specscope import schema
 from specscope.collector.batches import batch_classes, format_classes, verdict
 from specscope.collector.report import build_report
-from specscope.collector.verdict import FAIL, PASS
+from specscope.collector.verdict import FAIL, INCONCLUSIVE
 from specscope.engine.decoder import Request, SpecConfig, SpeculativeDecoder
 from specscope.hooks import Recorder
 
@@ -118,7 +118,10 @@ def test_exact_match_by_class_names_the_class_that_committed_the_divergence():
     exact = [a for a in four.checks if a.check.startswith("exact match")]
     assert four.greedy_requests == 3 and four.diverged == {"structural": 1, "tie-flip": 1}
     assert [a.state for a in exact] == [FAIL]
-    assert [a.state for a in one.checks if a.check.startswith("exact match")] == [PASS]
+    # one identical greedy request cannot rule a structural fault in 30% of requests out
+    (alone,) = [a for a in one.checks if a.check.startswith("exact match")]
+    assert alone.state == INCONCLUSIVE and alone.why == ("INCONCLUSIVE (leans honest; need ~12 "
+                                                         "more greedy requests)")
     assert one.greedy_requests == 1 and not one.diverged
     text = format_classes(list(classes.values()))
     assert "2 of 3 greedy requests first diverged here (1 structural, 1 tie-flip)" in text

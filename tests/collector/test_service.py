@@ -183,8 +183,8 @@ def test_the_metrics_carry_each_check_s_state_pass_fail_or_inconclusive():
     small.observe([_greedy_under_sampling("r", 40, 2)])  # 48 positions, all argmax
     assert state_of(small) == {check: "fail"}
     honest = Collector()
-    entry = _greedy_under_sampling("r", 100, 1)
+    entry = _greedy_under_sampling("r", 1000, 1)
     e = entry.entries[0]
-    fair = dataclasses.replace(e, num_top1=41)
+    fair = dataclasses.replace(e, num_top1=410)
     honest.observe([_run("r"), dataclasses.replace(entry, entries=(fair,))])
     assert state_of(honest) == {check: "pass"}

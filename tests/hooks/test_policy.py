@@ -10,7 +10,6 @@ import torch
 from specscope import schema
 from specscope.collector.detectors import SamplingTruthDetector
 from specscope.collector.stats import SpecStats
-from specscope.exact import positions_to_detect
 from specscope.hooks import Recorder
 from specscope.hooks.policy import UntilDecided
 
@@ -19,10 +18,9 @@ def test_every_step_until_decided_then_one_in_n_and_a_new_class_starts_again():
     policy = UntilDecided(every=32)
     greedy, sampled = [0.0, 0.0], [0.8, 0.8]
     assert all(policy.wants(s, sampled) for s in range(1, 40))  # nothing decided yet
-    needed = positions_to_detect(0.6)
-    n = np.array([needed // 2, needed - needed // 2 + 1])
+    n = np.array([600, 600])  # an honest share: what the collector needs to PASS it
     policy.observe(sampled, None, None, n, (n * 0.6).astype(int), n * 0.6)
-    # the temperature class has its sample: one step in 32 for batches of it alone
+    # the temperature class has passed: one step in 32 for batches of it alone
     assert [s for s in range(1, 65) if policy.wants(s, sampled)] == [32, 64]
     # greedy has not decided: its batches still get every step
     assert all(policy.wants(s, greedy) for s in range(1, 10))

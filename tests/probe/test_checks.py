@@ -45,7 +45,7 @@ def test_all_argmax_under_temperature_fails_and_honest_sampling_never_does():
     for seed in range(40):  # honest draws at T = 0.8 from each position's distribution
         rng = random.Random(seed)
         honest = []
-        for i in range(150):
+        for i in range(1500):  # what ruling a 5-point excess out takes
             d = _dist(rng)
             w = [math.exp(lp / 0.8) for _, lp in d]
             tok = rng.choices([t for t, _ in d], weights=w)[0]
