@@ -4,7 +4,7 @@ an old image) is diluted by the healthy nodes in every pooled figure, and stands
 Each run's records are split by the node their process ran on (``node``, schema 7; "" for
 older traces, shown as "(unknown)"); each node's share is aggregated like a run and checked by
 the run's own detectors: sampling truth per class, greedy losslessness, draft health,
-fallbacks. PASS, FAIL or INCONCLUSIVE per check, with what it needs before it could fail.
+fallbacks. PASS, FAIL or INCONCLUSIVE per check, with its lean and what would settle it.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ class Assessment:
     check: str  #: what was tested, e.g. "sampling truth (top-p)"
     state: str  #: PASS, FAIL or INCONCLUSIVE
     evidence: dict[str, Any] = field(default_factory=dict)
-    need: int | None = None  #: INCONCLUSIVE: about how many more ``unit`` until it could fail
+    need: int | None = None  #: INCONCLUSIVE: about how many more ``unit`` would settle it
     unit: str = "positions"
     anomaly: Any = None  #: the AnomalyRecord of a FAIL
 

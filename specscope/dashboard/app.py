@@ -79,7 +79,7 @@ def search_for_selection(runs: Sequence[str]) -> str:
 
 def _banner(views: Sequence[RunView]) -> Any:
     """Active anomalies (red), else the eval gates that could not tell yet (amber), else green.
-    Every gate state is named: PASS only where the data could have failed."""
+    Every gate state is named: PASS only where the data rule the fault out."""
     from .figures.live import anomalies
 
     found = anomalies(views)

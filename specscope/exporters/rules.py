@@ -108,6 +108,14 @@ groups:
         annotations:
           summary: "specscope probe could not probe {{ $labels.target }} for 30 minutes"
           description: "Every round in 30 minutes failed to probe (unreachable, or no log-probabilities)."
+      - alert: SpecscopeProbeEngineError
+        # a request failed after earlier ones were answered: the engine broke under the probe
+        expr: increase(specscope_probe_engine_errors_total[1h]) > 0
+        labels:
+          severity: critical
+        annotations:
+          summary: "{{ $labels.target }} failed under the probe's requests (verdict ERROR)"
+          description: "An engine that fails a request it should serve is a finding, never a pass: see the probe's trace for the class, the request and the engine's error text."
 """
 
 ENGINES = ("specscope", "vllm", "sglang", "trtllm", "llamacpp", "probe", "fleet")

@@ -266,6 +266,11 @@ def against_reference(reference: str, plan: ProbePlan, answers: list[Answer], dt
         ev["message"] = (f"greedy request {p.prompt_id} first differs from the target-only "
                          f"endpoint at token {p.first_index}, where the reference's margin is "
                          f"{p.margin:.3g} nats (structural)")
+    if state == PASS:
+        ev["rules_out"] = summary.get("rules_out")
+    elif state == INCONCLUSIVE and summary.get("need"):
+        ev["lean"] = "honest"
+        return Assessment("greedy against target-only", state, ev, summary["need"], "greedy pairs")
     return Assessment("greedy against target-only", state, ev)
 
 
@@ -294,7 +299,12 @@ def format_probe(r: ProbeResult) -> str:
             figures += f"  top-1 {obs:.3f} vs {'<= ' if 'expected_top1_rate_bound' in ev else ''}{exp:.3f}"
         if ev.get("p_value") is not None:
             figures += f"  p {ev['p_value']:.2g}"
-        lines.append(f"  {c.check:<34} {state_text(c.state, c.need, c.unit, ev.get('reason')):<40} {figures}")
+        if ev.get("bound") is not None and c.state != FAIL:
+            figures += f"  99% bound {ev['bound']:.3f}"
+        said = state_text(c.state, c.need, c.unit, ev.get("reason"), ev.get("lean"))
+        lines.append(f"  {c.check:<34} {said:<40} {figures}")
+        if c.state == PASS and ev.get("rules_out"):
+            lines.append(f"      {ev['rules_out']}")
         if ev.get("message") and c.state == FAIL:
             lines.append(f"      {ev['message']}")
         if ev.get("positions_tested") in TESTED:

@@ -130,8 +130,8 @@ def p_max_bound(p: Position, sem: Semantics) -> float:
         lps = [lp for _, lp in p.top]
         if p.top_k and not sem.processed:
             return 1.0  # k beyond the returned tokens: no bound below 1 from these alone
-    if sem.processed:
-        return min(1.0, math.exp(p.top[0][1]))
+    if sem.processed:  # every token tied with the top-1 counts as it
+        return min(1.0, sum(math.exp(lp) for _, lp in p.top if lp >= p.top[0][1] - 1e-9))
     t = max(p.temperature, 1e-6)
     truncated_first = p.top_p < 1.0 and sem.order == TRUNCATION_FIRST
     if truncated_first:
@@ -147,7 +147,9 @@ def p_max_bound(p: Position, sem: Semantics) -> float:
         lps = kept
     best = lps[0]
     z = sum(math.exp((lp - best) / t) for lp in lps)
-    bound = 1.0 / z
+    # every token tied with the top-1 counts as the top-1 (``Position.is_top1``): their mass
+    tied = sum(1 for lp in lps if lp >= best - 1e-9)
+    bound = tied / z
     if p.top_p < 1.0 and not truncated_first:
         bound = bound / p.top_p  # the tempered nucleus holds at least top-p of the mass
     return min(1.0, bound)
@@ -173,7 +175,7 @@ def temperature_check(positions: Sequence[Position], sem: Semantics, *, label: s
         return Assessment(check, INCONCLUSIVE, ev)
     d = decide_rate(k, n, exp, exp + min_excess, alpha=alpha)
     ev.update(p_value=d.p_fail, positions_needed=None if d.need is None else n + d.need,
-              **rate_evidence(d),
+              **rate_evidence(d), rules_out_excess=min_excess,
               rules_out=f"rules out an argmax share {min_excess:.0%} or more above the "
                         f"{exp:.1%} the requested sampling allows at most")
     if d.state == FAIL:

@@ -65,7 +65,21 @@ tests:
         values: '0x5 1x5'
       - series: 'specscope_probe_check_state{{target="b",check="greedy losslessness",state="fail"}}'
         values: '0x10'
+      - series: 'specscope_probe_engine_errors_total{{target="c"}}'
+        values: '0x5 1x5'
+      - series: 'specscope_probe_engine_errors_total{{target="d"}}'
+        values: '0x10'
     alert_rule_test:
+      - eval_time: 4m
+        alertname: SpecscopeProbeEngineError
+        exp_alerts: []
+      - eval_time: 8m
+        alertname: SpecscopeProbeEngineError
+        exp_alerts:
+          - exp_labels: {{severity: critical, target: c}}
+            exp_annotations:
+              summary: "c failed under the probe's requests (verdict ERROR)"
+              description: "An engine that fails a request it should serve is a finding, never a pass: see the probe's trace for the class, the request and the engine's error text."
       - eval_time: 3m
         alertname: SpecscopeProbeVerifyFault
         exp_alerts: []
@@ -86,6 +100,6 @@ def test_promtool_checks_the_probe_rules_and_the_alert_fires_on_a_failing_check(
     tests = tmp_path / "tests.yml"
     tests.write_text(PROMTOOL_TEST.format(rules=rules))
     check = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True)
-    assert check.returncode == 0 and "SUCCESS: 4 rules found" in check.stdout, check.stdout + check.stderr
+    assert check.returncode == 0 and "SUCCESS: 5 rules found" in check.stdout, check.stdout + check.stderr
     test = subprocess.run(["promtool", "test", "rules", str(tests)], capture_output=True, text=True)
     assert test.returncode == 0, test.stdout + test.stderr
