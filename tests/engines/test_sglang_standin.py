@@ -251,5 +251,10 @@ def test_target_only_sampling_verify_commits_the_targets_distribution(sk):
         assert firsts.count(1) == 75
     k = sk.top_k_renorm_prob(torch.tensor([[0.1, 0.2, 0.3, 0.4]]), torch.tensor([2]))
     torch.testing.assert_close(k, torch.tensor([[0.0, 0.0, 3 / 7, 4 / 7]]))
+    # top_k 1 is SGLang's greedy: exactly the argmax, the first among ties
+    tied = torch.tensor([[0.1, 0.35, 0.2, 0.35], [0.4, 0.3, 0.2, 0.1]])
+    one = sk.top_k_renorm_prob(tied, torch.tensor([1, 1]))
+    assert torch.equal(one.argmax(-1), tied.argmax(-1)) and torch.equal(one.max(-1).values,
+                                                                        torch.ones(2))
     p = sk.top_p_renorm_prob(torch.tensor([[0.1, 0.2, 0.3, 0.4]]), torch.tensor([0.6]))
     torch.testing.assert_close(p, torch.tensor([[0.0, 0.0, 3 / 7, 4 / 7]]))

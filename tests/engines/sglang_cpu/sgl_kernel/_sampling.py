@@ -7,14 +7,15 @@ import torch
 
 
 def top_k_renorm_prob(probs, top_ks) -> torch.Tensor:
-    """Keep each row's ``top_k`` largest probabilities (ties at the cut kept), renormalised;
-    ``top_k`` <= 0 or >= the vocabulary keeps the row."""
+    """Keep each row's ``top_k`` largest probabilities, exactly ``top_k`` of them (among ties,
+    the lowest token ids, as ``argmax`` picks), renormalised; ``top_k`` <= 0 or >= the
+    vocabulary keeps the row."""
     k = top_ks.reshape(-1).long()
     vocab = probs.shape[-1]
     k = torch.where((k <= 0) | (k >= vocab), torch.full_like(k, vocab), k)
-    ordered = probs.sort(dim=-1, descending=True).values
-    cut = ordered.gather(-1, (k - 1).unsqueeze(-1))
-    kept = torch.where(probs >= cut, probs, torch.zeros_like(probs))
+    order = probs.sort(dim=-1, descending=True, stable=True).indices
+    rank = torch.empty_like(order).scatter_(-1, order, torch.arange(vocab).expand_as(order))
+    kept = torch.where(rank < k.unsqueeze(-1), probs, torch.zeros_like(probs))
     return kept / kept.sum(dim=-1, keepdim=True)
 
 
