@@ -124,6 +124,9 @@ def _truth(s: SpecStats, checks: Sequence[Assessment]) -> list[dict[str, Any]]:
             "state": a.state if a else None, "state_text": a.why if a else None,
             "p_value": a.evidence["p_value"] if a else None,
             "positions_needed": a.evidence["positions_needed"] if a else None,
+            #: the 99% bounds of the argmax share (a PASS needs both within 5 points of expected)
+            "bounds_99": ([a.evidence.get("lower_bound"), a.evidence.get("bound")]
+                          if a and a.evidence.get("bound") is not None else None),
             "mode_requested": mode, "modes_used": used,
             "num_positions": t.num_verified if t else 0,
             "observed_top1_rate": t.observed_rate if t else None,
@@ -409,6 +412,8 @@ def format_report(report: dict[str, Any]) -> str:
                          f"observed {_f(row['observed_top1_rate'])} expected "
                          f"{_f(row['expected_top1_rate'])}  z {row['z'] if isinstance(row['z'], str) else _f(row['z'], '.1f')}"
                          f"{p}  n {row['num_positions']}"
+                         + (f"  99% {_f(row['bounds_99'][0])}-{_f(row['bounds_99'][1])}"
+                            if row.get("bounds_99") and None not in row["bounds_99"] else "")
                          + (f"  {row['state_text']}" if row.get("state_text") else ""))
         flagged = sec.get("requests_flagged", [])
         for r in flagged[:5]:

@@ -152,8 +152,9 @@ def test_a_link_with_a_run_selection_opens_that_view_in_a_fresh_browser(server, 
 
 
 def test_the_banner_says_inconclusive_where_a_run_is_too_small_to_pass(tmp_path_factory, browser):
-    """A clean two-request run has too few positions for its sampling-truth check to fail:
-    the banner says INCONCLUSIVE with what it needs, neither PASS nor an anomaly."""
+    """A clean two-request run has too few positions for its sampling-truth check to rule the
+    fault out: the banner says INCONCLUSIVE with its lean and what it needs, neither PASS nor
+    an anomaly."""
     from selenium.webdriver.common.by import By
 
     from specscope.dashboard import TraceSource, create_app
@@ -173,7 +174,8 @@ def test_the_banner_says_inconclusive_where_a_run_is_too_small_to_pass(tmp_path_
         _wait_for(browser, "banner-inconclusive", 15.0)
         browser.save_screenshot(str(ARTIFACTS / "banner-inconclusive.png"))
         text = browser.find_element(By.ID, "banner-inconclusive").text
-        assert "INCONCLUSIVE (need ~" in text and "more positions" in text and "small-s3" in text
+        assert "INCONCLUSIVE (lean" in text and "need ~" in text and "more positions" in text
+        assert "small-s3" in text
         assert not browser.find_elements(By.ID, "banner-ok")
     finally:
         srv.shutdown()
