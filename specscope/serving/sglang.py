@@ -90,7 +90,10 @@ class SglangServer(ServerProcess):
     work_dir: Path = Path("sglang-server")
     wrap: bool = False  #: under ``specscope wrap``, its traces in ``work_dir/traces``
     dtype: str = "bfloat16"
-    mem_fraction: float = 0.1  #: of the machine's memory, for weights and KV cache
+    #: of the memory free at start, for weights and KV cache: SGLang refuses to start when the
+    #: weights leave no room in it, which other processes' use can cause at a small fraction
+    mem_fraction: float = 0.3
+    max_total_tokens: int = 16384  #: the KV cache's size, whatever the fraction allows
     env: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
     label = "SGLang"
@@ -106,7 +109,8 @@ class SglangServer(ServerProcess):
                                     "set SPECSCOPE_SGLANG_PYTHON)")
         entry = [str(self.launcher)] if self.launcher else ["-m", "sglang.launch_server"]
         cmd = [str(python), *entry, "--model-path", str(self.model), *CPU_FLAGS, "--dtype",
-               self.dtype, "--mem-fraction-static", str(self.mem_fraction), "--host",
+               self.dtype, "--mem-fraction-static", str(self.mem_fraction),
+               "--max-total-tokens", str(self.max_total_tokens), "--host",
                "127.0.0.1", "--port", str(self.port), *self.spec, *self.extra_args]
         if self.wrap:
             cmd = [sys.executable, "-m", "specscope", "wrap", "--trace-dir",

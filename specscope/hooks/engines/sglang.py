@@ -20,7 +20,9 @@ target alone and no draft probabilities reach it.
 Modules that bound ``eagle_sample`` by name before the adapter installed (``ngram_worker``,
 ``eagle_worker_common``) are rebound too; and the workers' per-step host callback
 (``on_verify_complete_cpu``) counts the verify steps SGLang served, so a server whose steps no
-hook saw says so, in a warning and in its trace.
+hook saw says so, in a warning and in its trace. Each finished request is recorded by the API
+server process (``sglang_requests``); under ``specscope wrap`` every process of one server shares
+the run.
 """
 
 from __future__ import annotations
@@ -30,26 +32,10 @@ import warnings
 from typing import Any
 
 from ... import schema
+from .sglang_requests import TOP_K_ALL, requested  # noqa: F401 (re-exported)
 
-#: SGLang's "top_k off": the whole vocabulary (``sampling_params.TOP_K_ALL``)
-TOP_K_ALL = 1 << 30
 #: engine verify steps served with no hook call before the adapter says so
 UNSEEN_AFTER = 4
-
-
-def requested(params: Any) -> tuple[float, float, int]:
-    """(temperature, top_p, top_k) a request asked for, in specscope's terms (temperature 0 =
-    greedy, top_k 0 = off), from SGLang's normalised ``SamplingParams``."""
-    temperature = float(getattr(params, "temperature", 1.0) if
-                        getattr(params, "temperature", None) is not None else 1.0)
-    top_p = float(getattr(params, "top_p", None) or 1.0)
-    top_k = getattr(params, "top_k", None)
-    top_k = -1 if top_k is None else int(top_k)
-    if top_k == 1 or temperature <= 0.0:
-        return 0.0, 1.0, 0
-    if top_k < 1 or top_k >= TOP_K_ALL:
-        top_k = 0
-    return temperature, top_p, top_k
 
 
 def _rejection_sampling() -> bool:
@@ -106,28 +92,46 @@ def truth_inputs(logits: Any, predict: Any, accept_index: Any) -> dict:
     return {"target_logits": logits[rows], "committed_tokens": committed}
 
 
-def run_fields(verify_input: Any, module: Any) -> dict[str, Any]:
-    """The run record's configuration: SGLang's algorithm, chain/tree shape, model, backend."""
-    algorithm, model = "", ""
-    try:
-        from sglang.srt.runtime_context import get_server_args, get_spec  # type: ignore
+def _spec() -> Any:
+    from sglang.srt.runtime_context import get_spec  # type: ignore
 
-        algo = get_spec().speculative_algorithm
+    return get_spec()
+
+
+def run_fields(verify_input: Any, module: Any) -> dict[str, Any]:
+    """The run record's configuration: SGLang's algorithm, chain/tree shape, model, backend, from
+    its own settings (any process of the server gives the same), else from ``verify_input``."""
+    algorithm, model, steps, topk, draft_tokens = "", "", None, None, None
+    try:
+        spec = _spec()
+        algo = spec.speculative_algorithm
         algorithm = str(getattr(algo, "name", algo) or "")
+        draft_tokens = spec.speculative_num_draft_tokens
+        steps, topk = spec.speculative_num_steps, spec.speculative_eagle_topk
+    except Exception:
+        pass
+    try:
+        from sglang.srt.runtime_context import get_server_args  # type: ignore
+
         args = get_server_args()
         model = str(getattr(args, "served_model_name", "") or getattr(args, "model_path", ""))
     except Exception:
         pass
-    if not algorithm:
+    if not algorithm and verify_input is not None:
         algorithm = "NGRAM" if not hasattr(verify_input, "spec_steps") else "EAGLE"
-    draft_tokens = int(verify_input.draft_token_num)
-    steps = int(getattr(verify_input, "spec_steps", draft_tokens - 1))
-    topk = int(getattr(verify_input, "topk", 0) or 0)
+    if draft_tokens is None and verify_input is not None:
+        draft_tokens = verify_input.draft_token_num
+    draft_tokens = int(draft_tokens or 0)
+    if algorithm.upper() == "NGRAM" or steps is None:
+        steps = getattr(verify_input, "spec_steps", None) or max(0, draft_tokens - 1)
+    if algorithm.upper() == "NGRAM" or topk is None:
+        topk = getattr(verify_input, "topk", 0) or 0
     backend = "hip" if module._is_hip else ("cuda" if module._is_cuda else
                                             ("xpu" if module._is_xpu else "cpu"))
-    return {"algorithm": algorithm.lower(), "config_id": f"sglang-{algorithm.lower()}",
-            "num_steps": steps, "topk": max(0, topk), "num_draft_tokens": draft_tokens,
-            "backend": backend, "model": model, "verify_mode": schema.TARGET_TEMPERATURE}
+    name = (algorithm or "unknown").lower()
+    return {"algorithm": name, "config_id": f"sglang-{name}", "num_steps": int(steps),
+            "topk": max(0, int(topk)), "num_draft_tokens": draft_tokens, "backend": backend,
+            "model": model, "verify_mode": schema.TARGET_TEMPERATURE}
 
 
 def record_eagle_sample(recorder: Any, verify_input: Any, batch: Any, result: tuple,
@@ -252,10 +256,19 @@ def install(recorder: Any = None) -> list[str]:
         return result
 
     def make_default():
-        return default_recorder("sglang", algorithm="unknown")
+        return default_recorder("sglang", **run_fields(None, module))
+
+    def num_draft_tokens() -> int:
+        try:
+            return int(_spec().speculative_num_draft_tokens or 0)
+        except Exception:
+            return 0
 
     eagle_sample._specscope = True
     eagle_sample._specscope_recorder = lazy
     module.eagle_sample = eagle_sample
     patched = ["sglang.srt.speculative.eagle_utils.eagle_sample", *_rebind(original, eagle_sample)]
-    return patched + _watch_workers(watch, lazy, make_default)
+    from . import sglang_requests
+
+    return (patched + _watch_workers(watch, lazy, make_default)
+            + sglang_requests.install(lazy, make_default, num_draft_tokens))

@@ -2,7 +2,8 @@
 
 A ``sitecustomize`` shipped with specscope goes first on ``PYTHONPATH`` and ``SPECSCOPE_WRAP=1``
 is set, so each Python process the command starts (tensor-parallel workers included) installs
-the adapters at start-up. An existing ``sitecustomize`` elsewhere on the path is shadowed.
+the adapters at start-up. An existing ``sitecustomize`` elsewhere on the path is shadowed. They
+all record one run (``SPECSCOPE_RUN_ID``, unless already set).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -23,6 +25,8 @@ def wrap(command: Sequence[str], *, trace_dir: str = ".", collector: str | None 
     site = Path(__file__).with_name("_site")
     env = dict(os.environ, SPECSCOPE_WRAP="1", SPECSCOPE_VLLM="1",
                SPECSCOPE_TRACE_DIR=os.path.abspath(trace_dir))
+    # every process the command starts (API server, schedulers, workers) records one run
+    env.setdefault("SPECSCOPE_RUN_ID", f"wrap-{os.getpid()}-{time.time_ns() // 10**6}")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH", "")) if p)
     if collector:
         env["SPECSCOPE_COLLECTOR"] = collector
