@@ -1,0 +1,259 @@
+"""specscope inside and beside a real SGLang 0.5.21 (.venv-sglang, its sgl_kernel ops from the
+tests' CPU stand-in), serving SmolLM2-135M on 127.0.0.1 under ``specscope wrap``; each server is
+stopped by its PID with every process it spawned.
+
+SGLang's CPU verify commits the argmax for every request, whatever its temperature
+(``_verify_uses_greedy`` is true whenever ``is_cpu``): the incident specscope exists for, live.
+As shipped, with a STANDALONE draft (a copy of the target, a chain of 3) and with NGRAM, it is
+caught in-engine and by the probe; with the repaired verify (tests only: sample the target's own
+token at each position, accept a draft token only when it equals it) nothing FAILs. The trace
+holds to SGLang's own counts: its per-request ``meta_info`` and its ``/metrics`` counter.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import re
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from specscope import schema
+from specscope.collector.report import build_report
+from specscope.importers import import_file
+from specscope.io.trace import read_trace
+from specscope.serving.sglang import generate
+from tests.engines.sglang_fixtures import sglang_env, sglang_model, sglang_server  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+#: the workload's sampling, in turn: three temperature requests to one greedy
+SAMPLING = ({"temperature": 0.8}, {"temperature": 0.8}, {"temperature": 0.8}, {"temperature": 0.0})
+
+
+def chat(prompt: str) -> str:
+    """SmolLM2's chat template around one user message (``/generate`` takes raw text)."""
+    return f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def drive(url: str, prompts: list[str], *, max_tokens: int = 48, concurrency: int = 4) -> list:
+    """``prompts`` through ``/generate``, request ``i`` with ``SAMPLING[i % 4]``."""
+    def one(i: int) -> dict:
+        return generate(url, chat(prompts[i]), {**SAMPLING[i % len(SAMPLING)],
+                                                "max_new_tokens": max_tokens})
+
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        return list(pool.map(one, range(len(prompts))))
+
+
+def stream_chat(url: str, prompt: str) -> str:
+    """One streamed chat completion as a client saves it (server-sent events), with SGLang's
+    per-request speculative figures asked for (``return_spec_tokens_details``)."""
+    body = json.dumps({"model": "default", "messages": [{"role": "user", "content": prompt}],
+                       "max_tokens": 32, "temperature": 0.8, "stream": True,
+                       "stream_options": {"include_usage": True},
+                       "return_spec_tokens_details": True}).encode()
+    req = urllib.request.Request(url + "/v1/chat/completions", data=body,
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return r.read().decode()
+
+
+def verify_calls(url: str) -> int:
+    page = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()
+    return int(sum(float(v) for v in
+                   re.findall(r"^sglang:spec_verify_calls_total{[^}]*} (\S+)$", page, re.M)))
+
+
+def probe(url: str, *extra: str) -> tuple[int, float, dict]:
+    """``specscope probe`` as a CI gate runs it: exit status, seconds, JSON verdict."""
+    import contextlib
+    import io
+
+    from specscope.cli import main
+
+    out = io.StringIO()
+    t0 = time.monotonic()
+    with contextlib.redirect_stdout(out):
+        rc = main(["probe", url, "--engine", "sglang", "--dtype", "bfloat16", "--json",
+                   "--concurrency", "3", "--max-tokens", "48", *extra])
+    return rc, time.monotonic() - t0, json.loads(out.getvalue())
+
+
+def section_of(records: list) -> dict:
+    (section,) = build_report(records)["runs"]
+    return section
+
+
+def truth(section: dict) -> dict[str, dict]:
+    return {t["mode_requested"]: t for t in section["sampling_truth"]}
+
+
+def per_request(records: list, rids: set[str]) -> dict[str, tuple[int, int]]:
+    """Each request's (verify steps, accepted drafts) in the trace."""
+    out: dict[str, list[int]] = {rid: [0, 0] for rid in rids}
+    for r in records:
+        if isinstance(r, schema.VerifyStepRecord):
+            for e in r.entries:
+                if e.request_id in out:
+                    out[e.request_id][0] += 1
+                    out[e.request_id][1] += e.num_accepted
+    return {rid: (v[0], v[1]) for rid, v in out.items()}
+
+
+def workload_only(records: list, responses: list) -> list:
+    """The trace less the verify steps of requests outside the workload (the server's warm-up)."""
+    rids = {r["meta_info"]["id"] for r in responses}
+    return [r for r in records if not isinstance(r, (schema.VerifyStepRecord, schema.FallbackRecord))
+            or (r.request_id in rids if isinstance(r, schema.FallbackRecord)
+                else {e.request_id for e in r.entries} <= rids)]
+
+
+def seconds_to_fail(records: list, kind: str = "silent_greedy") -> float | None:
+    """How long into the recorded traffic the in-engine detectors first name ``kind``: the
+    trace cut at each verify step after the first, oldest first."""
+    steps = sorted(r.t_ns for r in records if isinstance(r, schema.VerifyStepRecord))
+    others = [r for r in records if not isinstance(r, schema.VerifyStepRecord)
+              and not isinstance(r, (schema.FallbackRecord, schema.PhaseRecord))]
+    for cut in steps[::4] + steps[-1:]:
+        kept = others + [r for r in records if isinstance(r, (schema.VerifyStepRecord,
+                                                              schema.FallbackRecord))
+                         and r.t_ns <= cut]
+        if kind in {a["kind"] for a in section_of(kept)["anomalies"]}:
+            return (cut - steps[0]) / 1e9
+    return None
+
+
+def served(srv, prompts: list[str], **kw) -> tuple[list, list, int, float]:
+    """Drive ``srv``; returns (responses, the trace's records, SGLang's verify calls over the
+    workload, seconds)."""
+    before = verify_calls(srv.url)
+    t0 = time.monotonic()
+    responses = drive(srv.url, prompts, **kw)
+    took = time.monotonic() - t0
+    time.sleep(1.0)  # the recorder's drain
+    calls = verify_calls(srv.url) - before
+    records = read_trace(sorted(srv.trace_dir.glob("*.jsonl"))).records
+    return responses, records, calls, took
+
+
+def held_to_sglangs_counts(responses: list, records: list, calls: int, tmp_path: Path) -> None:
+    """The trace against SGLang's own counts: each request's verify steps and accepted drafts
+    as its meta_info says, the workload's request-steps as /metrics counts them
+    (``spec_verify_calls_total``), and the saved responses imported give the same figures."""
+    rids = {r["meta_info"]["id"] for r in responses}
+    mine = per_request(records, rids)
+    theirs = {r["meta_info"]["id"]: (r["meta_info"].get("spec_verify_ct", 0),
+                                     r["meta_info"].get("spec_num_correct_drafts", 0))
+              for r in responses}
+    assert mine == theirs, (mine, theirs)
+    # SGLang's counter adds each finished request's verify steps
+    assert sum(n for n, _ in mine.values()) == calls, (mine, calls)
+    steps = [r for r in records if isinstance(r, schema.VerifyStepRecord)
+             and {e.request_id for e in r.entries} <= rids]
+    (tmp_path / "responses.json").write_text(json.dumps(responses))
+    imported = section_of(import_file(tmp_path / "responses.json").records)
+    from_trace = section_of([r for r in records if not isinstance(r, schema.VerifyStepRecord)]
+                            + steps)
+    for key in ("num_drafts", "draft_tokens", "accepted_tokens", "per_position_acceptance"):
+        assert imported["totals"][key] == from_trace["totals"][key], key
+
+
+def test_standalone_as_shipped_is_caught_in_engine_and_by_the_probe(
+        sglang_env, sglang_model, prompts, tmp_path):  # noqa: F811
+    """STANDALONE as SGLang ships it on a CPU: the in-engine checks FAIL temperature requests
+    as silent greedy, with the fallback and its reason listed, while greedy requests commit the
+    argmax at every verified position (the oracle: 1.000 exactly); the probe FAILs it over the
+    OpenAI API and over /generate (the times, printed, depend on the machine's load: about a
+    minute of traffic on two idle cores)."""
+    srv = sglang_server(sglang_env, sglang_model, tmp_path / "standalone", "STANDALONE")
+    t0 = time.monotonic()
+    with srv:
+        started = time.monotonic() - t0
+        responses, records, calls, took = served(srv, prompts[:12])
+        rc_chat, chat_s, chat_verdict = probe(srv.url, "--classes", "greedy,temperature",
+                                              "--requests", "12")
+        rc_gen, gen_s, gen_verdict = probe(srv.url, "--endpoint", "generate")
+        (tmp_path / "stream.sse").write_text(stream_chat(srv.url, prompts[0]))
+        time.sleep(1.0)
+        everything = read_trace(sorted(srv.trace_dir.glob("*.jsonl"))).records
+    # a saved stream imports as SGLang's, its figures the trace's for that request
+    streamed = import_file(tmp_path / "stream.sse")
+    assert streamed.format == "sglang-responses"
+    (req,) = [r for r in streamed.records if isinstance(r, schema.RequestRecord)]
+    assert (req.num_verify_steps, req.num_accepted_tokens) == \
+        per_request(everything, {req.request_id})[req.request_id], req
+    section = section_of(records)
+    states = truth(section)
+    fail_s = seconds_to_fail(workload_only(records, responses))
+    print(f"start {started:.0f} s; workload {took:.1f} s, {calls} verify calls; in-engine "
+          f"silent_greedy after {fail_s} s of traffic; probe chat {chat_s:.1f} s, generate "
+          f"{gen_s:.1f} s")
+    held_to_sglangs_counts(responses, records, calls, tmp_path)
+    temp = states[schema.TARGET_TEMPERATURE]
+    assert temp["state"] == "fail", temp
+    assert "silent_greedy" in {a["kind"] for a in section["anomalies"]}
+    assert fail_s is not None
+    greedy = states[schema.GREEDY]
+    assert greedy["observed_top1_rate"] == 1.0 and greedy["state"] != "fail", greedy
+    assert set(section["fallbacks"]) == {"sglang_cpu_verify_argmax"}
+    assert section["fallbacks"]["sglang_cpu_verify_argmax"] > 0
+    run = section["run"]
+    assert run["algorithm"] == "standalone" and run["model"] == str(sglang_model), run
+    # the API server's side of the same run: each finished request, timed, as SGLang counted it
+    requests = {r.request_id: r for r in records if isinstance(r, schema.RequestRecord)}
+    for resp in responses:
+        meta = resp["meta_info"]
+        r = requests[meta["id"]]
+        assert (r.num_output_tokens, r.num_verify_steps, r.num_accepted_tokens) == (
+            meta["completion_tokens"], meta["spec_verify_ct"], meta["spec_num_correct_drafts"])
+        assert r.ttft_s is not None and 0 < r.ttft_s <= r.e2e_s, r
+    assert section["totals"]["num_requests"] >= len(responses)
+    assert section["latency"]["ttft_s"]["n"] >= len(responses)
+    for rc, took_s, verdict in ((rc_chat, chat_s, chat_verdict), (rc_gen, gen_s, gen_verdict)):
+        assert rc == 1 and verdict["verdict"] == "fail", (rc, took_s, verdict)
+        states = {c["check"]: c["state"] for c in verdict["checks"]}
+        assert states["temperature honoured (temperature)"] == "fail", states
+        assert states["greedy losslessness"] != "fail", states
+
+
+def test_ngram_as_shipped_is_hooked_and_caught(sglang_env, sglang_model, prompts,
+                                               tmp_path):  # noqa: F811
+    """NGRAM reaches the same verify through a name its worker bound at import: the adapter
+    sees every step (the trace holds to SGLang's counts), and the same silent greedy FAILs."""
+    srv = sglang_server(sglang_env, sglang_model, tmp_path / "ngram", "NGRAM")
+    with srv:
+        responses, records, calls, took = served(srv, prompts[12:24])
+        rc, probe_s, verdict = probe(srv.url, "--endpoint", "generate")
+    section = section_of(records)
+    print(f"ngram: workload {took:.1f} s, {calls} verify calls; in-engine silent_greedy after "
+          f"{seconds_to_fail(workload_only(records, responses))} s; probe {probe_s:.1f} s")
+    assert calls > 0
+    held_to_sglangs_counts(responses, records, calls, tmp_path)
+    assert section["run"]["algorithm"] == "ngram"
+    assert truth(section)[schema.TARGET_TEMPERATURE]["state"] == "fail"
+    assert truth(section)[schema.GREEDY]["observed_top1_rate"] == 1.0
+    assert rc == 1 and verdict["verdict"] == "fail", (rc, probe_s, verdict)
+
+
+def test_repaired_verify_never_fails(sglang_env, sglang_model, prompts, tmp_path):  # noqa: F811
+    """The clean control: CPU verify repaired as SGLang's ROCm fix does. No FAIL in-engine, no
+    fallback, greedy still the argmax everywhere; the probe does not FAIL it either."""
+    srv = sglang_server(sglang_env, sglang_model, tmp_path / "repaired", "STANDALONE",
+                        repaired=True)
+    with srv:
+        responses, records, calls, _ = served(srv, prompts[:12])
+        rc, probe_s, verdict = probe(srv.url, "--endpoint", "generate", "--classes",
+                                     "greedy,temperature")
+    section = section_of(records)
+    held_to_sglangs_counts(responses, records, calls, tmp_path)
+    states = truth(section)
+    assert states[schema.TARGET_TEMPERATURE]["state"] != "fail", states
+    assert states[schema.GREEDY]["observed_top1_rate"] == 1.0
+    assert not section["fallbacks"]
+    assert not {"silent_greedy", "sampling_mismatch", "greedy_mismatch"} & \
+        {a["kind"] for a in section["anomalies"]}
+    assert verdict["verdict"] != "fail", verdict
