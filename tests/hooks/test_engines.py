@@ -150,6 +150,32 @@ def test_sglang_hip_greedy_path_for_temperature_requests_is_recorded(fake_sglang
         ("r2", "sglang_hip_verify_argmax_without_rejection_sampling", step.step)]
 
 
+def test_sglang_verify_steps_no_hook_saw_are_reported(fake_sglang, monkeypatch, run_record):
+    """A release whose workers verify without going through the hooked function: SGLang's own
+    per-step callback counts the steps, and after a few the adapter says so, in a warning and
+    an anomaly in the trace."""
+    from specscope.hooks.engines import sglang
+
+    worker_mod = types.ModuleType("sglang.srt.speculative.ngram_worker")
+
+    class NGRAMWorker:
+        def on_verify_complete_cpu(self, num_correct, batch_size):
+            return "engine"
+
+    worker_mod.NGRAMWorker = NGRAMWorker
+    install_modules(monkeypatch, {"sglang.srt.speculative.ngram_worker": worker_mod})
+    rec = Recorder(run_record)
+    assert "sglang.srt.speculative.ngram_worker.NGRAMWorker.on_verify_complete_cpu" in \
+        sglang.install(rec)
+    worker = NGRAMWorker()
+    for _ in range(sglang.UNSEEN_AFTER - 1):
+        assert worker.on_verify_complete_cpu([1], 1) == "engine"
+    with pytest.warns(RuntimeWarning, match="no specscope hook saw them"):
+        assert worker.on_verify_complete_cpu([1], 1) == "engine"
+    (anomaly,) = [r for r in rec.drain(wait=True) if isinstance(r, schema.AnomalyRecord)]
+    assert anomaly.kind == "unhooked_verify" and anomaly.evidence["engine_steps"] == 4
+
+
 def test_sglang_requested_class_read_with_sglangs_own_defaults():
     """SGLang normalises what arrives: temperature 0 becomes top_k 1 (its greedy), top_k off
     (-1) becomes 1 << 30, the whole vocabulary."""
