@@ -31,7 +31,6 @@ def test_two_requests_of_silent_greedy_fail_the_gate_with_the_evidence(tmp_path)
     (flag,) = [a for a in section["anomalies"] if a["kind"] == "silent_greedy"]
     ev = flag["evidence"]
     assert ev["observed_top1_rate"] == 1.0 and ev["p_value"] < 1e-9
-    assert ev["num_positions"] >= ev["positions_needed"]
     # each request carries the evidence on its own (16 positions, p ~ 4e-7 < 1e-6 per request)
     flagged = {r["request_id"] for r in section["requests_flagged"]}
     assert flagged == {"req-00000", "req-00001"}
@@ -68,10 +67,10 @@ def test_report_compare_and_regress_say_inconclusive_on_a_run_too_small_to_fail(
                   "--max-new-tokens", "4", "--seed", "3", "--quiet", "-o", str(trace))
     assert rec.returncode == 0, rec.stderr
     report = run_cli("report", str(trace)).stdout
-    assert "EVAL GATE          INCONCLUSIVE (need ~" in report
+    assert "EVAL GATE          INCONCLUSIVE (lean" in report and "need ~" in report
     compare = run_cli("compare", str(trace), str(trace), "--bootstrap", "100").stdout
     gate_rows = [line for line in compare.splitlines() if line.startswith("eval gate")]
-    assert len(gate_rows) == 2 and all("INCONCLUSIVE (need ~" in line for line in gate_rows)
+    assert len(gate_rows) == 2 and all("INCONCLUSIVE (lean" in line for line in gate_rows)
     regress = run_cli("regress", str(trace), "--bootstrap", "100").stdout
     (row,) = [line for line in regress.splitlines()[1:] if line.strip() and not line.startswith(("[", "run "))]
     assert "inconclusive" in row and "good" not in row and "bad" not in row

@@ -25,7 +25,7 @@ def test_wheel_is_located_without_importing_it():
 
 def test_record_and_report_on_smollm2(tmp_path):
     trace = tmp_path / "smol.jsonl"
-    rec = run_cli("record", "--model", "smollm2", "--requests", "8", "--concurrency", "4",
+    rec = run_cli("record", "--model", "smollm2", "--requests", "13", "--concurrency", "4",
                   "--max-new-tokens", "32", "--temperature", "0", "--quiet", "-o", str(trace))
     assert rec.returncode == 0, rec.stderr
     rep = run_cli("report", str(trace), "--json")
