@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from .detectors import DRAFT_CHECK, TRUTH_CHECK, detectors_for, evaluate
 from ..exact import PASS_ALPHA, _z, decide_rate, one_sided_excess
 from .stats import SpecStats
-from .verdict import (FAIL, INCONCLUSIVE, PASS, Assessment, assessed, combine, state_text,
+from .verdict import (FAIL, INCONCLUSIVE, PASS, Assessment, combine, state_text,
                       why_text)
 
 
