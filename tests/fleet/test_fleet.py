@@ -33,7 +33,7 @@ def _node(tiny, store, run: schema.RunRecord, node: str, fault: str, steps: int,
     dec = SpeculativeDecoder(tiny.target, tiny.draft, SpecConfig(num_steps=steps, fault=fault),
                              recorder=rec, seed=seed)
     for i in range(3):
-        dec.generate([Request(f"{node}-{i}-{j}", PROMPTS[(i + j) % 4], max_new_tokens=64,
+        dec.generate([Request(f"{node}-{i}-{j}", PROMPTS[(i + j) % 4], max_new_tokens=160,
                               temperature=0.8) for j in range(4)])
     rec.close()
 
