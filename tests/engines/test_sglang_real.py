@@ -216,8 +216,13 @@ def test_standalone_as_shipped_is_caught_in_engine_and_by_the_probe(
     for rc, took_s, verdict in ((rc_chat, chat_s, chat_verdict), (rc_gen, gen_s, gen_verdict)):
         assert rc == 1 and verdict["verdict"] == "fail", (rc, took_s, verdict)
         states = {c["check"]: c["state"] for c in verdict["checks"]}
-        assert states["temperature honoured (temperature)"] == "fail", states
+        # fail-fast: the probe stops at the first class that FAILs, the one that got there
+        # first (temperature alone or with top-p, taken in turn) names the fault
+        failed = {c for c, s in states.items() if s == "fail"}
+        assert failed and all(c.startswith("temperature honoured (") for c in failed), states
         assert states["greedy losslessness"] != "fail", states
+    assert {c["check"]: c["state"] for c in chat_verdict["checks"]}[
+        "temperature honoured (temperature)"] == "fail", chat_verdict
 
 
 def test_ngram_as_shipped_is_hooked_and_caught(sglang_env, sglang_model, prompts,
@@ -247,7 +252,7 @@ def test_repaired_verify_never_fails(sglang_env, sglang_model, prompts, tmp_path
     with srv:
         responses, records, calls, _ = served(srv, prompts[:12])
         rc, probe_s, verdict = probe(srv.url, "--endpoint", "generate", "--classes",
-                                     "greedy,temperature")
+                                     "greedy,temperature", "--requests", "12")
     section = section_of(records)
     held_to_sglangs_counts(responses, records, calls, tmp_path)
     states = truth(section)
