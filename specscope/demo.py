@@ -41,6 +41,7 @@ class DemoOptions:
     sweep: bool = True  #: run the tiny-model sweep in the background
     engine: str = "reference"  #: "reference" (the embedded decoder) or "vllm" (demo_vllm)
     waves: int | None = None  #: stop decoding after this many waves (the servers stay up)
+    trace_refresh_s: float = 30.0  #: how often the dashboard re-reads the traces (requests, sweep)
 
 
 #: the long-context prompts (384 to 3,072 tokens) come last: one in about every wave from the
@@ -193,7 +194,8 @@ def run_demo(opts: DemoOptions) -> int:
     collector = Collector(window_s=5.0, num_windows=120).start()
     metrics = MetricsServer(collector, host=opts.host, port=opts.metrics_port).start()
     out = Path(opts.out_dir)
-    app = create_app(LiveSource(collector, "demo", traces=[out, out / "sweep"]),
+    app = create_app(LiveSource(collector, "demo", traces=[out, out / "sweep"],
+                                    trace_refresh_s=opts.trace_refresh_s),
                      title="specscope demo", refresh_s=3.0)
     dash_server = serve(app, opts.host, opts.dashboard_port)
     tmp = Path(tempfile.mkdtemp(prefix="specscope-demo-"))

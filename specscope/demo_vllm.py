@@ -99,7 +99,8 @@ def run_vllm_demo(opts: Any) -> int:
                 return 1
             srv.start()
             print(f"vLLM {name:<24} {srv.url}  (log {srv.log})", flush=True)
-        app = create_app(LiveSource(collector, "demo-vllm", traces=[out]),
+        app = create_app(LiveSource(collector, "demo-vllm", traces=[out],
+                                      trace_refresh_s=opts.trace_refresh_s),
                          title="specscope demo on vLLM", refresh_s=3.0)
         dash_server = serve(app, opts.host, opts.dashboard_port)
         print(f"dashboard   http://{opts.host}:{dash_server.server_port}/", flush=True)

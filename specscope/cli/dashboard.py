@@ -34,7 +34,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                                 dashboard_port=args.port, metrics_port=args.metrics_port,
                                 duration_s=args.duration, requests=args.requests,
                                 max_new_tokens=args.max_new_tokens, prometheus=not args.no_prometheus,
-                                sweep=not args.no_sweep, engine=args.engine, waves=args.waves))
+                                sweep=not args.no_sweep, engine=args.engine, waves=args.waves,
+                                trace_refresh_s=args.trace_refresh))
 
 
 def add_parsers(sub) -> None:
@@ -89,5 +90,8 @@ def add_parsers(sub) -> None:
                    help="stop decoding after this many waves; the dashboard, /metrics and "
                    "Prometheus stay up until --duration or Ctrl-C")
     m.add_argument("--max-new-tokens", type=int, default=48)
+    m.add_argument("--trace-refresh", type=float, default=30.0, metavar="SECONDS",
+                   help="how often the dashboard re-reads the traces for what the live "
+                   "collector does not keep (requests, phases, the sweep's runs)")
     m.add_argument("-o", "--output", default="demo", help="traces are written here")
     m.set_defaults(func=_cmd_demo)

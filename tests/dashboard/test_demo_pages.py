@@ -77,7 +77,8 @@ def demo(tmp_path_factory):
     # SPECSCOPE_DEMO_TEST_MODEL=smollm2 runs it over the demo's own model (minutes longer)
     model = os.environ.get("SPECSCOPE_DEMO_TEST_MODEL", "tiny")
     proc = subprocess.Popen([sys.executable, "-m", "specscope", "demo", "--model", model,
-                             "--duration", "1800", "--waves", "2", "--no-prometheus", "--port", str(port),
+                             "--duration", "1800", "--waves", "2", "--trace-refresh", "2", "--no-prometheus",
+                             "--port", str(port),
                              "--metrics-port", str(metrics_port), "-o", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
@@ -95,11 +96,11 @@ def demo(tmp_path_factory):
 
 def _wait_for_data(out, lines, deadline_s: float = 900.0) -> None:
     """Until the demo has decoded its two waves and the sweep has finished, and the dashboard's
-    trace refresh (every 30 s) has read them."""
+    trace refresh (every 2 s here) has read them."""
     t0 = time.time()
     while time.time() - t0 < deadline_s:
         if (out / "sweep" / "sweep.json").exists() and any(x.startswith("decoded 2 waves") for x in lines):
-            time.sleep(32)
+            time.sleep(3)
             return
         time.sleep(1)
     raise AssertionError("the demo did not decode two waves and finish its sweep within "
