@@ -36,12 +36,14 @@ def sglang_model(tmp_path_factory) -> Path:
 
 
 def sglang_server(python: Path, model: Path, folder: Path, method: str | None, *,
-                  repaired: bool = False, wrap: bool = True) -> SglangServer:
+                  repaired: bool | Path = False, wrap: bool = True) -> SglangServer:
     """A server for ``method`` (``STANDALONE``: a copy of the target drafting a chain of 3;
     ``NGRAM``: 8 draft tokens; None: no speculation) with its log, traces and files in
-    ``folder``; ``repaired`` switches the stand-in's repaired CPU verify on."""
+    ``folder``; ``repaired`` switches the stand-in's repaired CPU verify on (True) or names the
+    file that switches it at run time (``1`` in it: repaired)."""
     folder.mkdir(parents=True, exist_ok=True)
-    env = {"SGLANG_STANDIN_REPAIRED_VERIFY": "1"} if repaired else {}
+    env = {"SGLANG_STANDIN_REPAIRED_VERIFY": "1" if repaired is True else str(repaired)} \
+        if repaired else {}
     return SglangServer(model=model, spec=speculative_args(method, draft=model), python=python,
                         launcher=LAUNCHER, work_dir=folder, log=folder / "server.log",
                         wrap=wrap, env=env)

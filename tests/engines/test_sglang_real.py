@@ -162,14 +162,20 @@ def held_to_sglangs_counts(responses: list, records: list, calls: int, tmp_path:
         assert imported["totals"][key] == from_trace["totals"][key], key
 
 
-def test_standalone_as_shipped_is_caught_in_engine_and_by_the_probe(
+def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
         sglang_env, sglang_model, prompts, tmp_path):  # noqa: F811
     """STANDALONE as SGLang ships it on a CPU: the in-engine checks FAIL temperature requests
     as silent greedy, with the fallback and its reason listed, while greedy requests commit the
     argmax at every verified position (the oracle: 1.000 exactly); the probe FAILs it over the
     OpenAI API and over /generate (the times, printed, depend on the machine's load: about a
-    minute of traffic on two idle cores)."""
-    srv = sglang_server(sglang_env, sglang_model, tmp_path / "standalone", "STANDALONE")
+    minute of traffic on two idle cores). Then the clean control on the same server, its CPU
+    verify repaired as SGLang's ROCm fix does (switched at run time): no FAIL in-engine over the
+    repaired traffic, no fallback, greedy still the argmax everywhere; the probe does not FAIL
+    it either."""
+    switch = tmp_path / "repaired"
+    switch.write_text("")
+    srv = sglang_server(sglang_env, sglang_model, tmp_path / "standalone", "STANDALONE",
+                        repaired=switch)
     t0 = time.monotonic()
     with srv:
         started = time.monotonic() - t0
@@ -180,6 +186,11 @@ def test_standalone_as_shipped_is_caught_in_engine_and_by_the_probe(
         (tmp_path / "stream.sse").write_text(stream_chat(srv.url, prompts[0]))
         time.sleep(1.0)
         everything = read_trace(sorted(srv.trace_dir.glob("*.jsonl"))).records
+        switch.write_text("1")
+        fixed, fixed_records, fixed_calls, _ = served(srv, prompts[24:36])
+        rc_fixed, _, fixed_verdict = probe(srv.url, "--endpoint", "generate", "--classes",
+                                           "greedy,temperature", "--requests", "12")
+    repaired_only(fixed, fixed_records, fixed_calls, fixed_verdict, rc_fixed, tmp_path)
     # a saved stream imports as SGLang's, its figures the trace's for that request
     streamed = import_file(tmp_path / "stream.sse")
     assert streamed.format == "sglang-responses"
@@ -244,21 +255,18 @@ def test_ngram_as_shipped_is_hooked_and_caught(sglang_env, sglang_model, prompts
     assert rc == 1 and verdict["verdict"] == "fail", (rc, probe_s, verdict)
 
 
-def test_repaired_verify_never_fails(sglang_env, sglang_model, prompts, tmp_path):  # noqa: F811
-    """The clean control: CPU verify repaired as SGLang's ROCm fix does. No FAIL in-engine, no
-    fallback, greedy still the argmax everywhere; the probe does not FAIL it either."""
-    srv = sglang_server(sglang_env, sglang_model, tmp_path / "repaired", "STANDALONE",
-                        repaired=True)
-    with srv:
-        responses, records, calls, _ = served(srv, prompts[:12])
-        rc, probe_s, verdict = probe(srv.url, "--endpoint", "generate", "--classes",
-                                     "greedy,temperature", "--requests", "12")
-    section = section_of(records)
-    held_to_sglangs_counts(responses, records, calls, tmp_path)
+def repaired_only(responses: list, records: list, calls: int, verdict: dict, rc: int,
+                  tmp_path: Path) -> None:
+    """The repaired phase of the STANDALONE server, its workload's verify steps alone."""
+    mine = workload_only(records, responses)
+    (tmp_path / "fixed").mkdir()
+    held_to_sglangs_counts(responses, records, calls, tmp_path / "fixed")
+    rids = {r["meta_info"]["id"] for r in responses}
+    section = section_of(mine)
     states = truth(section)
     assert states[schema.TARGET_TEMPERATURE]["state"] != "fail", states
     assert states[schema.GREEDY]["observed_top1_rate"] == 1.0
-    assert not section["fallbacks"]
+    assert not [r for r in mine if isinstance(r, schema.FallbackRecord) and r.request_id in rids]
     assert not {"silent_greedy", "sampling_mismatch", "greedy_mismatch"} & \
         {a["kind"] for a in section["anomalies"]}
-    assert verdict["verdict"] != "fail", verdict
+    assert rc != 1 and verdict["verdict"] != "fail", verdict
