@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 #: Written into every trace file; readers refuse any version not in READABLE_VERSIONS.
 SCHEMA_VERSION = 7
@@ -280,11 +280,15 @@ class AnomalyRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HookHealthRecord:
-    """The recorder's own accounting, written when it closes: what it lost and why."""
+    """The recorder's own accounting: what it recorded, what it lost and why. Cumulative: a
+    recording process writes one when it goes idle after recording (at most every
+    ``HEALTH_EVERY_S`` while busy) and a last one (``final``) when it closes, so a process that
+    was killed still left its state as of its last idle moment; the latest per
+    (run_id, node, rank, pid) is the process's figure (``latest_health``)."""
 
     run_id: str
     rank: int
-    num_recorded: int
+    num_recorded: int  #: verify steps recorded
     num_dropped_ring_full: int
     num_dropped_batch_too_large: int
     num_dropped_queue_full: int = 0  #: host records dropped because nobody drained
@@ -292,6 +296,28 @@ class HookHealthRecord:
     num_sink_errors: int
     disabled: bool
     node: str = ""  #: see NODE_DOC
+    pid: int = 0  #: the recording process (0: not said; each such record stands alone)
+    t_ns: int = 0  #: when written
+    final: bool = False  #: written as the recorder closed; False: a snapshot while running
+
+
+#: how often a busy recorder writes its cumulative HookHealthRecord (it also writes one each
+#: time it goes idle, and a final one as it closes)
+HEALTH_EVERY_S = 10.0
+
+
+def latest_health(records: Iterable[Any]) -> list[HookHealthRecord]:
+    """Each recording process's latest HookHealthRecord (records are cumulative), final over
+    snapshot, in the order the processes first appear."""
+    out: dict[tuple, HookHealthRecord] = {}
+    for i, r in enumerate(records):
+        if not isinstance(r, HookHealthRecord):
+            continue
+        key = (r.run_id, r.node, r.rank, r.pid) if r.pid else ("", i)
+        old = out.get(key)
+        if old is None or (r.final, r.t_ns, r.num_recorded) >= (old.final, old.t_ns, old.num_recorded):
+            out[key] = r
+    return list(out.values())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

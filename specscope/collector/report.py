@@ -196,7 +196,7 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
                  baseline: SpecStats | None = None) -> dict[str, Any]:
     s = SpecStats().observe_all(records)
     ref_stats = SpecStats().observe_all(reference) if reference else None
-    health = [r for r in records if isinstance(r, schema.HookHealthRecord)]
+    health = schema.latest_health(records)
     target_only = run is not None and not run.num_steps
     # per-request sampling truth only where the run's verification is per-token and measured
     per_request = [] if kind_of(run, s)[0] else request_truth(records, run.run_id if run else "")
@@ -465,7 +465,9 @@ def format_report(report: dict[str, Any]) -> str:
         for h in sec["hooks"]:
             lines.append(f"  hooks: recorded {h['num_recorded']}, dropped "
                          f"{h['num_dropped_ring_full'] + h['num_dropped_batch_too_large'] + h['num_dropped_queue_full']}"
-                         f", hook errors {h['num_hook_errors']}, sink errors {h['num_sink_errors']}")
+                         f", hook errors {h['num_hook_errors']}, sink errors {h['num_sink_errors']}"
+                         + ("" if h.get("final", True) else
+                            " (as of its last snapshot: the process stopped without closing)"))
     if report["problems"]:
         lines.append(f"{len(report['problems'])} unreadable line(s) skipped:")
         lines.extend(f"  {p}" for p in report["problems"][:20])

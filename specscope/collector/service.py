@@ -78,6 +78,8 @@ class Collector:
         self._active: set[tuple] = set()
         self._anomaly_counts: collections.Counter = collections.Counter()
         self.health: collections.Counter = collections.Counter()
+        #: each recording process's latest (cumulative) hook-health counts
+        self._hook_health: dict[tuple, tuple[int, int]] = {}
         self._pids: dict[int, str] = {os.getpid(): "collector"}
         #: the latest window against the ones before it; windows are short and their steps
         #: correlated, so this one keeps a floor of 200 drafts per side
@@ -116,10 +118,7 @@ class Collector:
                 if isinstance(r, (schema.VerifyStepRecord, schema.RunRecord, VerifyColumns)):
                     continue
                 if isinstance(r, schema.HookHealthRecord):
-                    self.health["hook_records_dropped"] += (r.num_dropped_ring_full
-                                                            + r.num_dropped_batch_too_large
-                                                            + r.num_dropped_queue_full)
-                    self.health["hook_errors"] += r.num_hook_errors
+                    self._observe_hook_health(r)
                     continue
                 run_id = getattr(r, "run_id", "")
                 node = getattr(r, "node", None)  # a kind without one (eval) is its run's
@@ -191,6 +190,18 @@ class Collector:
             self.health["label_sets_overflowed"] += 1
             return OTHER
         return values
+
+    def _observe_hook_health(self, r: schema.HookHealthRecord) -> None:
+        """Hook-health records are cumulative per process: count what each adds since the
+        last one from its process (a record without a pid stands alone)."""
+        now = (r.num_dropped_ring_full + r.num_dropped_batch_too_large + r.num_dropped_queue_full,
+               r.num_hook_errors)
+        key = (r.run_id, r.node, r.rank, r.pid)
+        before = self._hook_health.get(key, (0, 0)) if r.pid else (0, 0)
+        if r.pid:
+            self._hook_health[key] = (max(now[0], before[0]), max(now[1], before[1]))
+        self.health["hook_records_dropped"] += max(0, now[0] - before[0])
+        self.health["hook_errors"] += max(0, now[1] - before[1])
 
     def _stats_for(self, key: tuple) -> SpecStats:
         stats = self._totals.get(key)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 import threading
 import time
 from typing import Any, Callable, Iterable, Protocol, Sequence
@@ -117,6 +118,8 @@ class Recorder:
         self._wake = threading.Event()  #: set by the hot path when half the ring is waiting
         self._wake_at = max(1, ring_slots // 2)
         self._closed = False
+        self._health_state: tuple | None = None  #: the counters as last written
+        self._health_at = time.monotonic()
         self._out.append(self.run)
 
     # ----------------------------------------------------------------- hot path
@@ -410,19 +413,39 @@ class Recorder:
             if self._stop.is_set():
                 break
             try:
-                self.flush()
+                handed = self.flush()
+                self._snapshot(idle=handed == 0)
             except (Exception, SystemExit):
                 self.num_sink_errors += 1
 
-    def health(self) -> schema.HookHealthRecord:
-        """The recorder's own accounting so far."""
+    def _counters(self) -> tuple:
+        return (self.num_recorded, self.num_dropped_ring_full, self.num_dropped_batch_too_large,
+                self.num_dropped_out_full, self.num_hook_errors, self.num_sink_errors,
+                self.enabled)
+
+    def _snapshot(self, idle: bool) -> None:
+        """Write the cumulative health record when it changed and the recorder is idle (a
+        flush handed nothing over), or every ``HEALTH_EVERY_S`` while busy: an engine that
+        kills this process at shutdown (vLLM's workers at its default ``--shutdown-timeout
+        0``) still leaves its accounting as of its last idle moment."""
+        state = self._counters()
+        if state == self._health_state:
+            return
+        if not idle and time.monotonic() - self._health_at < schema.HEALTH_EVERY_S:
+            return
+        self._health_state, self._health_at = state, time.monotonic()
+        self._out.append(self.health())
+        self.flush()
+
+    def health(self, final: bool = False) -> schema.HookHealthRecord:
+        """The recorder's own accounting so far (cumulative)."""
         return schema.HookHealthRecord(
             run_id=self.run.run_id, rank=self.rank, node=self.node, num_recorded=self.num_recorded,
             num_dropped_ring_full=self.num_dropped_ring_full,
             num_dropped_batch_too_large=self.num_dropped_batch_too_large,
             num_dropped_queue_full=self.num_dropped_out_full,
             num_hook_errors=self.num_hook_errors, num_sink_errors=self.num_sink_errors,
-            disabled=not self.enabled)
+            disabled=not self.enabled, pid=os.getpid(), t_ns=time.time_ns(), final=final)
 
     def close(self, close_sinks: bool = True) -> None:
         """Stop the drain thread, flush everything (waiting for the device), close the sinks."""
@@ -434,7 +457,7 @@ class Recorder:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.flush(wait=True)
-        self._out.append(self.health())
+        self._out.append(self.health(final=True))
         self.flush(wait=True)
         for sink in self.sinks if close_sinks else ():
             try:

@@ -181,6 +181,46 @@ def check_prompt_lookup(results: dict[str, ProbeResult]) -> None:
                 assert c.state != ("fail" if phase == "clean" else "pass"), (phase, c)
 
 
+def counter_delta(before: dict, after: dict) -> dict:
+    return {k: (after[k] - before[k]) if k != "accepted_per_pos" else
+            tuple(a - b for a, b in zip(after[k], before[k] or (0,) * len(after[k])))
+            for k in after}
+
+
+def trace_counts(records: list, since_ns: int, until_ns: int) -> dict:
+    """The verify steps recorded in [since_ns, until_ns), counted as vLLM's counters count."""
+    steps = [r for r in records if isinstance(r, schema.VerifyStepRecord)
+             and since_ns <= r.t_ns < until_ns]
+    drafted = [e.num_drafted for r in steps for e in r.entries]
+    accepted = [e.num_accepted for r in steps for e in r.entries]
+    width = max(drafted, default=0)
+    return {"num_drafts": len(drafted), "draft_tokens": sum(drafted),
+            "accepted_tokens": sum(accepted),
+            "accepted_per_pos": tuple(sum(1 for a in accepted if a > p) for p in range(width))}
+
+
+def repeated_rounds(srv: VllmServer, model: str, prompts: list[str], n: int = 10) -> list:
+    """``n`` short workloads of issue 44's mix (3 requests at once: greedy, temperature, top-p),
+    /metrics scraped before and after each; returns (vLLM's counts, the trace's) per round."""
+    marks, deltas = [], []
+    for i in range(n):
+        before = counters(srv.url)
+        marks.append(time.time_ns())
+        drive(srv.url, model, prompts[3 * i % len(prompts):][:3], sampling=MIXED_SAMPLING[:3],
+              concurrency=3, max_tokens=24, seed=100 + i)
+        deltas.append(counter_delta(before, counters(srv.url)))
+    time.sleep(1.0)  # the recorders drain every 0.25 s
+    marks.append(time.time_ns())
+    records = trace_records(srv.trace_dir)
+    out = []
+    for i, theirs in enumerate(deltas):
+        mine = trace_counts(records, marks[i], marks[i + 1])
+        width = len(theirs["accepted_per_pos"])
+        mine["accepted_per_pos"] = (mine["accepted_per_pos"] + (0,) * width)[:width]
+        out.append((theirs, mine))
+    return out
+
+
 def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_counts(
         vllm_env, smollm2_checkpoints, prompts, tmp_path):
     """Prompt lookup (k 4, n-grams of 2 to 5 tokens), one server: vLLM serves while
@@ -206,6 +246,7 @@ def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_c
         after = counters(srv.url)
         time.sleep(1.5)  # the recorders drain every 0.25 s
         records = trace_records(tmp_path / "ngram")
+        rounds = repeated_rounds(srv, str(target), prompts[16:])
         probed = probe_prompt_lookup(srv)
         # last: the probe's default classes, top-k at the end, which brings vLLM 0.32's CPU
         # engine core down (a step whose batch drafted nothing, with a top-k request in it)
@@ -232,9 +273,12 @@ def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_c
     assert all(r.ttft_s and r.e2e_s and r.num_output_tokens for r in requests)
     assert sum(r.num_draft_tokens for r in requests) == vllm["draft_tokens"]
     # the seeded failures, counted: each process reports its totals as it exits
-    health = [r for r in trace_records(tmp_path / "ngram") if isinstance(r, schema.HookHealthRecord)]
+    health = schema.latest_health(trace_records(tmp_path / "ngram"))
     assert sum(h.num_hook_errors for h in health) > 0, health
     check_prompt_lookup(probed)
+    # ten more workloads, vLLM's counters scraped between them: each equals its trace
+    for i, (theirs, mine) in enumerate(rounds):
+        assert mine == theirs and theirs["num_drafts"] > 0, (i, mine, theirs)
     print(format_probe(crash))
     e = crash.engine_error
     assert crash.verdict == "error" and e is not None, format_probe(crash)
@@ -289,8 +333,21 @@ def test_five_views_of_one_vllm_run_agree_and_vllm_cpu_verify_is_caught(
                    "--max-tokens", "48", "--concurrency", "3", "--dtype", "bfloat16", "--json",
                    "-o", str(tmp_path / "probe.jsonl")])
         took = time.monotonic() - t0
+        time.sleep(1.0)  # traffic over: the recorders go idle before the server is stopped
     verdict = json.loads(capsys.readouterr().out)
     print(json.dumps(verdict["checks"], indent=1))
+    # stopped as vLLM stops by default (its model worker killed at once, --shutdown-timeout
+    # 0): every process that recorded left its hook-health record, the worker's counting every
+    # verify step its trace holds, nothing dropped
+    files = sorted((tmp_path / "draft").glob("*.jsonl"))
+    assert {f.name.split("-")[1] for f in files} == {"engine", "api"}, files
+    for f in files:
+        got = read_trace(f).records
+        (health,) = schema.latest_health(got)
+        steps = sum(isinstance(r, schema.VerifyStepRecord) for r in got)
+        assert health.num_recorded == steps and (steps > 0 or "-api-" in f.name), (f.name, health)
+        assert not (health.num_dropped_ring_full or health.num_dropped_batch_too_large
+                    or health.num_dropped_queue_full), health
     assert rc == 1 and verdict["verdict"] == "fail" and took <= 60, (rc, verdict["verdict"], took)
     assert {c["check"]: c["state"] for c in verdict["checks"]}["greedy losslessness"] == "fail"
     (probe_section,) = build_report(read_trace(tmp_path / "probe.jsonl").records)["runs"]

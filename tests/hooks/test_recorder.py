@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -167,6 +169,44 @@ def test_close_writes_health_and_background_thread_flushes(run_record):
     assert isinstance(got[0], schema.RunRecord)
     assert any(isinstance(r, schema.VerifyStepRecord) for r in got)
     assert isinstance(got[-2], schema.HookHealthRecord) and got[-1] == "closed"
+
+
+def test_an_idle_recorder_leaves_its_health_before_it_is_killed(run_record, tmp_path):
+    """A process killed without closing (vLLM's model worker at its default shutdown) still
+    leaves its accounting: the recorder writes its cumulative health record once it goes idle;
+    the report reads each process's latest, a closed recorder's final one over its snapshots,
+    and the collector counts each process's drops once however many snapshots it sent."""
+    import time
+
+    from specscope.collector.report import build_report
+    from specscope.collector.service import Collector
+    from specscope.io.trace import TraceWriter, read_trace
+
+    path = tmp_path / "worker.jsonl"
+    rec = Recorder(run_record, sinks=[TraceWriter(path)]).start(interval_s=0.01)
+    for step in range(3):
+        rec.record_verify(**_inputs(), step=step)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the trace as a kill would leave it
+        got = read_trace(path).records
+        snaps = schema.latest_health(got)
+        if snaps and snaps[0].num_recorded == 3:
+            break
+        time.sleep(0.02)
+    (snap,) = schema.latest_health(read_trace(path).records)
+    assert (snap.num_recorded, snap.final, snap.pid) == (3, False, os.getpid())
+    (sec,) = build_report(read_trace(path).records)["runs"]
+    assert [h["num_recorded"] for h in sec["hooks"]] == [3]
+    rec.num_dropped_ring_full = 2  # seeded: two steps lost after the snapshot
+    rec.close()
+    records = read_trace(path).records
+    assert sum(isinstance(r, schema.HookHealthRecord) for r in records) >= 2
+    (last,) = schema.latest_health(records)
+    assert last.final and last.num_dropped_ring_full == 2
+    collector = Collector()
+    collector.observe(records)
+    collector.observe([r for r in records if isinstance(r, schema.HookHealthRecord)])  # resent
+    assert collector.health["hook_records_dropped"] == 2
 
 
 @pytest.mark.gpu

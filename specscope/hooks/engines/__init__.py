@@ -104,9 +104,7 @@ def default_recorder(engine: str, *, process: str = "", stats_policy: Any = None
     named by ``SPECSCOPE_RUN_ID`` (else the run is this process's); ``SPECSCOPE_OTLP`` (an OTLP
 endpoint) also sends each finished request as a span; ``SPECSCOPE_RUN_FAULT``
     names a fault seeded into the engine in its run record (demos, tests). The recorder is
-    closed (flushed) when the process exits."""
-    import atexit
-
+    closed (flushed, its hook-health record written) when the process stops gracefully."""
     from ... import schema
     from ..recorder import Recorder
 
@@ -142,8 +140,25 @@ endpoint) also sends each finished request as a span; ``SPECSCOPE_RUN_FAULT``
             warnings.warn(f"specscope: SPECSCOPE_OTLP ignored: {exc}", stacklevel=2)
     options = {} if stats_policy is None else {"stats_policy": stats_policy}
     recorder = Recorder(run, device="cuda" if _cuda() else "cpu", sinks=sinks, **options).start()
-    atexit.register(recorder.close)
+    close_at_exit(recorder)
     return recorder
+
+
+def close_at_exit(recorder: Any) -> None:
+    """Close ``recorder`` (its last records, then its hook-health record) however this process
+    stops gracefully: at interpreter exit, and also where a multiprocessing child ends with
+    ``os._exit`` after its target returns (a forked engine core: vLLM's stopped by SIGTERM),
+    which skips atexit but runs multiprocessing's own exit finalizers."""
+    import atexit
+    import multiprocessing.util as mp_util
+
+    pid = os.getpid()
+    # a process forked from this one inherits the atexit list: only this process closes it
+    atexit.register(lambda: recorder.close() if os.getpid() == pid else None)
+    try:
+        mp_util.Finalize(recorder, recorder.close, exitpriority=100)
+    except (Exception, SystemExit):  # atexit still closes it where the interpreter exits
+        pass
 
 
 class LazyRecorder:

@@ -187,7 +187,9 @@ def record_rejection(recorder: Any, metadata: Any, sampling_metadata: Any, outpu
 
     nums = [int(n) for n in metadata.num_draft_tokens]
     keep = [i for i, n in enumerate(nums) if n > 0]
-    if not keep or len(facts["ids"]) != len(nums):
+    if len(facts["ids"]) != len(nums):  # counted as a hook error: a verify step not recorded
+        raise ValueError(f"verify batch of {len(nums)} rows named by {len(facts['ids'])} ids")
+    if not keep:
         return
     out = output_token_ids
     accepted = (out != PLACEHOLDER_TOKEN_ID).sum(dim=1) - 1  # bonus excluded
@@ -292,6 +294,8 @@ def install(recorder: Any = None) -> list[str]:
                                         len(spec_decode_metadata.num_draft_tokens))
                     if facts is not None:
                         token = _BATCH.set(facts)
+                    elif lazy.recorder is not None:  # past warm-up: a verify step unrecorded
+                        lazy.count_error()
                 except SPECSCOPE_ERRORS:
                     lazy.count_error()
             try:
