@@ -6,7 +6,8 @@ serves through both; the trace counts what vLLM counts), then probed clean, with
 fault confined to the tokens verify produced, and crashed by the probe's top-k class; the
 4-bit draft as vLLM ships, seen five ways (trace, scrape, log, responses, AIPerf), where
 specscope and the probe find vLLM CPU's own verify defect; and target-only beside the repaired draft, for diverge and for the clean
-checks at the plugin's defaults (the seeded faults: ``test_verify_truth_real``).
+checks at the plugin's defaults (the seeded faults: ``test_verify_truth_real``), the draft
+server also exporting vLLM's OpenTelemetry spans and specscope's.
 """
 
 from __future__ import annotations
@@ -383,10 +384,11 @@ def test_five_views_of_one_vllm_run_agree_and_vllm_cpu_verify_is_caught(
     assert a.within["ttft_ms"] and a.within["e2e_ms"], format_agreement(a)
 
 
-def test_diverge_over_vllms_own_greedy_outputs(vllm_env, smollm2_checkpoints, prompts, tmp_path):
+def test_diverge_over_vllms_own_greedy_outputs_and_the_spans_import(vllm_env, smollm2_checkpoints, prompts, tmp_path):
     """The greedy workload served by vLLM without and with speculation (the 4-bit draft, k = 3),
     each response with its tokens as ids and top-2 log-probabilities: `diverge` over the two
-    saved response files pairs them in order and reads every margin from vLLM's own logprobs."""
+    saved response files pairs them in order and reads every margin from vLLM's own logprobs.
+    The speculative server also exports vLLM's spans and specscope's (``check_spans``)."""
     from specscope.collector.diverge import diverge, format_diverge
 
     from tests.engines.test_verify_truth_real import PLAN, serve_and_probe
@@ -397,6 +399,11 @@ def test_diverge_over_vllms_own_greedy_outputs(vllm_env, smollm2_checkpoints, pr
     servers = {name: server(tmp_path, vllm_env, target, spec, name, fix=True)
                for name, spec in (("target-only", None),
                                   ("draft", speculative_config("draft_model", draft=draft, k=3)))}
+    receiver = _OtlpFileReceiver(tmp_path / "otel-all.jsonl")  # the speculative server's spans
+    servers["draft"].extra_args = ["--otlp-traces-endpoint", receiver.url + "/v1/traces"]
+    servers["draft"].env.update({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+                                 "OTEL_BSP_SCHEDULE_DELAY": "500", "SPECSCOPE_OTLP": receiver.url,
+                                 "SPECSCOPE_OTLP_SERVICE": "specscope-in-vllm"})
     starts = [threading.Thread(target=srv.start) for srv in servers.values()]  # start together
     for t in starts:
         t.start()
@@ -408,6 +415,8 @@ def test_diverge_over_vllms_own_greedy_outputs(vllm_env, smollm2_checkpoints, pr
                         concurrency=4, max_tokens=48, extra=ask)
             files[name] = tmp_path / f"{name}.json"
             files[name].write_text(json.dumps(out))
+        spans_of = json.loads(files["draft"].read_text())
+        export, _ = wait_for_spans(tmp_path / "otel-all.jsonl", len(spans_of))
         # the clean server at the plugin's defaults, probed with the target-only endpoint as
         # its reference: neither the in-engine checks nor the probe ever FAIL
         result, states, _ = serve_and_probe(servers["draft"], tmp_path / "draft", set(),
@@ -415,6 +424,11 @@ def test_diverge_over_vllms_own_greedy_outputs(vllm_env, smollm2_checkpoints, pr
     finally:
         for srv in servers.values():
             srv.stop()
+        receiver.close()
+    # the greedy workload's requests: the first the server finished, before the probe's
+    recorded = [r for r in trace_records(tmp_path / "draft")
+                if isinstance(r, schema.RequestRecord)][:len(spans_of)]
+    check_spans(export, spans_of, recorded)
     print(format_probe(result))
     print(f"clean: in-engine {states}; probe {result.seconds:.0f} s, {result.tokens} tokens")
     assert states and "fail" not in states.values(), states
@@ -434,6 +448,20 @@ def test_diverge_over_vllms_own_greedy_outputs(vllm_env, smollm2_checkpoints, pr
     assert res.paired_by == "order" and len(res.pairs) == 8
     for p in res.diverged:  # each divergence is judged on vLLM's own reference margin
         assert p.margin is not None and p.verdict in ("tie-flip", "structural")
+
+
+def wait_for_spans(path: Path, n: int, timeout_s: float = 60.0) -> tuple[Path, int]:
+    """Until ``path`` holds ``n`` spans from each exporter (both batch); a copy of it then."""
+    deadline = time.time() + timeout_s
+    text = ""
+    while time.time() < deadline:
+        text = path.read_text() if path.exists() else ""
+        if text.count('"llm_request"') >= n and text.count('"specscope.request"') >= n:
+            break
+        time.sleep(1)
+    copy = path.with_name("otel.jsonl")
+    copy.write_text(text)
+    return copy, time.time_ns()
 
 
 class _OtlpFileReceiver:
@@ -478,33 +506,13 @@ class _OtlpFileReceiver:
         self.server.server_close()
 
 
-def test_vllms_own_spans_and_specscopes_from_inside_it_import_as_the_run(vllm_env, smollm2_checkpoints,
-                                                                          prompts, tmp_path):
+def check_spans(export: Path, out: list, recorded: list) -> None:
     """vLLM's OpenTelemetry export (`--otlp-traces-endpoint`: one `llm_request` span per
     request) and specscope's plugin inside the same server (`SPECSCOPE_OTLP`: one
     `specscope.request` span per request) into one OTLP/HTTP receiver writing OTLP JSON;
-    `specscope import` of that file gives vLLM's requests with the tokens its responses counted,
-    and specscope's with the steps, drafted and accepted tokens its trace recorded."""
-    target, draft = smollm2_checkpoints
-    export = tmp_path / "otel.jsonl"
-    receiver = _OtlpFileReceiver(export)
-    try:
-        srv = server(tmp_path, vllm_env, target, speculative_config("draft_model", draft=draft, k=3),
-                     "otlp", fix=True)
-        srv.extra_args = ["--otlp-traces-endpoint", receiver.url + "/v1/traces"]
-        srv.env.update({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
-                        "OTEL_BSP_SCHEDULE_DELAY": "500", "SPECSCOPE_OTLP": receiver.url,
-                        "SPECSCOPE_OTLP_SERVICE": "specscope-in-vllm"})
-        with srv:
-            out = drive(srv.url, str(target), prompts[:6], concurrency=3, max_tokens=32)
-            deadline = time.time() + 60
-            while time.time() < deadline:  # both exporters batch: wait until all 12 spans came
-                text = export.read_text() if export.exists() else ""
-                if text.count('"llm_request"') >= 6 and text.count('"specscope.request"') >= 6:
-                    break
-                time.sleep(1)
-    finally:
-        receiver.close()
+    `specscope import` of that file gives vLLM's requests with the tokens its responses counted
+    (``out``), and specscope's with the steps, drafted and accepted tokens its trace recorded
+    (``recorded``)."""
     res = import_file(export)
     assert res.format == "otlp-json" and not res.problems
     reqs = [r for r in res.records if isinstance(r, schema.RequestRecord)]
@@ -514,12 +522,10 @@ def test_vllms_own_spans_and_specscopes_from_inside_it_import_as_the_run(vllm_en
         by_service.setdefault(runs[r.run_id].labels.get("service.name"), []).append(r)
     ours = by_service.pop("specscope-in-vllm")
     (theirs,) = by_service.values()  # vLLM's own service
-    assert len(theirs) == 6 and len(ours) == 6
+    assert len(theirs) == len(out) and len(ours) == len(out)
     assert sorted(r.num_output_tokens for r in theirs) == sorted(o["usage"]["completion_tokens"] for o in out)
     assert sorted(r.num_prompt_tokens for r in theirs) == sorted(o["usage"]["prompt_tokens"] for o in out)
     assert all(r.ttft_s is not None and r.num_verify_steps is None for r in theirs)  # no spec figure
-    recorded = [r for r in read_trace(sorted((tmp_path / "otlp").glob("*.jsonl"))).records
-                if isinstance(r, schema.RequestRecord)]
     key = lambda r: (r.num_verify_steps, r.num_draft_tokens, r.num_accepted_tokens)  # noqa: E731
     print("vLLM's spans:", sorted((r.num_prompt_tokens, r.num_output_tokens, round(r.ttft_s, 3)) for r in theirs))
     print("specscope's spans (steps, drafted, accepted):", sorted(map(key, ours)))
