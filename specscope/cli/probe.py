@@ -28,7 +28,8 @@ What it checks, per class, from the engine's own log-probabilities:
                           the tokens verify committed where the engine says which (vLLM)
   truncation honoured     no committed token lies outside its top-p nucleus (a lower bound of
                           the mass ranked above it, unknown tail bounded, in the engine's
-                          sampler order) or beyond its top-k
+                          sampler order) or beyond its top-k, by more than the
+                          dtype's tie margin (--dtype)
 
 Server flags, per engine:
   vLLM       log-probabilities by default (--max-logprobs caps the alternatives; the probe

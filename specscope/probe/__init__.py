@@ -216,7 +216,7 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
             sel = select(mine, silent_drafted_nothing=sem.engine == "llamacpp")
             found = [guard(temperature_check(sel.positions, sem, label=cls), sel, sem)]
             if cls in ("top-p", "top-k"):
-                found.append(truncation_check(positions, sem, label=cls))
+                found.append(truncation_check(positions, sem, label=cls, margin=tie_margin(dtype)))
         checks += [replace(c, evidence={**c.evidence, "probe_class": cls}) for c in found]
     return checks
 

@@ -208,31 +208,40 @@ def _tail_bound(lps: Sequence[float], t: float, vocab: int) -> float:
     return spread * (rest / spread) ** a
 
 
-def mass_above(p: Position, sem: Semantics) -> float | None:
+def mass_above(p: Position, sem: Semantics, margin: float = 0.0) -> float | None:
     """A lower bound of the sampling distribution's mass ranked strictly above the committed
-    token, in the order the engine applies top-p; None where nothing ranks above it."""
-    above = [lp for tok, lp in p.top if lp > p.logprob + SLACK and tok != p.token]
+    token, in the order the engine applies top-p; None where nothing ranks above it.
+    ``margin`` (nats, the dtype's tie margin): the engine's logits may differ from the returned
+    log-probabilities by that much between any two tokens, so a token ranks above only by more
+    than it, and the mass above is taken with every token above it ``margin`` lower."""
+    above = [lp for tok, lp in p.top if lp > p.logprob + max(SLACK, margin) and tok != p.token]
     if not above:
         return None
     if sem.processed or sem.order == TRUNCATION_FIRST or p.temperature == 1.0:
-        return sum(math.exp(lp) for lp in above)  # raw probabilities: exact, normalised
+        a = sum(math.exp(lp) for lp in above)  # raw probabilities: exact, normalised
+        return a / (a + (1.0 - a) * math.exp(margin)) if margin > 0 and a < 1.0 else a
     t = max(p.temperature, 1e-6)
     lps = [lp for _, lp in p.top]
     ref = max(lps)
     scale = math.exp(-ref / t)  # keep the powers in range
     num = sum(math.exp(lp / t) * scale for lp in above)
     den = sum(math.exp(lp / t) * scale for lp in lps) + _tail_bound(lps, t, sem.vocab) * scale
-    return num / den if den > 0 else None
+    if den <= 0:
+        return None
+    return num / (num + (den - num) * math.exp(margin / t))
 
 
 def truncation_check(positions: Sequence[Position], sem: Semantics, *, label: str,
-                     alpha: float = ALPHA, fault_share: float = 0.05) -> Assessment:
-    """No committed token lies outside the requested top-p nucleus or top-k set."""
+                     alpha: float = ALPHA, fault_share: float = 0.05,
+                     margin: float = 0.0) -> Assessment:
+    """No committed token lies outside the requested top-p nucleus or top-k set, beyond the
+    dtype's tie ``margin`` (see ``mass_above``)."""
     known = [p for p in positions if p.known and (p.top_p < 1.0 or p.top_k > 0)]
     outside: list[tuple[Position, str]] = []
     for p in known:
         if p.top_k > 0:
-            above = sum(1 for tok, lp in p.top if lp > p.logprob + SLACK and tok != p.token)
+            above = sum(1 for tok, lp in p.top
+                        if lp > p.logprob + max(SLACK, margin) and tok != p.token)
             if above >= p.top_k:
                 outside.append((p, f"{above} returned tokens rank above it (top-k {p.top_k})"))
                 continue
@@ -240,12 +249,13 @@ def truncation_check(positions: Sequence[Position], sem: Semantics, *, label: st
             if sem.processed and p.logprob == -math.inf:
                 outside.append((p, "its processed log-probability is -inf"))
                 continue
-            m = mass_above(p, sem)
+            m = mass_above(p, sem, margin)
             if m is not None and m >= p.top_p + SLACK:
                 outside.append((p, f"at least {m:.4f} of the mass ranks above it (top-p {p.top_p})"))
     d = decide_rate(len(outside), len(known), 0.0, fault_share, alpha=alpha)
     ev: dict[str, Any] = {"mode_requested": label, "num_positions": len(known),
                           "num_outside": len(outside), "sampler_order": sem.order,
+                          "tie_margin": margin,
                           "positions_needed": None if d.need is None else len(known) + d.need,
                           **rate_evidence(d),
                           "rules_out": f"rules out tokens outside the truncation at "

@@ -71,6 +71,27 @@ def test_outside_the_nucleus_fails_and_renormalising_over_returned_tokens_would_
     assert truncation_check([_pos(many, "t5", top_k=20)], sem, label="top-k").state != "fail"
 
 
+def test_a_token_at_the_nucleus_edge_within_bfloat16_rounding_is_not_called_outside():
+    """Seen on SGLang's CPU build (bfloat16): a top-p 0.9 request's token with 0.903 of the
+    tempered mass ranked above it by the returned log-probabilities; logits off by bfloat16's
+    tie margin move that edge by more than 0.003, so it is no evidence. Far outside still FAILs,
+    and the top-k count ignores tokens within the margin."""
+    from specscope.exact import tie_margin
+
+    sem, bf16 = Semantics(order=TRUNCATION_FIRST), tie_margin("bfloat16")
+    edge = _pos([("a", math.log(0.80)), ("b", math.log(0.103)), ("c", math.log(0.05))], "c",
+                t=1.0, top_p=0.9)
+    assert truncation_check([edge], sem, label="top-p").state == "fail"  # exact arithmetic
+    assert truncation_check([edge], sem, label="top-p", margin=bf16).state != "fail"
+    assert mass_above(edge, sem, bf16) < 0.9 < mass_above(edge, sem)
+    far = _pos([("a", math.log(0.97)), ("c", math.log(0.005))], "c", t=1.0, top_p=0.9)
+    assert truncation_check([far], sem, label="top-p", margin=bf16).state == "fail"
+    close = [(f"t{i}", -1.0 - i * 0.01) for i in range(25)]  # 21 within 0.25 nats of t21
+    assert truncation_check([_pos(close, "t21", top_k=20)], sem, label="top-k").state == "fail"
+    assert truncation_check([_pos(close, "t21", top_k=20)], sem, label="top-k",
+                            margin=bf16).state != "fail"
+
+
 def test_temperature_first_mass_is_a_lower_bound_of_the_true_tempered_mass():
     rng = random.Random(3)
     for _ in range(200):
