@@ -187,7 +187,7 @@ def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
         time.sleep(1.0)
         everything = read_trace(sorted(srv.trace_dir.glob("*.jsonl"))).records
         switch.write_text("1")
-        fixed, fixed_records, fixed_calls, _ = served(srv, prompts[24:36])
+        fixed, fixed_records, fixed_calls, _ = served(srv, prompts[24:32])
         rc_fixed, _, fixed_verdict = probe(srv.url, "--endpoint", "generate", "--classes",
                                            "greedy,temperature", "--requests", "12")
     repaired_only(fixed, fixed_records, fixed_calls, fixed_verdict, rc_fixed, tmp_path)
@@ -207,7 +207,8 @@ def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
     temp = states[schema.TARGET_TEMPERATURE]
     assert temp["state"] == "fail", temp
     assert "silent_greedy" in {a["kind"] for a in section["anomalies"]}
-    assert fail_s is not None
+    assert fail_s is not None and fail_s <= 60, fail_s  # within 60 s of traffic
+    assert chat_s <= 60 and gen_s <= 60, (chat_s, gen_s)
     greedy = states[schema.GREEDY]
     assert greedy["observed_top1_rate"] == 1.0 and greedy["state"] != "fail", greedy
     assert set(section["fallbacks"]) == {"sglang_cpu_verify_argmax"}
@@ -228,7 +229,8 @@ def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
         assert rc == 1 and verdict["verdict"] == "fail", (rc, took_s, verdict)
         states = {c["check"]: c["state"] for c in verdict["checks"]}
         # fail-fast: the probe stops at the first class that FAILs, the one that got there
-        # first (temperature alone or with top-p, taken in turn) names the fault
+        # first (temperature alone or with top-p, taken in turn) names the fault; nothing else
+        # fails (a first token at the nucleus's edge within bfloat16's rounding is no evidence)
         failed = {c for c, s in states.items() if s == "fail"}
         assert failed and all(c.startswith("temperature honoured (") for c in failed), states
         assert states["greedy losslessness"] != "fail", states
@@ -245,9 +247,11 @@ def test_ngram_as_shipped_is_hooked_and_caught(sglang_env, sglang_model, prompts
         responses, records, calls, took = served(srv, prompts[12:24])
         rc, probe_s, verdict = probe(srv.url, "--endpoint", "generate")
     section = section_of(records)
+    fail_s = seconds_to_fail(workload_only(records, responses))
     print(f"ngram: workload {took:.1f} s, {calls} verify calls; in-engine silent_greedy after "
-          f"{seconds_to_fail(workload_only(records, responses))} s; probe {probe_s:.1f} s")
+          f"{fail_s} s; probe {probe_s:.1f} s")
     assert calls > 0
+    assert fail_s is not None and fail_s <= 60 and probe_s <= 60, (fail_s, probe_s)
     held_to_sglangs_counts(responses, records, calls, tmp_path)
     assert section["run"]["algorithm"] == "ngram"
     assert truth(section)[schema.TARGET_TEMPERATURE]["state"] == "fail"
