@@ -258,3 +258,12 @@ def test_target_only_sampling_verify_commits_the_targets_distribution(sk):
                                                                         torch.ones(2))
     p = sk.top_p_renorm_prob(torch.tensor([[0.1, 0.2, 0.3, 0.4]]), torch.tensor([0.6]))
     torch.testing.assert_close(p, torch.tensor([[0.0, 0.0, 3 / 7, 4 / 7]]))
+    # bfloat16 probabilities (SGLang's softmax of bfloat16 logits): the nucleus is the one a
+    # float64 sum gives, not the far wider one a bfloat16 running sum would keep
+    logits = torch.randn(4, 49152, generator=torch.Generator().manual_seed(0)) * 3
+    probs = torch.softmax(logits.bfloat16(), dim=-1)
+    got = sk.top_p_renorm_prob(probs, torch.full((4,), 0.9)) > 0
+    ordered, order = probs.double().sort(dim=-1, descending=True)
+    want = torch.zeros_like(got).scatter(-1, order, (ordered.cumsum(-1) - ordered) < 0.9)
+    assert (got != want).sum() <= 4, int((got != want).sum())  # at most a tie at the edge
+    assert got.dtype == torch.bool and probs.dtype == torch.bfloat16

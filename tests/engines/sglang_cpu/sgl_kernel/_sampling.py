@@ -20,14 +20,18 @@ def top_k_renorm_prob(probs, top_ks) -> torch.Tensor:
 
 
 def top_p_renorm_prob(probs, top_ps) -> torch.Tensor:
-    """Keep the smallest set of largest probabilities whose mass reaches ``top_p``, renormalised."""
-    p = top_ps.reshape(-1, 1).to(probs.dtype)
-    ordered, order = probs.sort(dim=-1, descending=True)
+    """Keep the smallest set of largest probabilities whose mass reaches ``top_p``, renormalised.
+    Summed in float32 whatever ``probs``' dtype, as sgl-kernel's kernel does: a bfloat16
+    running sum near 0.9 drops every probability below about 0.002 and so keeps tokens far
+    outside the nucleus."""
+    work = probs.float()
+    p = top_ps.reshape(-1, 1).float()
+    ordered, order = work.sort(dim=-1, descending=True)
     before = ordered.cumsum(dim=-1) - ordered  # mass strictly above each token
     keep_sorted = before < p
     keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-    kept = torch.where(keep, probs, torch.zeros_like(probs))
-    return kept / kept.sum(dim=-1, keepdim=True)
+    kept = torch.where(keep, work, torch.zeros_like(work))
+    return (kept / kept.sum(dim=-1, keepdim=True)).to(probs.dtype)
 
 
 def _draw(probs: torch.Tensor, coin: float) -> int:
