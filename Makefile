@@ -123,9 +123,9 @@ client-check: $(STAMP) $(AIPERF_STAMP)
 soak: $(STAMP)
 	$(PY) -m benchmarks.soak --minutes 10
 
-bench: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP)
+bench: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(SGLANG_STAMP)
 	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python SPECSCOPE_LLAMACPP_PYTHON=$(LLAMACPP_VENV)/bin/python \
-	  $(PY) -m benchmarks.run --out BENCHMARKS.md
+	  SPECSCOPE_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python $(PY) -m benchmarks.run --out BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) $(AIPERF_VENV) $(VLLM_VENV) $(LLAMACPP_VENV) $(PHOENIX_VENV) $(SGLANG_VENV) demo demo-trace.jsonl .pytest_cache test-artifacts site docs/reference
