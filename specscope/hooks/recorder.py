@@ -419,9 +419,11 @@ class Recorder:
                 self.num_sink_errors += 1
 
     def _counters(self) -> tuple:
+        """What a new health snapshot waits for. Sink errors are left out: a sink that fails
+        every write would otherwise make each snapshot the trigger of the next (they are in
+        every record written, and in the final one)."""
         return (self.num_recorded, self.num_dropped_ring_full, self.num_dropped_batch_too_large,
-                self.num_dropped_out_full, self.num_hook_errors, self.num_sink_errors,
-                self.enabled)
+                self.num_dropped_out_full, self.num_hook_errors, self.enabled)
 
     def _snapshot(self, idle: bool) -> None:
         """Write the cumulative health record when it changed and the recorder is idle (a

@@ -209,6 +209,27 @@ def test_an_idle_recorder_leaves_its_health_before_it_is_killed(run_record, tmp_
     assert collector.health["hook_records_dropped"] == 2
 
 
+def test_a_failing_sink_does_not_make_health_snapshots_churn(run_record):
+    """Each failed write is a sink error; the snapshots it would trigger are not written."""
+    import time
+
+    class Broken:
+        writes = 0
+
+        def write(self, records):
+            Broken.writes += 1
+            raise OSError("disk full")
+
+        def close(self):
+            pass
+
+    rec = Recorder(run_record, sinks=[Broken()]).start(interval_s=0.01)
+    rec.record_verify(**_inputs())
+    time.sleep(0.5)  # about 50 idle drains
+    rec.close()
+    assert Broken.writes <= 6, Broken.writes  # the step, one snapshot, the final record
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_path_has_no_sync(run_record):
