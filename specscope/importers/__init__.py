@@ -181,8 +181,9 @@ FORMATS: dict[str, tuple[str, str, str]] = {
                  "SpecCounts per logging interval, Phase, Sample",
                  "per-request figures; V0's accepted counter is no prefix count"),
     "sglang-log": ("SGLang server log: Decode and Prefill batch lines",
-                   "its reported accept length per line, Sample",
-                   "drafted and accepted counts (only the mean it prints)"),
+                   "its reported accept length per line, Sample; drafts, drafted and accepted "
+                   "per line where it logs every batch (--decode-log-interval 1)",
+                   "per-position counts; counts at any other logging interval"),
     "prometheus-text": ("a /metrics snapshot of vLLM, SGLang, TensorRT-LLM or llama.cpp",
                         "SpecCounts per snapshot (counters) or reported gauges",
                         "anything before the first snapshot; per-request figures"),

@@ -5,9 +5,15 @@ prefix; token-usage variants (``#token``, ``#full token``/``#swa token``, mamba)
 fields, trailing commas; ``accept len`` with or without ``accept rate``.
 
 Mapping: SGLang's ``accept len`` is tokens committed per verify step per request, bonus token
-included (specscope's acceptance length); the lines give no counts, so it lands as a reported
-figure and pooled counts stay null. ``accept rate`` changed meaning between releases
-(accept len / draft tokens, later accepted drafts / drafted): kept as reported, never reused.
+included (specscope's acceptance length), over the decode batches since the previous line; it
+lands as a reported figure, weighted by the line's ``#running-req``. Counts come only where a
+line is one batch: the log's ``server_args`` line says ``'decode_log_interval': 1``; each
+request of the batch is then one request-step that drafted ``speculative_num_draft_tokens - 1``
+tokens (as SGLang's own per-request counts take it), and ``accept len`` x ``#running-req``,
+printed with 2 decimals, is the batch's committed tokens exactly while fewer than 100 requests
+run (the rounding stays under half a token). Elsewhere the counts stay null. ``accept rate``
+changed meaning between releases (accept len / draft tokens, later accepted drafts /
+drafted): kept as reported, never reused.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from ._common import ImportResult, fixed, fixed_number, marked_lines, num, run_r
 PREFIX = re.compile(r"^\[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?"
                     r"(?: DP(?P<dp>\d+))?(?: TP(?P<tp>\d+))?(?: EP(?P<ep>\d+))?[^\]]*\]\s*")
 KIND = re.compile(r"(Decode|Prefill) batch[.,]\s*")
+SETTING = re.compile(r"'(decode_log_interval|speculative_num_draft_tokens)': (\d+)")
+#: a batch of more running requests than this leaves accept len's rounding a token or more
+EXACT_BELOW = 100
 PAIR = re.compile(r"\s*([^:,]+?):\s*([^,]*)")
 
 
@@ -53,12 +62,33 @@ def _fields(rest: str) -> dict[str, float]:
     return out
 
 
+def _drafted_per_step(settings: dict[str, int]) -> int | None:
+    """Draft tokens each request-step of a log line drafted, where every line is one batch."""
+    if settings.get("decode_log_interval") != 1 or "speculative_num_draft_tokens" not in settings:
+        return None
+    return settings["speculative_num_draft_tokens"] - 1
+
+
+def _counts(values: dict[str, float], drafted: int | None) -> dict[str, int | None]:
+    running, length = values.get("running_req"), values.get("accept_len")
+    if drafted is None or running is None or length is None or not 0 < running < EXACT_BELOW:
+        return {}
+    running = int(running)
+    return {"num_drafts": running, "draft_tokens": running * drafted,
+            "accepted_tokens": round(length * running) - running}
+
+
 def parse(path: str | os.PathLike, run_id: str, emit=None) -> ImportResult:
     res = ImportResult("sglang-log", emit=emit)
     name = str(path)
     stamps: dict[str, int] = {}
-    block = functools.partial(_dense, res, run_id, stamps)
-    for lineno, line in marked_lines(path, ("Decode batch", "Prefill batch"), res, whole_block=block):
+    settings: dict[str, int] = {}
+    block = functools.partial(_dense, res, run_id, stamps, settings)
+    for lineno, line in marked_lines(path, ("Decode batch", "Prefill batch", "server_args="), res,
+                                     whole_block=block):
+        if "server_args=" in line and "Decode batch" not in line:
+            settings.update((k, int(v)) for k, v in SETTING.findall(line))
+            continue
         m = PREFIX.match(line)
         body = line[m.end():] if m else line
         k = KIND.search(body)
@@ -82,7 +112,7 @@ def parse(path: str | os.PathLike, run_id: str, emit=None) -> ImportResult:
             continue
         if k.group(1) == "Decode" and "accept_len" in values:
             res.add(schema.SpecCountsRecord(
-                run_id=run_id, rank=rank, t_ns=t_ns,
+                run_id=run_id, rank=rank, t_ns=t_ns, **_counts(values, _drafted_per_step(settings)),
                 reported_mean_acceptance_length=values.pop("accept_len"),
                 reported_acceptance_rate=values.pop("accept_rate", None),
                 reported_weight=values.get("running_req"), source="sglang"))
@@ -105,7 +135,8 @@ def _shape(raw_keys: tuple[str, ...], decimals: tuple[int, ...]) -> re.Pattern:
                       r"(?: EP\d+)?[^\]\n]*\][ \t]*Decode batch[.,][ \t]*" + pairs + r",?[ \t]*(?=\n)")
 
 
-def _dense(res: ImportResult, run_id: str, stamps: dict[str, int], text: str, base: int) -> bool:
+def _dense(res: ImportResult, run_id: str, stamps: dict[str, int], settings: dict[str, int],
+           text: str, base: int) -> bool:
     """Read a block of nothing but ``Decode batch`` lines of one shape (the first line's keys,
     in its order, every value a number) as columns: one anchored regex over the whole block,
     numpy over what it gives. False where the block needs the line path (other lines, another
@@ -141,8 +172,18 @@ def _dense(res: ImportResult, run_id: str, stamps: dict[str, int], text: str, ba
     if np.isnan(spec["accept_len"]).any():
         return False
     kept = [i for i, name in enumerate(keys) if name not in spec]
+    counts = {}
+    drafted = _drafted_per_step(settings)
+    if drafted is not None and "running_req" in keys:
+        running = values[:, keys.index("running_req")]
+        if not ((running > 0) & (running < EXACT_BELOW)).all():
+            return False  # the line path gives these lines their counts one by one
+        steps = running.astype(np.int64)
+        counts = {"num_drafts": steps, "draft_tokens": steps * drafted,
+                  "accepted_tokens": np.rint(spec["accept_len"] * running).astype(np.int64) - steps}
     res.add(CountsColumns.of_arrays(
-        run_id, "sglang", rank=rank, t_ns=t, reported_mean_acceptance_length=spec["accept_len"],
+        run_id, "sglang", rank=rank, t_ns=t, **counts,
+        reported_mean_acceptance_length=spec["accept_len"],
         reported_acceptance_rate=spec.get("accept_rate"),
         reported_weight=values[:, keys.index("running_req")] if "running_req" in keys else None))
     res.add(SampleColumns(run_id, "sglang", rank, t, ["decode_" + keys[i] for i in kept],

@@ -4,7 +4,9 @@ spawned.
 
 SGLang serves on a CPU with ``SGLANG_USE_CPU_ENGINE=1`` and the flags in ``CPU_FLAGS``: the
 ``intel_amx`` attention backend is the only CPU backend with a speculative verify, and
-``--decode-log-interval 1`` refreshes its gauges every decode step (every 40 otherwise). Its
+``--decode-log-interval 1`` refreshes its gauges every decode step (every 40 otherwise);
+``--sleep-on-idle`` parks an idle scheduler on its sockets (otherwise its loop spins a whole
+core between requests, taking it from the clients and tools beside it). Its
 caches and IPC files go into the server's own folder (``TMPDIR``, ``SGLANG_JIT_CACHE_DIR``); the
 ``/dev/shm/sglang_loads_*`` segment each start leaves behind is removed on stop. ``launcher``
 replaces ``-m sglang.launch_server`` with a script taking the same arguments (the tests'
@@ -27,7 +29,8 @@ DEFAULT_VENV = ".venv-sglang"
 
 #: what SGLang needs to serve on a CPU with speculative decoding
 CPU_FLAGS = ("--device", "cpu", "--sampling-backend", "pytorch", "--disable-overlap-schedule",
-             "--attention-backend", "intel_amx", "--enable-metrics", "--decode-log-interval", "1")
+             "--attention-backend", "intel_amx", "--enable-metrics", "--decode-log-interval", "1",
+             "--sleep-on-idle")
 
 _SHM = "/dev/shm/sglang_loads_*"
 

@@ -8,7 +8,9 @@ per-position rates and the average rate; SGLang's ``Decode batch`` line with ``a
 
 from __future__ import annotations
 
+
 import collections
+import re
 import json
 
 import pytest
@@ -16,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specscope import schema
-from specscope.importers import sglang_log, vllm_log
+from specscope.importers import import_file, sglang_log, vllm_log
 from specscope.io.columns import expand
 from specscope.io.intervals import CountsColumns, SampleColumns
 
@@ -90,6 +92,9 @@ def test_vllm_block_path_steps_aside_where_k_varies(tmp_path, monkeypatch):
     assert "varying-k" in fast.traps
 
 
+#: the settings line SGLang logs at start (cut to the two settings the counts rest on)
+SG_ARGS = ("[2025-06-15 09:59:59] server_args={{'model_path': 'm', 'decode_log_interval': "
+           "{interval}, 'speculative_algorithm': 'EAGLE', 'speculative_num_draft_tokens': 4}}\n")
 SG_KEYS = ["#running-req", "#token", "token usage", "accept len", "accept rate",
            "gen throughput (token/s)", "#queue-req"]
 
@@ -103,7 +108,7 @@ def sglang_logs(draw) -> str:
     stop = draw(st.sampled_from([".", ","]))
     two = st.floats(0, 1e4, allow_nan=False).map(lambda x: f"{x:.2f}")
     fmt = {kk: draw(st.sampled_from([st.integers(0, 10 ** 6).map(str), two])) for kk in keys}
-    lines = []
+    lines = [draw(st.sampled_from(["", SG_ARGS.format(interval=1), SG_ARGS.format(interval=40)]))]
     for i in range(draw(st.integers(1, 25))):
         t = f"2025-06-15 10:{i // 60 % 60:02d}:{i % 60:02d}"
         vals = {kk: draw(st.one_of(fmt[kk], st.just("nan")) if i else fmt[kk]) for kk in keys}
@@ -116,12 +121,43 @@ def sglang_logs(draw) -> str:
 @SETTINGS
 @given(text=sglang_logs())
 def test_sglang_block_path_gives_the_line_path_records(tmp_path, monkeypatch, text):
-    fast = _same(sglang_log, text, tmp_path, monkeypatch)
-    assert any(isinstance(r, SampleColumns) for r in fast.records)
+    from specscope.importers import _common
+
+    header = text[:text.find("\n") + 1] if "server_args=" in text else ""
+    blocks = _common.blocks
+    with monkeypatch.context() as m:
+        if header:  # the settings line in a block of its own, as at the top of a long log
+            m.setattr(_common, "blocks", lambda path, res, size=0: blocks(path, res, len(header)))
+        fast = _same(sglang_log, text, tmp_path, monkeypatch)
+    running = [float(v) for v in re.findall(r"#running-req: ([^,]+),", text)]
+    if "'decode_log_interval': 1," not in text or all(0 < v < 100 for v in running):
+        # the block path took it (a block of counted lines with a batch it cannot count
+        # exactly goes line by line, to the same records)
+        assert any(isinstance(r, SampleColumns) for r in fast.records)
     assert fast.problems == []
 
 
 D0 = "[2025-06-15 10:00:00 TP0] Decode batch. #running-req: 3, accept len: 2.50, #queue-req: 0\n"
+
+
+def test_sglang_counts_only_where_each_line_is_one_batch(tmp_path):
+    """With ``decode_log_interval`` 1 each line is one batch: its running requests are its
+    request-steps, accept len x running its committed tokens (2 decimals: exact below 100
+    requests). At another interval, or without the settings line, counts stay null."""
+    # 7 tokens over 3 requests (4 drafts accepted), 13 over 7 (6 accepted)
+    body = D0.replace("accept len: 2.50", "accept len: 2.33") + \
+        D0.replace("#running-req: 3, accept len: 2.50", "#running-req: 7, accept len: 1.86")
+    for header, want in ((SG_ARGS.format(interval=1), (10, 30, 4 + 6)),
+                         (SG_ARGS.format(interval=40), (None, None, None)), ("", (None, None, None))):
+        path = tmp_path / "x.log"
+        path.write_text(header + body)
+        for records in (sglang_log.parse(path, "r").records, import_file(path).records):
+            got = [r for r in expand(records) if isinstance(r, schema.SpecCountsRecord)]
+            assert len(got) == 2
+            sums = tuple(None if any(getattr(r, f) is None for r in got) else
+                         sum(getattr(r, f) for r in got)
+                         for f in ("num_drafts", "draft_tokens", "accepted_tokens"))
+            assert sums == want, (header, sums)
 
 
 @pytest.mark.parametrize("other", [
