@@ -321,6 +321,26 @@ def latest_health(records: Iterable[Any]) -> list[HookHealthRecord]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EngineCountsRecord:
+    """What the engine itself counted, read inside its process beside the hooks (vLLM: the
+    figures its /metrics counters export, as its API server adds them up). Cumulative since the
+    process began, written with each health snapshot; the latest per (run_id, node, pid) is the
+    engine's figure. Never added to the run's totals: the report holds the verify steps the
+    hooks recorded to it and names what they did not see (``collector.seen``)."""
+
+    run_id: str
+    engine: str
+    num_drafts: int  #: request-steps that drafted
+    draft_tokens: int
+    accepted_tokens: int  #: bonus token excluded
+    accepted_per_pos: tuple[int, ...] = ()
+    node: str = ""  #: see NODE_DOC
+    pid: int = 0
+    t_ns: int = 0  #: when read
+    final: bool = False  #: written as the recorder closed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SpecCountsRecord:
     """Speculative-decoding counters over an interval, as engines log or export them.
 
@@ -385,6 +405,7 @@ RECORD_TYPES: dict[str, type] = {
     "anomaly": AnomalyRecord,
     "hook_health": HookHealthRecord,
     "spec_counts": SpecCountsRecord,
+    "engine_counts": EngineCountsRecord,
     "sample": SampleRecord,
     "benchmark": BenchmarkRecord,
 }

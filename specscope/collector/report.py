@@ -18,6 +18,7 @@ from ..exact import PER_REQUEST_ALPHA, fmt_p
 from . import busy as _busy
 from .configured import kind_of
 from .stats import SpecStats, TruthStats, token_times
+from .views import format_seen, seen_by_hooks
 from .verdict import Assessment
 
 #: Definitions printed with the figures (and reused by the dashboard's hovers).
@@ -211,6 +212,7 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
                             divergence=divergence)
     if run is not None and run.labels.get("source_format") == "probe":
         section["probe"] = probe_section(run, records)
+    section["engine_counts"] = seen_by_hooks(records)
     return section
 
 
@@ -468,6 +470,9 @@ def format_report(report: dict[str, Any]) -> str:
                          f", hook errors {h['num_hook_errors']}, sink errors {h['num_sink_errors']}"
                          + ("" if h.get("final", True) else
                             " (as of its last snapshot: the process stopped without closing)"))
+        if sec.get("engine_counts"):
+            lines.append(f"  {'SEEN' if sec['engine_counts']['not_seen'] is None else 'NOT SEEN'}: "
+                         + format_seen(sec["engine_counts"]))
     if report["problems"]:
         lines.append(f"{len(report['problems'])} unreadable line(s) skipped:")
         lines.extend(f"  {p}" for p in report["problems"][:20])

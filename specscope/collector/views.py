@@ -126,3 +126,63 @@ def format_views(a: ViewAgreement) -> str:
     verdict = "AGREE" if a.ok else ("DIFFER" if a.differences else "NOT COMPARED")
     lines.append(f"{verdict}: null = the view cannot know the count")
     return "\n".join(lines)
+
+
+def seen_by_hooks(records: Iterable[Any]) -> dict[str, Any] | None:
+    """The verify steps the hooks recorded against the engine's own counts read beside them
+    (EngineCountsRecord: the latest of each process, summed), up to the time of the latest:
+    what the hooks did not see (``not_seen``, None where the counts are equal; negative where
+    the hooks saw more). None without both."""
+    records = list(records)
+    latest: dict[tuple, schema.EngineCountsRecord] = {}
+    for r in records:
+        if isinstance(r, schema.EngineCountsRecord):
+            key, old = (r.run_id, r.node, r.pid), latest.get((r.run_id, r.node, r.pid))
+            if old is None or (r.final, r.t_ns) >= (old.final, old.t_ns):
+                latest[key] = r
+    steps = [r for r in records if isinstance(r, schema.VerifyStepRecord)]
+    if not latest or not steps:
+        return None
+    until = max(r.t_ns for r in latest.values())
+    engine = ViewCounts(
+        "engine", sum(r.num_drafts for r in latest.values()),
+        sum(r.draft_tokens for r in latest.values()),
+        sum(r.accepted_tokens for r in latest.values()),
+        _trim(_add(r.accepted_per_pos for r in latest.values())))
+    hooks = view_counts("hooks", [r for r in steps if r.t_ns <= until])
+    diff = {c: engine.get(c) - hooks.get(c) for c in COUNTS[:3]}
+    return {"engine": sorted({r.engine for r in latest.values()}),
+            "final": all(r.final for r in latest.values()),
+            "engine_counts": {c: engine.get(c) for c in COUNTS},
+            "hook_counts": {c: hooks.get(c) for c in COUNTS},
+            "not_seen": diff if any(diff.values()) or engine.accepted_per_pos !=
+            hooks.accepted_per_pos else None,
+            "steps_after": sum(1 for r in steps if r.t_ns > until)}
+
+
+def _add(lists: Iterable[tuple[int, ...]]) -> list[int]:
+    out: list[int] = []
+    for values in lists:
+        out += [0] * (len(values) - len(out))
+        for i, v in enumerate(values):
+            out[i] += v
+    return out
+
+
+def format_seen(seen: dict[str, Any]) -> str:
+    """One line: the engine's own counts and what the hooks did not see of them."""
+    e, h, d = seen["engine_counts"], seen["hook_counts"], seen["not_seen"]
+    head = (f"{'/'.join(seen['engine'])}'s own counts ({'final' if seen['final'] else 'as of its last snapshot'}"
+            f"): {e['num_drafts']} drafts, {e['draft_tokens']} drafted, {e['accepted_tokens']} accepted")
+    if d is None:
+        tail = "; the hooks recorded the same (every verify step seen)"
+    elif d["num_drafts"] >= 0 and d["draft_tokens"] >= 0:
+        tail = (f"; the hooks recorded {h['num_drafts']}, {h['draft_tokens']}, "
+                f"{h['accepted_tokens']}: {d['num_drafts']} request-step(s) not seen "
+                f"({d['draft_tokens']} drafted, {d['accepted_tokens']} accepted)")
+    else:
+        tail = (f"; the hooks recorded {h['num_drafts']}, {h['draft_tokens']}, "
+                f"{h['accepted_tokens']}: more than the engine counted")
+    after = f" ({seen['steps_after']} verify records after its last count not compared)" \
+        if seen["steps_after"] else ""
+    return head + tail + after

@@ -120,6 +120,7 @@ class Recorder:
         self._closed = False
         self._health_state: tuple | None = None  #: the counters as last written
         self._health_at = time.monotonic()
+        self._beside: list[Any] = []  #: cumulative figures written with each health record
         self._out.append(self.run)
 
     # ----------------------------------------------------------------- hot path
@@ -418,12 +419,27 @@ class Recorder:
             except (Exception, SystemExit):
                 self.num_sink_errors += 1
 
+    def attach(self, source: Any) -> None:
+        """Write ``source``'s cumulative figure with each health record: ``source.state()`` (a
+        tuple; a change calls for a new snapshot) and ``source.record(recorder, final)`` (the
+        record, e.g. an EngineCountsRecord of the engine's own counts)."""
+        self._beside.append(source)
+
     def _counters(self) -> tuple:
         """What a new health snapshot waits for. Sink errors are left out: a sink that fails
         every write would otherwise make each snapshot the trigger of the next (they are in
         every record written, and in the final one)."""
         return (self.num_recorded, self.num_dropped_ring_full, self.num_dropped_batch_too_large,
-                self.num_dropped_out_full, self.num_hook_errors, self.enabled)
+                self.num_dropped_out_full, self.num_hook_errors, self.enabled,
+                tuple(s.state() for s in self._beside))
+
+    def _write_health(self, final: bool) -> None:
+        self._out.append(self.health(final=final))
+        for source in self._beside:
+            try:
+                self._out.append(source.record(self, final))
+            except (Exception, SystemExit):
+                self.num_hook_errors += 1
 
     def _snapshot(self, idle: bool) -> None:
         """Write the cumulative health record when it changed and the recorder is idle (a
@@ -436,7 +452,7 @@ class Recorder:
         if not idle and time.monotonic() - self._health_at < schema.HEALTH_EVERY_S:
             return
         self._health_state, self._health_at = state, time.monotonic()
-        self._out.append(self.health())
+        self._write_health(final=False)
         self.flush()
 
     def health(self, final: bool = False) -> schema.HookHealthRecord:
@@ -459,7 +475,7 @@ class Recorder:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.flush(wait=True)
-        self._out.append(self.health(final=True))
+        self._write_health(final=True)
         self.flush(wait=True)
         for sink in self.sinks if close_sinks else ():
             try:

@@ -269,6 +269,13 @@ def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_c
         ("smollm2-135m-instruct", "ngram", 4, "0.32.0")
     assert run["labels"]["dtype"] == "bfloat16" and run["labels"]["method"] == "ngram"
     assert len({r.run_id for r in records if isinstance(r, schema.RunRecord)}) == 1
+    # vLLM's own counts in the trace: the steps it served while specscope's hot path raised
+    # are named as steps no hook saw, the rest equal the hooks' (issue 44)
+    seen = section["engine_counts"]
+    assert seen is not None and seen["engine_counts"]["num_drafts"] == after["num_drafts"], seen
+    assert seen["not_seen"] is not None and seen["not_seen"]["num_drafts"] == \
+        before["num_drafts"] > 0, seen
+    assert seen["not_seen"]["draft_tokens"] == before["draft_tokens"], seen
     requests = [r for r in records if isinstance(r, schema.RequestRecord)]
     assert len(requests) == len(served) == 12  # the 4 served while broken left no record
     assert all(r.ttft_s and r.e2e_s and r.num_output_tokens for r in requests)
@@ -349,6 +356,11 @@ def test_five_views_of_one_vllm_run_agree_and_vllm_cpu_verify_is_caught(
         assert health.num_recorded == steps and (steps > 0 or "-api-" in f.name), (f.name, health)
         assert not (health.num_dropped_ring_full or health.num_dropped_batch_too_large
                     or health.num_dropped_queue_full), health
+    # vLLM's own counts, read in its API server beside the hooks, over the whole run (the
+    # workload, AIPerf's requests, the probe's): the hooks saw every step vLLM counted
+    seen = run_section(trace_records(tmp_path / "draft"))["engine_counts"]
+    assert seen is not None and seen["not_seen"] is None, seen
+    assert seen["engine_counts"]["num_drafts"] > 0 and not seen["steps_after"], seen
     assert rc == 1 and verdict["verdict"] == "fail" and took <= 60, (rc, verdict["verdict"], took)
     assert {c["check"]: c["state"] for c in verdict["checks"]}["greedy losslessness"] == "fail"
     (probe_section,) = build_report(read_trace(tmp_path / "probe.jsonl").records)["runs"]

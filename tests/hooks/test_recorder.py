@@ -243,3 +243,49 @@ def test_cuda_path_has_no_sync(run_record):
     assert any(isinstance(r, schema.VerifyStepRecord) for r in records)
     (ph,) = [r for r in records if isinstance(r, schema.PhaseRecord)]
     assert ph.clock == "cuda_event" and ph.duration_ns > 0
+
+
+def test_the_engines_own_counts_ride_with_health_and_the_report_names_what_was_not_seen(
+        run_record, tmp_path):
+    """vLLM's speculative counters, summed as its /metrics adds them (``EngineCounts``, fed
+    here as vLLM's ``SpecDecodingProm.observe`` is), are written with each health record and
+    at close; the report holds the recorded verify steps to them: equal, it says every step
+    was seen; with a step the engine counted that no hook recorded, it names it and its
+    tokens. Never added to the run's totals."""
+    from types import SimpleNamespace
+
+    from specscope.collector.report import build_report, format_report
+    from specscope.hooks.engines.vllm_requests import EngineCounts
+    from specscope.io.trace import TraceWriter, read_trace
+
+    def stats(drafted: list[int], accepted: list[int]) -> SimpleNamespace:
+        per_pos = [sum(1 for a in accepted if a > p) for p in range(max(drafted))]
+        return SimpleNamespace(num_drafts=len(drafted), num_draft_tokens=sum(drafted),
+                               num_accepted_tokens=sum(accepted),
+                               num_accepted_tokens_per_pos=per_pos)
+
+    path = tmp_path / "run.jsonl"
+    counts = EngineCounts()
+    rec = Recorder(run_record, sinks=[TraceWriter(path)])
+    rec.attach(counts)
+    for step in range(2):  # what the hooks record, what vLLM counts of the same steps
+        rec.record_verify(**_inputs(), step=step)
+        counts.observe(stats([D] * B, [0, 1, 3, 2]))
+    rec.flush()
+    rec._snapshot(idle=True)
+    (sec,) = build_report(read_trace(path).records)["runs"]
+    seen = sec["engine_counts"]
+    assert seen["not_seen"] is None and not seen["final"], seen
+    assert seen["engine_counts"]["num_drafts"] == 2 * B == sec["totals"]["num_drafts"]
+    counts.observe(stats([D, D], [2, 0]))  # a step vLLM counted that no hook recorded
+    rec.close()
+    records = read_trace(path).records
+    assert sum(isinstance(r, schema.EngineCountsRecord) for r in records) == 2
+    (sec,) = build_report(records)["runs"]
+    assert sec["totals"]["num_drafts"] == 2 * B  # the engine's counts never pooled in
+    assert sec["engine_counts"]["final"]
+    assert sec["engine_counts"]["not_seen"] == {"num_drafts": 2, "draft_tokens": 2 * D,
+                                                "accepted_tokens": 2}
+    assert "NOT SEEN: vllm's own counts (final): 10 drafts, 30 drafted, 14 accepted; the " \
+        "hooks recorded 8, 24, 12: 2 request-step(s) not seen (6 drafted, 2 accepted)" \
+        in format_report(build_report(records))

@@ -11,11 +11,17 @@ engine-core first and last token times) only when it logs statistics (the defaul
 ``req_state.spec_decode_metrics`` when the server runs with
 ``--per-request-spec-decode-metrics summary|detailed``; otherwise it stays unknown (None).
 ``AsyncLLM.__init__`` and ``LLMEngine.__init__`` give the configuration for the run record.
+``vllm.v1.spec_decode.metrics.SpecDecodingProm.observe(stats, engine_idx)`` is where vLLM adds
+each step's speculative counts to the /metrics counters: the same counts, summed here, are
+written with each health record as an EngineCountsRecord, so a trace holds vLLM's own figures
+beside the verify steps the worker's hooks recorded (absent with ``--disable-log-stats``).
 """
 
 from __future__ import annotations
 
 import collections
+import os
+import time
 from typing import Any
 
 from ... import schema
@@ -64,6 +70,35 @@ def request_record(run_id: str, req_state: Any, finish_reason: Any,
         top_p=float(top_p) if top_p is not None else 1.0, finish_reason=reason.lower(),
         num_verify_steps=steps, num_draft_tokens=drafted, num_accepted_tokens=accepted,
         accept_len_hist=hist)
+
+
+class EngineCounts:
+    """vLLM's speculative counters as its /metrics exports them, summed over engines; attached
+    to the recorder, which writes them with each health record."""
+
+    def __init__(self) -> None:
+        self.num_drafts = self.draft_tokens = self.accepted_tokens = 0
+        self.per_pos: list[int] = []
+        self.attached = False  #: to the process's recorder, once it exists
+
+    def observe(self, stats: Any) -> None:
+        self.num_drafts += int(stats.num_drafts)
+        self.draft_tokens += int(stats.num_draft_tokens)
+        self.accepted_tokens += int(stats.num_accepted_tokens)
+        per_pos = [int(x) for x in stats.num_accepted_tokens_per_pos]
+        self.per_pos += [0] * (len(per_pos) - len(self.per_pos))
+        for i, n in enumerate(per_pos):
+            self.per_pos[i] += n
+
+    def state(self) -> tuple:
+        return (self.num_drafts, self.draft_tokens, self.accepted_tokens)
+
+    def record(self, recorder: Any, final: bool) -> schema.EngineCountsRecord:
+        return schema.EngineCountsRecord(
+            run_id=recorder.run.run_id, engine="vllm", num_drafts=self.num_drafts,
+            draft_tokens=self.draft_tokens, accepted_tokens=self.accepted_tokens,
+            accepted_per_pos=tuple(self.per_pos), node=recorder.node, pid=os.getpid(),
+            t_ns=time.time_ns(), final=final)
 
 
 def install(config: dict[str, Any], *, patch: Any, make: Any, run_fields: Any) -> list[str]:
@@ -138,6 +173,28 @@ def install(config: dict[str, Any], *, patch: Any, make: Any, run_fields: Any) -
            "vllm.v1.engine.output_processor.OutputProcessor._update_stats_from_output")
     _patch(cls, "_update_stats_from_finished", wrap_finished, patched,
            "vllm.v1.engine.output_processor.OutputProcessor._update_stats_from_finished")
+    counts = EngineCounts()
+
+    def wrap_observe(original):
+        def observe(self, spec_decoding_stats, *args, **kwargs):
+            result = original(self, spec_decoding_stats, *args, **kwargs)
+            try:
+                counts.observe(spec_decoding_stats)
+                if not counts.attached:
+                    counts.attached = True
+                    lazy.record(make, lambda rec: rec.attach(counts))
+            except SPECSCOPE_ERRORS:
+                lazy.count_error()
+            return result
+        return observe
+
+    try:
+        from vllm.v1.spec_decode import metrics as spec_metrics  # type: ignore
+
+        _patch(spec_metrics.SpecDecodingProm, "observe", wrap_observe, patched,
+               "vllm.v1.spec_decode.metrics.SpecDecodingProm.observe")
+    except SPECSCOPE_ERRORS:  # requests are recorded without vLLM's own counts
+        lazy.count_error()
     return patched
 
 
