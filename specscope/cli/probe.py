@@ -36,7 +36,8 @@ Server flags, per engine:
              reads --logprobs-mode raw_logprobs unless told --logprobs-mode processed);
              --per-request-spec-decode-metrics detailed gives each token's role
   SGLang     logprobs per request (OpenAI API; native /generate: return_logprob and
-             top_logprobs_num, read from meta_info); raw log-probabilities
+             top_logprobs_num, read from meta_info); its log-probabilities are at the
+             request's temperature (read as --logprobs-mode tempered unless told raw)
   llama.cpp  logprobs per request; under speculation it returns none after the first token
              (logprob 0.0, no alternatives: upstream #27972), which the probe counts as unknown
 
@@ -170,8 +171,11 @@ def add_parser(sub) -> None:
                    "(return_logprob, meta_info)")
     p.add_argument("--top-logprobs", type=int, default=20,
                    help="alternatives per position to ask for (default 20)")
-    p.add_argument("--logprobs-mode", choices=("raw", "processed"), default="raw",
-                   help="what the server's log-probabilities are (vLLM --logprobs-mode)")
+    p.add_argument("--logprobs-mode", choices=("raw", "tempered", "processed"), default=None,
+                   help="what the server's log-probabilities are: raw (temperature 1), tempered "
+                        "(at the request's temperature, before top-k/top-p) or processed (the "
+                        "distribution sampled from); default per engine: SGLang tempered, "
+                        "vLLM and llama.cpp raw (vLLM --logprobs-mode says which)")
     p.add_argument("--dtype", default="",
                    help="the target's dtype, for the greedy tie margin (bfloat16 0.25, float16 "
                    "0.05, float32 0.001 nats; default: the widest)")

@@ -71,7 +71,7 @@ class ProbeResult:
             "url": self.url, "engine": self.engine, "model": self.model, "verdict": self.verdict,
             "seconds": self.seconds, "output_tokens": self.tokens, "dtype": self.dtype,
             "tie_margin": tie_margin(self.dtype), "top_logprobs": self.top_logprobs,
-            "logprobs": "processed" if self.semantics.processed else "raw",
+            "logprobs": self.semantics.mode,
             "sampler_order": self.semantics.order, "engine_acceptance": self.acceptance,
             "requests": requests_json(self.answers), "engine_error": self.engine_error,
             "checks": [{"check": c.check, "state": c.state, "need": c.need, "unit": c.unit,
@@ -81,7 +81,7 @@ class ProbeResult:
 
 
 def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
-          engine: str | None = None, logprobs_mode: str = "raw", top_logprobs: int = 20,
+          engine: str | None = None, logprobs_mode: str | None = None, top_logprobs: int = 20,
           dtype: str = "", reference: str | None = None) -> ProbeResult:
     """Probe ``url`` with ``plan``: send, check, and say. Raises ProbeError where the endpoint
     cannot be probed (unreachable, or it returns no log-probabilities at all)."""
@@ -287,7 +287,7 @@ def format_probe(r: ProbeResult) -> str:
     lines = [f"probe {r.url}  engine {r.engine}  model {r.model}",
              f"  {sum(1 for a in r.answers if a.response is not None)} requests, {r.tokens} output "
              f"tokens in {r.seconds:.1f} s; top_logprobs {r.top_logprobs}; "
-             f"{'processed' if r.semantics.processed else 'raw'} log-probabilities, "
+             f"{r.semantics.mode} log-probabilities, "
              f"{r.semantics.order}; tie margin {tie_margin(r.dtype):g} nats",
              f"  engine's own acceptance rate (accepted / drafted, its per-request counts): {rate}"
              f" over {acc['requests']} requests"]
@@ -337,7 +337,7 @@ def probe_records(r: ProbeResult, run_id: str) -> list[Any]:
         run_id=run_id, config_id=f"probe-{r.engine}", algorithm="unknown", num_steps=0, topk=0,
         num_draft_tokens=0, backend="", model=r.model, engine=r.engine, started_ns=now,
         labels={"source_format": "probe", "probe_url": r.url, "probe_verdict": r.verdict,
-                "logprobs": "processed" if r.semantics.processed else "raw",
+                "logprobs": r.semantics.mode,
                 **({"dtype": r.dtype} if r.dtype else {})})]
     for i, a in enumerate(r.answers):
         if a.response is None:

@@ -3,9 +3,11 @@ Pure functions over ``Position``s; no I/O, never imports torch.
 
 Each position is one committed token with the log-probability the engine returned for it and
 its top alternatives. Raw log-probabilities (vLLM's default ``raw_logprobs``, llama.cpp's
-pre-sampling probabilities, SGLang's) are the target's log-softmax at temperature 1 over the
-whole vocabulary; processed ones (vLLM ``--logprobs-mode processed_logprobs``) already are the
-distribution the request sampled from, and are used as returned, never tempered again. Where a
+pre-sampling probabilities) are the target's log-softmax at temperature 1 over the whole
+vocabulary; tempered ones (SGLang's: ``log_softmax(logits / T)``, before top-k/top-p) are
+already at the request's temperature and are never tempered again; processed ones (vLLM
+``--logprobs-mode processed_logprobs``) already are the distribution the request sampled from,
+and are used as returned. Where a
 figure depends on tokens the engine did not return, the check uses a bound and tests only the
 side that bound guarantees:
 
@@ -81,9 +83,16 @@ class Semantics:
 
     engine: str = "unknown"
     processed: bool = False  #: the distribution sampled from (True) or the raw log-softmax
+    #: at the request's temperature already, before truncation (SGLang's): never tempered again
+    tempered: bool = False
     order: str = TEMPERATURE_FIRST
     vocab: int = DEFAULT_VOCAB
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def mode(self) -> str:
+        """raw, tempered or processed, as the output says."""
+        return "processed" if self.processed else "tempered" if self.tempered else "raw"
 
 
 def greedy_check(positions: Sequence[Position], tie_margin: float, *, tie_rate: float = 0.01,
@@ -120,6 +129,12 @@ def greedy_check(positions: Sequence[Position], tie_margin: float, *, tie_rate: 
     return Assessment("greedy losslessness", d.state, ev, d.need if n else needed, "positions")
 
 
+def temperature_left(p: Position, sem: Semantics) -> float:
+    """The temperature still to apply to ``p``'s returned log-probabilities: the request's, or
+    1 where the engine returned them tempered already."""
+    return 1.0 if sem.tempered else p.temperature
+
+
 def p_max_bound(p: Position, sem: Semantics) -> float:
     """An upper bound of the probability that honest sampling commits this position's top-1
     under the request's temperature and top-p (top-k only raises it: bounded by 1 there)."""
@@ -132,7 +147,7 @@ def p_max_bound(p: Position, sem: Semantics) -> float:
             return 1.0  # k beyond the returned tokens: no bound below 1 from these alone
     if sem.processed:  # every token tied with the top-1 counts as it
         return min(1.0, sum(math.exp(lp) for _, lp in p.top if lp >= p.top[0][1] - 1e-9))
-    t = max(p.temperature, 1e-6)
+    t = max(temperature_left(p, sem), 1e-6)
     truncated_first = p.top_p < 1.0 and sem.order == TRUNCATION_FIRST
     if truncated_first:
         # top-p on the raw probabilities, then temperature over what it kept: the returned
@@ -217,10 +232,10 @@ def mass_above(p: Position, sem: Semantics, margin: float = 0.0) -> float | None
     above = [lp for tok, lp in p.top if lp > p.logprob + max(SLACK, margin) and tok != p.token]
     if not above:
         return None
-    if sem.processed or sem.order == TRUNCATION_FIRST or p.temperature == 1.0:
+    if sem.processed or sem.order == TRUNCATION_FIRST or temperature_left(p, sem) == 1.0:
         a = sum(math.exp(lp) for lp in above)  # raw probabilities: exact, normalised
         return a / (a + (1.0 - a) * math.exp(margin)) if margin > 0 and a < 1.0 else a
-    t = max(p.temperature, 1e-6)
+    t = max(temperature_left(p, sem), 1e-6)
     lps = [lp for _, lp in p.top]
     ref = max(lps)
     scale = math.exp(-ref / t)  # keep the powers in range

@@ -74,9 +74,16 @@ def detect(url: str, model: str | None = None) -> tuple[str, str]:
     return engine, model or str(data[0].get("id", ""))
 
 
-def semantics(engine: str, logprobs_mode: str = "raw") -> Semantics:
-    """How ``engine``'s log-probabilities and sampler order are read."""
-    sem = Semantics(engine=engine, processed=logprobs_mode.startswith("processed"),
+#: what each engine's log-probabilities are unless told otherwise (``logprobs_mode``)
+DEFAULT_LOGPROBS = {"sglang": "tempered"}
+
+
+def semantics(engine: str, logprobs_mode: str | None = None) -> Semantics:
+    """How ``engine``'s log-probabilities and sampler order are read: ``logprobs_mode`` raw,
+    tempered or processed, by default the engine's own (SGLang tempered, the others raw)."""
+    mode = logprobs_mode or DEFAULT_LOGPROBS.get(engine, "raw")
+    sem = Semantics(engine=engine, processed=mode.startswith("processed"),
+                    tempered=mode == "tempered",
                     order=TRUNCATION_FIRST if engine == "llamacpp" else TEMPERATURE_FIRST)
     if engine == "llamacpp":
         sem.notes.append("llama.cpp: pre-sampling probabilities (post_sampling_probs off); its "
@@ -86,7 +93,10 @@ def semantics(engine: str, logprobs_mode: str = "raw") -> Semantics:
         sem.notes.append(f"vLLM: {'processed' if sem.processed else 'raw'} log-probabilities "
                          "(--logprobs-mode); temperature before top-k/top-p")
     elif engine == "sglang":
-        sem.notes.append("SGLang: raw log-probabilities; temperature before top-k/top-p")
+        sem.notes.append("SGLang: log-probabilities at the request's temperature, before "
+                         "top-k/top-p (log_softmax(logits / T); a server started with "
+                         "SGLANG_RETURN_ORIGINAL_LOGPROB=1 returns raw ones: --logprobs-mode "
+                         "raw); temperature before top-k/top-p")
     return sem
 
 

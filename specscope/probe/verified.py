@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from ..collector.verdict import FAIL, INCONCLUSIVE, Assessment
-from .checks import Position, Semantics, _tail_bound, p_max_bound
+from .checks import Position, Semantics, _tail_bound, p_max_bound, temperature_left
 from .client import engine_counts, token_ids
 from .ngram import infer, replay
 
@@ -77,7 +77,7 @@ def top1_floor(p: Position, sem: Semantics) -> float:
     (truncation only raises it)."""
     if sem.processed:
         return min(1.0, math.exp(p.top[0][1]))
-    t = max(p.temperature, 1e-6)
+    t = max(temperature_left(p, sem), 1e-6)
     lps = [lp for _, lp in p.top]
     best = lps[0]
     den = sum(math.exp((lp - best) / t) for lp in lps)

@@ -8,8 +8,11 @@ from __future__ import annotations
 import math
 import random
 
-from specscope.probe.checks import (TRUNCATION_FIRST, Position, Semantics, greedy_check,
-                                    mass_above, temperature_check, truncation_check)
+import pytest
+
+from specscope.probe.checks import (FAIL, TRUNCATION_FIRST, Position, Semantics, greedy_check,
+                                    mass_above, p_max_bound, temperature_check,
+                                    truncation_check)
 from specscope.probe.client import positions_of, roles
 
 
@@ -171,3 +174,21 @@ def test_sglang_native_meta_info_reads_into_positions_and_its_counts():
     assert [p.is_top1 for p in ps] == [True, False] and abs(ps[1].margin - 1.6) < 1e-9
     _, drafted, accepted = roles(ps, resp)
     assert (drafted, accepted) == (3, 1)
+
+
+def test_sglangs_tempered_log_probabilities_are_never_tempered_again():
+    """SGLang returns log_softmax(logits / T): read as raw and tempered again, the nucleus
+    shrinks and an honest token inside it reads as outside (the false FAIL a no-speculation
+    SGLang server gave under top-p); read as tempered, it is inside. The argmax bound follows
+    the same reading."""
+    from specscope.probe.client import semantics
+
+    # at T 0.5 as returned: 0.6, 0.25, 0.15; top-p 0.9 keeps all three (0.85 ranks above
+    # "c"); tempered again they read 0.81, 0.14, 0.05 and "c" looks outside
+    top = [("a", math.log(0.6)), ("b", math.log(0.25)), ("c", math.log(0.15))]
+    p = _pos(top, "c", t=0.5, top_p=0.9)
+    tempered, raw = semantics("sglang"), semantics("sglang", "raw")
+    assert tempered.tempered and tempered.mode == "tempered" and semantics("vllm").mode == "raw"
+    assert truncation_check([p] * 40, tempered, label="top-p").state != FAIL
+    assert truncation_check([p] * 40, raw, label="top-p").state == FAIL  # the misreading
+    assert p_max_bound(_pos(top, "a", t=0.5), tempered) == pytest.approx(0.6)
