@@ -18,10 +18,10 @@ from .fleet import bench_fleet
 from .engine import bench_decoder, bench_drafts, bench_hf, bench_hooks, bench_margins, bench_policy
 from .explain import bench_explain, bench_ngram_categories
 from .imports import bench_logs, bench_notebook
-from .probe import bench_probe
+from .probe import bench_probe, bench_sglang_probe
 from .reliability import bench_reliability
 from .scrape import bench_scrape
-from .serving import bench_serve, bench_vllm
+from .serving import bench_serve, bench_sglang, bench_vllm
 from .wire import bench_wire
 
 
@@ -29,8 +29,9 @@ BENCHES = {"dashboard": bench_dashboard, "serve": bench_serve, "hooks": bench_ho
            "decoder": bench_decoder, "margins": bench_margins, "drafts": bench_drafts, "policy": bench_policy,
            "collector": bench_collector, "import": bench_import, "logs": bench_logs,
            "notebook": bench_notebook, "explain": bench_explain, "ngram": bench_ngram_categories, "hf": bench_hf,
-           "wire": bench_wire, "scrape": bench_scrape, "vllm": bench_vllm, "reliability": bench_reliability, "detectors": bench_detectors,
-           "probe": bench_probe, "fleet": bench_fleet}
+           "wire": bench_wire, "scrape": bench_scrape, "vllm": bench_vllm, "sglang": bench_sglang,
+           "reliability": bench_reliability, "detectors": bench_detectors,
+           "probe": bench_probe, "sglang-probe": bench_sglang_probe, "fleet": bench_fleet}
 
 
 def main() -> int:

@@ -103,3 +103,68 @@ def bench_vllm(reps: int) -> list[Row]:
                 f"{(hi - 1) * 100:+.1f}%)", "<= 2% slower", ratio_verdict((lo, hi), 1.02),
                 f"{len(times['on'])} interleaved pairs; on {_spread(times['on'])}, "
                 f"off {_spread(times['off'])}")]
+
+
+def bench_sglang(reps: int) -> list[Row]:
+    """A real SGLang 0.5.21 (.venv-sglang, the tests' CPU stand-in for sgl_kernel) serving
+    SmolLM2 with STANDALONE speculation (a copy of the target, a chain of 3): under
+    ``specscope wrap`` (the adapter on, its default policy) against the same server unwrapped,
+    two servers side by side, the same workload sent to each in turn (8 /generate requests,
+    concurrency 4, 32 tokens each with ignore_eos, temperature 0.8 and greedy in turn)."""
+    import concurrent.futures
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from specscope.engine.models import smollm2_dir
+    from specscope.engine.workload import load_prompts
+    from specscope.serving.sglang import generate, sglang_checkpoint, sglang_python
+
+    from .common import paired_ratio, ratio_verdict
+
+    figure = ("SGLang 0.5.21 (CPU) served output tok/s, SmolLM2 STANDALONE chain 3, conc 4, "
+              "8 req x 32 tok, adapter on (specscope wrap, default policy) vs off")
+    python = sglang_python()
+    if python is None:
+        return [Row(figure, "not run", "", "", "<= 2% slower", "n/a",
+                    "SGLang's environment missing (make sglang-env)")]
+    from tests.engines.sglang_fixtures import sglang_server  # the CPU stand-in lives there
+
+    prompts = [f"<|im_start|>user\n{p['prompt']}<|im_end|>\n<|im_start|>assistant\n"
+               for p in load_prompts()][:8]
+
+    def workload(url: str, n: int = 32) -> None:
+        def one(i: int) -> None:
+            generate(url, prompts[i], {"temperature": 0.8 if i % 2 else 0.0,
+                                       "max_new_tokens": n, "ignore_eos": True})
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            list(pool.map(one, range(len(prompts))))
+
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        model = sglang_checkpoint(smollm2_dir(), Path(tmp) / "model")
+        servers = {mode: sglang_server(python, model, Path(tmp) / mode, "STANDALONE",
+                                       wrap=mode == "on") for mode in ("on", "off")}
+        try:
+            for srv in servers.values():
+                srv.start()
+            for srv in servers.values():  # warm-up
+                workload(srv.url, 8)
+            for i in range(max(4, reps)):
+                for mode in (("on", "off") if i % 2 == 0 else ("off", "on")):
+                    t = time.perf_counter()
+                    workload(servers[mode].url)
+                    times[mode].append(time.perf_counter() - t)
+        finally:
+            for srv in servers.values():
+                srv.stop()
+    tokens = len(prompts) * 32
+    ratio, (lo, hi) = paired_ratio(times["on"], times["off"])  # time on / time off
+    on = tokens / statistics.median(times["on"])
+    off = tokens / statistics.median(times["off"])
+    cost = (ratio - 1) * 100
+    return [Row(figure, f"{on:.1f} tok/s", f"{off:.1f} tok/s (unwrapped)",
+                f"{1 / ratio:.3f}x tok/s ({cost:+.1f}% time, 95% CI {(lo - 1) * 100:+.1f}% to "
+                f"{(hi - 1) * 100:+.1f}%)", "<= 2% slower", ratio_verdict((lo, hi), 1.02),
+                f"{len(times['on'])} interleaved pairs; on {_spread(times['on'])}, "
+                f"off {_spread(times['off'])}")]

@@ -5,9 +5,11 @@ stopped by its PID with every process it spawned.
 SGLang's CPU verify commits the argmax for every request, whatever its temperature
 (``_verify_uses_greedy`` is true whenever ``is_cpu``): the incident specscope exists for, live.
 As shipped, with a STANDALONE draft (a copy of the target, a chain of 3) and with NGRAM, it is
-caught in-engine and by the probe; with the repaired verify (tests only: sample the target's own
+caught in-engine and by the probe, and through EAGLE3 with a random-weight head beside the
+model without speculation; with the repaired verify (tests only: sample the target's own
 token at each position, accept a draft token only when it equals it) nothing FAILs. The trace
-holds to SGLang's own counts: its per-request ``meta_info`` and its ``/metrics`` counter.
+holds to SGLang's own counts: its per-request ``meta_info``, its ``/metrics`` counter and its
+log. These tests run on a pytest-xdist worker of their own (``tests/conftest.py``).
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ import pytest
 
 from specscope import schema
 from specscope.collector.report import build_report
+from specscope.collector.views import format_views, views_agree
 from specscope.importers import import_file
 from specscope.io.trace import read_trace
 from specscope.serving.sglang import generate
-from tests.engines.sglang_fixtures import sglang_env, sglang_model, sglang_server  # noqa: F401
+from tests.engines.sglang_fixtures import (eagle3_head, sglang_env, sglang_model,  # noqa: F401
+                                          sglang_server)
 
 pytestmark = pytest.mark.slow
 
@@ -162,6 +166,16 @@ def held_to_sglangs_counts(responses: list, records: list, calls: int, tmp_path:
         assert imported["totals"][key] == from_trace["totals"][key], key
 
 
+def logged_as_traced(srv) -> None:
+    """The server's log imported (``--decode-log-interval 1``: a line per batch, its running
+    requests the batch's request-steps) counts what the trace counts over the server's whole
+    life, warm-up included: drafts, drafted and accepted, exactly."""
+    whole = read_trace(sorted(srv.trace_dir.glob("*.jsonl"))).records
+    agreement = views_agree({"trace": whole, "log": import_file(srv.log).records})
+    print(format_views(agreement))
+    assert agreement.ok and agreement.views[1].num_drafts, format_views(agreement)
+
+
 def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
         sglang_env, sglang_model, prompts, tmp_path):  # noqa: F811
     """STANDALONE as SGLang ships it on a CPU: the in-engine checks FAIL temperature requests
@@ -189,8 +203,9 @@ def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
         switch.write_text("1")
         fixed, fixed_records, fixed_calls, _ = served(srv, prompts[24:32])
         rc_fixed, _, fixed_verdict = probe(srv.url, "--endpoint", "generate", "--classes",
-                                           "greedy,temperature", "--requests", "12")
+                                           "greedy,temperature,top-p", "--requests", "12")
     repaired_only(fixed, fixed_records, fixed_calls, fixed_verdict, rc_fixed, tmp_path)
+    logged_as_traced(srv)
     # a saved stream imports as SGLang's, its figures the trace's for that request
     streamed = import_file(tmp_path / "stream.sse")
     assert streamed.format == "sglang-responses"
@@ -253,10 +268,100 @@ def test_ngram_as_shipped_is_hooked_and_caught(sglang_env, sglang_model, prompts
     assert calls > 0
     assert fail_s is not None and fail_s <= 60 and probe_s <= 60, (fail_s, probe_s)
     held_to_sglangs_counts(responses, records, calls, tmp_path)
+    logged_as_traced(srv)
     assert section["run"]["algorithm"] == "ngram"
     assert truth(section)[schema.TARGET_TEMPERATURE]["state"] == "fail"
     assert truth(section)[schema.GREEDY]["observed_top1_rate"] == 1.0
     assert rc == 1 and verdict["verdict"] == "fail", (rc, probe_s, verdict)
+
+
+def top1_answers(url: str, prompts: list[str]) -> list:
+    """Temperature-0.8 answers of 32 tokens, each with the top-1 of every position's
+    distribution beside the token chosen (SGLang's ``return_logprob``)."""
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        return list(pool.map(lambda p: generate(
+            url, chat(p), {"temperature": 0.8, "max_new_tokens": 32}, return_logprob=True,
+            top_logprobs_num=1), prompts))
+
+
+def top1_share(responses: list) -> tuple[int, int]:
+    """(positions after each answer's first token whose token is not the top-1 of the
+    distribution returned beside it, positions counted) over temperature answers."""
+    below = counted = 0
+    for r in responses:
+        meta = r["meta_info"]
+        for (lp, tok, _), top in list(zip(meta["output_token_logprobs"],
+                                          meta["output_top_logprobs"]))[1:]:
+            best = max(top, key=lambda t: t[0])
+            counted += 1
+            below += best[1] != tok and best[0] > lp
+    return below, counted
+
+
+def test_eagle3_with_a_random_head_and_sglang_without_speculation(
+        sglang_env, sglang_model, prompts, tmp_path):  # noqa: F811
+    """EAGLE3 through a one-layer head with random weights, made here from a config: the
+    adapter hooks SGLang's EAGLE3 path, counts its near-zero acceptance as SGLang does, and the
+    same silent greedy FAILs in-engine and by probe. Beside it (started at the same time) the
+    model without speculation, the reference: its temperature answers leave the top-1 at many
+    positions where the EAGLE3 server's never do, the probe does not FAIL it, and a wrapped
+    server that never verifies records its requests and no verify step."""
+    import threading
+
+    head = eagle3_head(sglang_model, tmp_path / "eagle3-head")
+    eagle = sglang_server(sglang_env, sglang_model, tmp_path / "eagle3", "EAGLE3", draft=head)
+    ref = sglang_server(sglang_env, sglang_model, tmp_path / "reference", None)
+    failed: list[BaseException] = []
+
+    def start_eagle() -> None:
+        try:
+            eagle.start()
+        except BaseException as exc:  # noqa: BLE001 - raised in the test's thread below
+            failed.append(exc)
+
+    started = threading.Thread(target=start_eagle)
+    started.start()
+    try:
+        with ref:
+            started.join()
+            if failed:
+                raise failed[0]
+            hot, cold = (top1_answers(srv.url, prompts[40:44]) for srv in (eagle, ref))
+            responses, records, calls, took = served(eagle, prompts[:12], max_tokens=32)
+            rc, probe_s, verdict = probe(eagle.url, "--endpoint", "generate", "--classes",
+                                         "greedy,temperature")
+            rc_ref, ref_s, ref_verdict = probe(ref.url, "--endpoint", "generate", "--requests",
+                                               "12", "--classes", "greedy,temperature,top-p")
+            time.sleep(1.0)
+            ref_records = read_trace(sorted(ref.trace_dir.glob("*.jsonl"))).records
+    finally:
+        started.join()  # a reference that failed to start leaves no EAGLE3 server behind
+        eagle.stop()
+    below, counted = top1_share(hot)
+    below_ref, counted_ref = top1_share(cold)
+    print(f"eagle3: workload {took:.1f} s, {calls} verify calls; probe {probe_s:.1f} s "
+          f"(reference {ref_s:.1f} s, {ref_verdict['verdict']}); "
+          f"below top-1 {below}/{counted} (EAGLE3) vs {below_ref}/{counted_ref} (no speculation)")
+    assert counted >= 60 and below == 0, (below, counted)  # 4 answers of 32 tokens
+    assert below_ref >= 5, (below_ref, counted_ref)  # about one position in five, here
+    held_to_sglangs_counts(responses, records, calls, tmp_path)
+    logged_as_traced(eagle)
+    section = section_of(records)
+    t = section["totals"]
+    assert section["run"]["algorithm"] == "eagle3", section["run"]
+    assert t["draft_tokens"] > 0 and t["accepted_tokens"] <= 0.1 * t["draft_tokens"], t
+    fail_s = seconds_to_fail(workload_only(records, responses))
+    print(f"eagle3: in-engine silent_greedy after {fail_s} s of traffic")
+    # slower than STANDALONE's (one token per step), so no time bound here: a FAIL, in-engine
+    # and by probe
+    assert fail_s is not None and "silent_greedy" in {a["kind"] for a in section["anomalies"]}
+    assert truth(section)[schema.TARGET_TEMPERATURE]["state"] == "fail"
+    assert truth(section)[schema.GREEDY]["observed_top1_rate"] == 1.0
+    assert rc == 1 and verdict["verdict"] == "fail", (rc, verdict)
+    assert rc_ref != 1 and ref_verdict["verdict"] != "fail", ref_verdict
+    assert not [r for r in ref_records if isinstance(r, schema.VerifyStepRecord)]
+    done = [r for r in ref_records if isinstance(r, schema.RequestRecord)]
+    assert len(done) >= 8 and all(r.ttft_s is not None for r in done), len(done)
 
 
 def repaired_only(responses: list, records: list, calls: int, verdict: dict, rc: int,
