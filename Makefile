@@ -106,7 +106,7 @@ demo: $(STAMP) $(if $(findstring vllm,$(DEMO_ARGS)),$(VLLM_STAMP))
 test: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(PHOENIX_STAMP) $(SGLANG_STAMP)
 	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python SPECSCOPE_LLAMACPP_PYTHON=$(LLAMACPP_VENV)/bin/python \
 	  SPECSCOPE_PHOENIX=$(PHOENIX_VENV)/bin/phoenix SPECSCOPE_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python \
-	  $(PY) -m pytest -q
+	  $(PY) -m pytest -q -n 2 --dist loadgroup
 
 test-fast: $(STAMP) $(AIPERF_STAMP)
 	$(PY) -m pytest -q -m "not slow"
