@@ -73,18 +73,6 @@ def run_cli(*args: str, timeout: float = 600, fresh: bool = False) -> subprocess
     return subprocess.CompletedProcess(["specscope", *args], rc, out.getvalue(), err.getvalue())
 
 
-#: modules that run on a pytest-xdist worker of their own (``make test`` runs two, grouped by
-#: ``--dist loadgroup``), beside every other test on the first: the SGLang servers' minutes of
-#: start-up and serving overlap the rest of the suite instead of adding to it
-SIDE = ("tests/engines/test_sglang_real.py",)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group("side" if item.nodeid.startswith(SIDE) else "main"))
-
-
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true",
                      help="rewrite golden files from the current output")
