@@ -103,20 +103,10 @@ phoenix-env: $(PHOENIX_STAMP)
 demo: $(STAMP) $(if $(findstring vllm,$(DEMO_ARGS)),$(VLLM_STAMP))
 	$(PY) -m specscope demo $(DEMO_ARGS)
 
-# the real SGLang servers' tests run beside the rest of the suite, in a pytest process of their
-# own started first: their minutes of start-up and serving overlap the unit tests instead of
-# adding to them. Their output follows the suite's; either run failing fails `make test`.
-SIDE_TESTS := tests/engines/test_sglang_real.py
-
 test: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(PHOENIX_STAMP) $(SGLANG_STAMP)
-	@mkdir -p test-artifacts
-	export SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python SPECSCOPE_LLAMACPP_PYTHON=$(LLAMACPP_VENV)/bin/python \
-	  SPECSCOPE_PHOENIX=$(PHOENIX_VENV)/bin/phoenix SPECSCOPE_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python; \
-	$(PY) -m pytest -q -p no:cacheprovider $(SIDE_TESTS) > test-artifacts/side-tests.log 2>&1 & side=$$!; \
-	$(PY) -m pytest -q --ignore=$(SIDE_TESTS); suite=$$?; \
-	wait $$side; beside=$$?; \
-	echo "--- $(SIDE_TESTS), run beside the suite (exit $$beside) ---"; cat test-artifacts/side-tests.log; \
-	test $$suite -eq 0 && test $$beside -eq 0
+	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python SPECSCOPE_LLAMACPP_PYTHON=$(LLAMACPP_VENV)/bin/python \
+	  SPECSCOPE_PHOENIX=$(PHOENIX_VENV)/bin/phoenix SPECSCOPE_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python \
+	  $(PY) -m pytest -q
 
 test-fast: $(STAMP) $(AIPERF_STAMP)
 	$(PY) -m pytest -q -m "not slow"

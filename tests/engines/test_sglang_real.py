@@ -9,7 +9,7 @@ caught in-engine and by the probe, and through EAGLE3 with a random-weight head 
 model without speculation; with the repaired verify (tests only: sample the target's own
 token at each position, accept a draft token only when it equals it) nothing FAILs. The trace
 holds to SGLang's own counts: its per-request ``meta_info``, its ``/metrics`` counter and its
-log. ``make test`` runs them in a pytest process of their own beside the rest of the suite.
+log.
 """
 
 from __future__ import annotations
