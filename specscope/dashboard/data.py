@@ -94,16 +94,27 @@ def allowed(path: str | os.PathLike, roots: Sequence[Path]) -> Path:
                          f"({', '.join(str(r) for r in roots)})")
 
 
+def is_store(p: Path) -> bool:
+    """A Parquet trace directory (a store's partitions or a compacted trace's files)."""
+    return p.is_dir() and (any(p.glob("*/date=*")) or any(p.glob("*/config=*"))
+                           or any(p.glob("config=*")) or any(p.glob("*.parquet")))
+
+
+def shards(p: Path) -> list[Path]:
+    """The JSONL files of a directory that is not a store, read together as one trace: the
+    shards each recording process writes (an engine core's and its API server's), a sweep's
+    points, a folder of nightly traces. A link that leads out of the directory is not read."""
+    root = p.resolve()
+    return sorted(q for q in p.glob("*.jsonl") if q.is_file() and q.resolve().parent == root)
+
+
 def discover(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """Trace files in ``paths``: JSONL files, Parquet trace directories, and the JSONL files of
-    directories (a sweep directory, a folder of nightly traces)."""
+    """Traces in ``paths``: JSONL files, Parquet trace directories, and directories of JSONL
+    files, each directory one trace (a run recorded by several processes is one run)."""
     out: list[Path] = []
     for p in map(Path, paths):
-        if p.is_dir() and (any(p.glob("*/date=*")) or any(p.glob("*/config=*")) or any(p.glob("config=*"))
-                           or any(p.glob("*.parquet"))):
+        if p.is_dir():  # read again as its shards appear: a live run's directory
             out.append(p)
-        elif p.is_dir():
-            out.extend(sorted(q for q in p.glob("*.jsonl") if q.is_file()))
         elif p.exists():
             out.append(p)
         else:
@@ -174,12 +185,12 @@ def verify_entries(p: Path, where: Any = None) -> int:
 def load_trace(p: Path, where: Any = None) -> tuple[list[RunView], list[str]]:
     """A trace's runs: records kept for small traces, column-wise aggregates for big ones;
     ``where`` reads a store's selected partitions only."""
-    if p.is_dir() and verify_entries(p, where) > RECORDS_LIMIT:
+    if is_store(p) and verify_entries(p, where) > RECORDS_LIMIT:
         return aggregate_trace(p, where), []
     from ..collector.phases import phase_breakdown
     from ..io.trace import read_trace
 
-    trace = read_trace(p, where)
+    trace = read_trace(p if not p.is_dir() or is_store(p) else shards(p), where)
     report = build_report(trace.records, problems=trace.problems)
     refs = {r.labels.get("reference_for"): r.run_id for r in trace.records
             if isinstance(r, schema.RunRecord) and r.labels.get("role") == "reference"}

@@ -59,6 +59,32 @@ def test_a_trace_that_changes_is_reloaded(tmp_path, dash_traces):
     assert [v.run_id for v in src.runs()] == ["clean-s3"]
 
 
+def test_a_directory_of_shards_is_one_run(tmp_path, dash_traces):
+    """A run recorded by several processes (an engine core's verify steps, its API server's
+    requests) in one directory is one run on the dashboard, with every process's figures; a
+    link in the directory that leads out of it is not read."""
+    from specscope.io.trace import write_trace
+
+    records = [r for r in read_trace(dash_traces / "clean.jsonl").records
+               if getattr(r, "run_id", "").startswith("clean-s3")]
+    whole = {v.run_id: v for v in TraceSource([dash_traces / "clean.jsonl"]).runs()}["clean-s3"]
+    shards = tmp_path / "run"
+    shards.mkdir()
+    steps = [r for r in records if isinstance(r, schema.VerifyStepRecord)]
+    assert steps and len(steps) < len(records)
+    write_trace(shards / "clean-engine-1.jsonl",
+                [r for r in records if isinstance(r, schema.RunRecord)] + steps)
+    write_trace(shards / "clean-api-2.jsonl",
+                [r for r in records if not isinstance(r, schema.VerifyStepRecord)])
+    outside = tmp_path / "elsewhere.jsonl"
+    write_trace(outside, records)
+    os.symlink(outside, shards / "link.jsonl")
+    views = [v for v in TraceSource([shards]).runs() if v.run_id == "clean-s3"]
+    assert len(views) == 1
+    shown, expected = views[0].view.totals, whole.view.totals
+    assert shown == expected and shown.num_requests > 0 and shown.num_verify_steps > 0
+
+
 def test_live_and_metrics_sources_agree_with_the_collector(dash_traces):
     from specscope.exporters.http import MetricsServer
 

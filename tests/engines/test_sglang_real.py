@@ -169,11 +169,23 @@ def held_to_sglangs_counts(responses: list, records: list, calls: int, tmp_path:
 def logged_as_traced(srv) -> None:
     """The server's log imported (``--decode-log-interval 1``: a line per batch, its running
     requests the batch's request-steps) counts what the trace counts over the server's whole
-    life, warm-up included: drafts, drafted and accepted, exactly."""
+    life, warm-up included: drafts, drafted and accepted, exactly. And the dashboard opened on
+    the trace directory shows one run (the scheduler's and the API server's shards together)
+    with the same counts, per position too, and every request."""
+    from specscope.dashboard import TraceSource
+
     whole = read_trace(sorted(srv.trace_dir.glob("*.jsonl"))).records
     agreement = views_agree({"trace": whole, "log": import_file(srv.log).records})
     print(format_views(agreement))
     assert agreement.ok and agreement.views[1].num_drafts, format_views(agreement)
+    (shown,) = [v.view.totals for v in TraceSource([srv.trace_dir]).runs() if not v.node]
+    traced = agreement.views[0]
+    assert (shown.num_drafts, shown.draft_tokens, shown.accepted_tokens) == (
+        traced.num_drafts, traced.draft_tokens, traced.accepted_tokens), shown
+    totals = section_of(whole)["totals"]
+    assert shown.num_requests == sum(isinstance(r, schema.RequestRecord) for r in whole) > 0
+    assert shown.num_verify_steps == totals["num_verify_steps"] > 0, shown
+    assert list(shown.per_position_acceptance) == totals["per_position_acceptance"], shown
 
 
 def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
