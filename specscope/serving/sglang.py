@@ -19,6 +19,7 @@ import glob
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,7 @@ class SglangServer(ServerProcess):
     dtype: str = "bfloat16"
     #: of the memory free at start, for weights and KV cache: SGLang refuses to start when the
     #: weights leave no room in it, which other processes' use can cause at a small fraction
-    mem_fraction: float = 0.3
+    mem_fraction: float = 0.8  #: 0.3 failed with four servers loading at once (0.306 needed)
     max_total_tokens: int = 16384  #: the KV cache's size, whatever the fraction allows
     env: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
@@ -137,7 +138,13 @@ class SglangServer(ServerProcess):
         super().start(timeout_s, env=env or self.environment(), new_session=new_session)
         return self
 
-    def stop(self, timeout_s: float = 30.0) -> int:
+    def stop(self, timeout_s: float = 30.0, drain_s: float = 1.0) -> int:
+        """Stop the server by its PID. SGLang's launcher kills its scheduler at once when it
+        is stopped (SIGKILL, whatever the signal it got), so under ``wrap`` the server is first
+        left quiet for ``drain_s``: the scheduler's recorder drains every 0.25 s and writes its
+        hook-health record as it goes idle; steps it had not drained would be lost."""
+        if self.wrap and self.proc is not None and self.proc.poll() is None:
+            time.sleep(drain_s)
         try:
             return super().stop(timeout_s)
         finally:
