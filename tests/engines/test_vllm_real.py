@@ -284,9 +284,12 @@ def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_c
     health = schema.latest_health(trace_records(tmp_path / "ngram"))
     assert sum(h.num_hook_errors for h in health) > 0, health
     check_prompt_lookup(probed)
-    # ten more workloads, vLLM's counters scraped between them: each equals its trace
+    # ten more workloads, vLLM's counters scraped between them: each equals its trace (a round
+    # whose answers repeat no n-gram of their prompts drafts nothing, in both; which rounds do
+    # depends on the CPU's arithmetic)
     for i, (theirs, mine) in enumerate(rounds):
-        assert mine == theirs and theirs["num_drafts"] > 0, (i, mine, theirs)
+        assert mine == theirs, (i, mine, theirs)
+    assert sum(theirs["num_drafts"] > 0 for theirs, _ in rounds) >= 7, rounds
     print(format_probe(crash))
     e = crash.engine_error
     assert crash.verdict == "error" and e is not None, format_probe(crash)
