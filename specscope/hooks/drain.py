@@ -78,6 +78,8 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
             stats[start:start + b] = rows
         hist = stats[:, _stats.COL_HIST - base:_stats.COL_MISMATCH_MARGIN - base].astype(i64)
         hist[(flags & _HAS_HIST) == 0] = 0
+        # a row whose expected figure could not be known (NaN) has no statistics
+        truth = truth & np.isfinite(stats[:, _stats.COL_EXPECTED_TOP1 - base])
         verified = np.where(truth, stats[:, _stats.COL_NUM_VERIFIED - base], 0).astype(i64)
         top1 = np.where(truth, stats[:, _stats.COL_NUM_TOP1 - base], 0).astype(i64)
         expected = np.where(truth, stats[:, _stats.COL_EXPECTED_TOP1 - base], 0).astype(f64)

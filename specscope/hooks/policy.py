@@ -46,6 +46,26 @@ def classes(temperature: Any, top_p: Any = None, top_k: Any = None) -> set[int]:
     return set(np.flatnonzero(np.bincount(code, minlength=8)).tolist())
 
 
+def budget_rows(batch: int, cap: int | None, turn: int, policy: Any, temperature: Any,
+                top_p: Any = None, top_k: Any = None) -> tuple[np.ndarray | None, int]:
+    """The rows of a step whose statistics are computed under a budget of ``cap`` rows, as a
+    sorted index array (None: every row), and where the next step's turn begins. Rows of a
+    class ``policy`` is still deciding (its ``deciding``) go first; otherwise the rows take
+    turns in windows of ``cap`` consecutive rows (a view of the logits, nothing copied), so
+    every row is sampled in time."""
+    if cap is None or batch <= cap:
+        return None, turn
+    start = turn if turn + cap <= batch else batch - cap
+    following = 0 if start + cap >= batch else start + cap
+    deciding = getattr(policy, "deciding", None)
+    mask = deciding(temperature, top_p, top_k) if deciding is not None else None
+    if mask is None or mask.all() or not mask.any():
+        return np.arange(start, start + cap), following
+    order = (np.arange(batch) + turn) % batch
+    order = np.concatenate([order[mask[order]], order[~mask[order]]])
+    return np.sort(order[:cap]), following
+
+
 class UntilDecided:
     """Every verify step until the checks have decided, then one step in ``every``.
 
@@ -71,6 +91,8 @@ class UntilDecided:
         self.totals: dict[int, list[float]] = {}  #: class -> [positions, argmax hits, expected]
         self.draft_positions = 0
         self.decided: set[int] = set()
+        #: ``decided`` as an array, replaced whole by the drain side: read by the hot path
+        self._decided_codes = np.zeros(0, dtype=np.int64)
         self._lock = threading.Lock()
         self.num_full_steps = 0  #: steps that got statistics because a class was undecided
 
@@ -92,6 +114,11 @@ class UntilDecided:
         if want:
             self.num_full_steps += 1
         return want
+
+    def deciding(self, temperature: Any, top_p: Any = None, top_k: Any = None) -> np.ndarray:
+        """Per row: is its sampling class still deciding? (The recorder's row budget takes
+        these rows first.)"""
+        return ~np.isin(class_codes(temperature, top_p, top_k), self._decided_codes)
 
     def _all_decided(self) -> bool:
         seen = set(self.totals)
@@ -121,6 +148,7 @@ class UntilDecided:
             for c, acc in self.totals.items():
                 if c not in self.decided and self._decides(c, *acc):
                     self.decided.add(c)
+            self._decided_codes = np.array(sorted(self.decided), dtype=np.int64)
 
     def _decides(self, c: int, n: float, k: float, expected: float) -> bool:
         if c == DRAFT:

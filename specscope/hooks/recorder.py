@@ -56,9 +56,11 @@ class Recorder:
 
     ``run`` is the run's metadata. ``max_batch`` and ``max_depth`` size the ring (the widest batch
     and deepest draft it accepts; larger batches are dropped and counted). ``stats_policy`` picks
-    the steps whose sampling-truth statistics are computed (their cost is one logsumexp or sort
-    over the vocabulary per verified position). ``sinks`` receive drained records; call
-    ``start()`` for a background drain thread, or ``drain()`` yourself.
+    the steps whose sampling-truth statistics are computed (their cost is a few passes over the
+    vocabulary per drafted position, and a top-k of it under top-k/top-p). ``max_stats_rows`` is
+    their budget: the most requests of one step that get them (rows of a sampling class the
+    policy has not decided go first, the rest take turns; None: every row). ``sinks`` receive drained
+    records; call ``start()`` for a background drain thread, or ``drain()`` yourself.
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class Recorder:
         max_errors: int = 100,
         clock_ns: Callable[[], int] = time.time_ns,
         max_columns_entries: int = 1 << 16,
+        max_stats_rows: int | None = 12,
     ) -> None:
         # every record this process writes names its node (hostname, or $SPECSCOPE_NODE)
         self.run = run if run.node else dataclasses.replace(run, node=schema.default_node())
@@ -89,6 +92,11 @@ class Recorder:
         self.max_batch = max_batch
         self.max_pending_records = max_pending_records
         self.max_columns_entries = max_columns_entries  #: entries per drained VerifyColumns
+        if max_stats_rows is not None and max_stats_rows < 1:
+            raise ValueError("max_stats_rows must be >= 1 (None: every row)")
+        self.max_stats_rows = max_stats_rows
+        self._rows_turn = 0  #: where the next step's rows begin, so every row takes its turn
+        self._scratch: torch.Tensor | None = None  #: see _scratch_for
         self._cuda = self.device.type == "cuda"
         self._host = torch.zeros(ring_slots, max_batch, _stats.ROW_WIDTH, dtype=torch.float32,
                                  pin_memory=self._cuda)
@@ -209,9 +217,10 @@ class Recorder:
                     stat_t, stat_p, stat_k = [1.0 if t > 0 else 0.0 for t in temperature], None, None
                 else:
                     stat_t, stat_p, stat_k = temperature, top_p, top_k
+                rows = self._stats_rows(batch, stat_t, stat_p, stat_k) if has_truth else None
                 packed = self._pack(batch, num_accepted, num_drafted, num_draft_tokens, stat_t,
                                     stat_p, stat_k, committed_tokens, target_logits,
-                                    draft_top1_probs, sampled)
+                                    draft_top1_probs, sampled, rows)
                 self._host[idx, :batch].copy_(packed, non_blocking=True)
                 on_device = packed.is_cuda
             event = None
@@ -230,8 +239,27 @@ class Recorder:
         if len(self._pending) >= self._wake_at and not self._wake.is_set():
             self._wake.set()
 
+    def _scratch_for(self, logits: torch.Tensor) -> torch.Tensor:
+        """A float32 buffer the size of ``logits``, kept between steps: the statistics' working
+        copy under the row budget (at most ``max_stats_rows`` rows of logits) is not a fresh
+        allocation every step."""
+        n = logits.numel()
+        if self._scratch is None or self._scratch.numel() < n or \
+                self._scratch.device != logits.device:
+            self._scratch = torch.empty(n, dtype=torch.float32, device=logits.device)
+        return self._scratch[:n].view(logits.shape)
+
+    def _stats_rows(self, batch: int, temperature: Any, top_p: Any, top_k: Any) -> Any:
+        """This step's rows under the statistics budget (``policy.budget_rows``), or None."""
+        from .policy import budget_rows
+
+        rows, self._rows_turn = budget_rows(batch, self.max_stats_rows, self._rows_turn,
+                                            self.stats_policy, temperature, top_p, top_k)
+        return rows
+
     def _pack(self, batch, num_accepted, num_drafted, num_draft_tokens, temperature, top_p,
-              top_k, committed, logits, draft_top1, sampled: bool) -> torch.Tensor:
+              top_k, committed, logits, draft_top1, sampled: bool, rows: Any = None
+              ) -> torch.Tensor:
         dev = num_accepted.device
         cols = torch.zeros(batch, _stats.ROW_WIDTH, dtype=torch.float32, device=dev)
         if isinstance(num_drafted, (list, tuple)):
@@ -244,13 +272,28 @@ class Recorder:
                                                 else num_draft_tokens)
         if sampled:
             if committed is not None and logits is not None:
+                acc = num_accepted
+                if rows is not None:  # the step's budget: these rows only
+                    pick = self._to_device(rows.tolist(), torch.long, dev)
+                    logits, committed, acc = _rows_of(rows, pick, logits, committed, num_accepted)
+                    temperature, top_p, top_k = (None if v is None else [v[i] for i in rows]
+                                                 for v in (temperature, top_p, top_k))
                 temps = self._to_device(temperature, torch.float32, dev)
                 tp = self._to_device(top_p, torch.float32, dev) if _active(top_p, 1.0) else None
                 tk = self._to_device(top_k, torch.long, dev) if _active(top_k, 0) else None
-                cols[:, _stats.COL_NUM_VERIFIED:_stats.COL_HIST] = _stats.truth_columns(
-                    logits, committed, num_accepted, temps, tp, tk)
-                cols[:, _stats.COL_MISMATCH_MARGIN:] = _stats.mismatch_columns(
-                    logits, committed, num_accepted)
+                cut = None  # only the rows that asked for top-k or top-p take the truncated path
+                if tp is not None or tk is not None:
+                    cut = self._to_device([i for i in range(len(temperature)) if temperature[i] > 0
+                                           and ((top_p is not None and top_p[i] < 1.0) or
+                                                (top_k is not None and top_k[i] > 0))],
+                                          torch.long, dev)
+                out = _stats.verify_columns(logits, committed, acc, temps, tp, tk,
+                                            scratch=self._scratch_for(logits) if rows is not None
+                                            else None, truncated=cut)
+                if rows is not None:  # the other rows keep 0 verified positions: no statistics
+                    out = torch.zeros(batch, 6, device=dev).index_copy_(0, pick, out)
+                cols[:, _stats.COL_NUM_VERIFIED:_stats.COL_HIST] = out[:, :4]
+                cols[:, _stats.COL_MISMATCH_MARGIN:] = out[:, 4:]
             if draft_top1 is not None:
                 cols[:, _stats.COL_HIST:_stats.COL_MISMATCH_MARGIN] = \
                     _stats.draft_hist_columns(draft_top1)
@@ -488,6 +531,13 @@ class Recorder:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _rows_of(rows: Any, pick: torch.Tensor, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """``tensors`` at ``rows``: a view where the rows are consecutive, else a gather."""
+    if rows[-1] - rows[0] + 1 == len(rows):
+        return [t[int(rows[0]):int(rows[-1]) + 1] for t in tensors]
+    return [t.index_select(0, pick) for t in tensors]
 
 
 def _active(values: Sequence[float] | None, neutral: float) -> bool:

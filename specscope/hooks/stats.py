@@ -64,6 +64,49 @@ def expected_top1(
     return torch.where(greedy, torch.ones_like(p_max), p_max)
 
 
+#: the largest tokens a truncated distribution's p_max is computed from (``expected_top1_topk``)
+TOPK_WIDTH = 1024
+
+
+def expected_top1_topk(logits: torch.Tensor, temperature: torch.Tensor,
+                       top_p: torch.Tensor | None, top_k: torch.Tensor | None,
+                       width: int = TOPK_WIDTH) -> torch.Tensor:
+    """``expected_top1`` for rows that asked for top-k or top-p, from the ``width`` largest
+    logits instead of a sort of the whole vocabulary (top-k then top-p, as ``expected_top1``).
+    NaN where that is not enough to know it (a nucleus reaching past ``width`` tokens, or a
+    top-k wider than it): the row's statistics are then unknown, never guessed."""
+    x = logits.float()
+    v = x.shape[-1]
+    t = temperature.to(x.dtype).clamp_min(1e-6)[:, None, None]
+    z = (x - x.amax(dim=-1, keepdim=True)) / t  # max entry is exactly 0
+    w = min(width, v)
+    zs = torch.topk(z, w, dim=-1).values  # sorted, largest first
+    rows = zs.shape[0]
+    k = top_k.to(zs.device) if top_k is not None else torch.zeros(rows, dtype=torch.long,
+                                                                   device=zs.device)
+    p = top_p.to(zs.device, zs.dtype) if top_p is not None else torch.ones(rows, device=zs.device)
+    k_on, p_on = (k > 0) & (k < v), p < 1.0
+    rank = torch.arange(w, device=zs.device)
+    keep = ~k_on[:, None, None] | (rank[None, None, :] < k[:, None, None])
+    whole = torch.exp(z).sum(dim=-1)  # the untruncated normaliser
+    e = torch.exp(zs.masked_fill(~keep, float("-inf")))
+    # the nucleus is taken from the top-k set (its mass the normaliser), or from the whole
+    # vocabulary where top-k is off
+    probs = e / torch.where(k_on[:, None], e.sum(dim=-1), whole)[..., None]
+    before = torch.cumsum(probs, dim=-1) - probs
+    keep = keep & (~p_on[:, None, None] | (before < p[:, None, None]))
+    p_max = torch.exp(-torch.logsumexp(zs.masked_fill(~keep, float("-inf")), dim=-1))
+    # untruncated rows: the whole vocabulary's p_max
+    p_max = torch.where((~k_on & ~p_on)[:, None], torch.reciprocal(whole), p_max)
+    unknown = torch.zeros_like(p_max, dtype=torch.bool)
+    if w < v:
+        unknown |= (k_on & (k > w))[:, None]  # the top-k set wider than the width
+        # top-p over the whole vocabulary whose mass within the width is short of top_p: the
+        # nucleus goes on past it
+        unknown |= (~k_on & p_on)[:, None] & (probs.sum(dim=-1) < p[:, None])
+    return torch.where(unknown, torch.full_like(p_max, float("nan")), p_max)
+
+
 def truth_columns(
     logits: torch.Tensor,
     committed: torch.Tensor,
@@ -110,6 +153,55 @@ def mismatch_columns(logits: torch.Tensor, committed: torch.Tensor,
     margin = torch.where(valid & (chosen < top), top - chosen, torch.full_like(top, -1.0))
     worst, where = margin.max(dim=1)
     return torch.stack([worst, where.to(worst.dtype)], dim=1)
+
+
+def verify_columns(
+    logits: torch.Tensor,
+    committed: torch.Tensor,
+    num_accepted: torch.Tensor,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor | None = None,
+    top_k: torch.Tensor | None = None,
+    scratch: torch.Tensor | None = None,
+    truncated: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``truth_columns`` and ``mismatch_columns`` in one: ``[B, 6]``, the columns
+    ``COL_NUM_VERIFIED`` .. ``COL_VAR_TOP1`` then ``COL_MISMATCH_MARGIN``, ``COL_MISMATCH_POS``.
+
+    Fewer passes over the ``[B, P, V]`` logits than the two apart: one max gives both the
+    argmax and its logit; without truncation p_max is ``1 / sum(exp((x - max x) / T))``, one
+    shifted copy scaled and exponentiated in place and one sum (the same figure as
+    ``exp(max y - logsumexp y)``); the committed logit is one gather. ``scratch``: a float32
+    buffer of the logits' shape for the shifted copy (else one is allocated). ``truncated``:
+    the rows that asked for top-k or top-p (an index on the device), the only ones sorted; by
+    default every row is, when ``top_p`` or ``top_k`` is given."""
+    x = logits.float()
+    top, arg = x.max(dim=-1)
+    positions = torch.arange(committed.shape[1], device=committed.device)
+    valid = positions[None, :] <= num_accepted[:, None]
+    validf = valid.to(torch.float32)
+    if (top_p is None and top_k is None) or truncated is not None:
+        t = temperature.to(x.dtype).clamp_min(1e-6)[:, None, None]
+        z = torch.sub(x, top[..., None], out=scratch) if scratch is not None \
+            else torch.sub(x, top[..., None])
+        z.div_(t).exp_()
+        p_max = torch.reciprocal(z.sum(dim=-1))
+        p_max = torch.where((temperature <= 0)[:, None], torch.ones_like(p_max), p_max)
+        if truncated is not None and truncated.numel():
+            p_max = p_max.index_copy(0, truncated, expected_top1_topk(
+                logits.index_select(0, truncated), temperature.index_select(0, truncated),
+                None if top_p is None else top_p.index_select(0, truncated),
+                None if top_k is None else top_k.index_select(0, truncated)))
+    else:
+        p_max = expected_top1(logits, temperature, top_p, top_k)
+    safe = committed.clamp(0, x.shape[-1] - 1).long()
+    chosen = x.gather(-1, safe[..., None])[..., 0]
+    is_top1 = (committed == arg).to(torch.float32)
+    margin = torch.where(valid & (chosen < top), top - chosen, torch.full_like(top, -1.0))
+    worst, where = margin.max(dim=1)
+    pv = torch.where(valid, p_max, torch.zeros_like(p_max))  # NaN (unknown) only where verified
+    return torch.stack([validf.sum(dim=1), (is_top1 * validf).sum(dim=1), pv.sum(dim=1),
+                        (pv * (1.0 - pv)).sum(dim=1), worst, where.to(worst.dtype)], dim=1)
 
 
 def draft_hist_columns(draft_top1: torch.Tensor) -> torch.Tensor:

@@ -80,6 +80,84 @@ def test_verify_record_fields(run_record):
     assert e[0].draft_top1_hist[-1] == 1 and e[0].draft_top1_hist[0] == 1
 
 
+@pytest.mark.parametrize("truncated", [False, True])
+def test_the_fused_columns_are_the_two_apart(truncated):
+    """One pass's figures (argmax agreement, p_max, mismatch margin) equal truth_columns' and
+    mismatch_columns' on the same step, greedy rows, a committed non-argmax and top-p/top-k."""
+    from specscope.hooks.stats import mismatch_columns, truth_columns, verify_columns
+
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(6, 4, 300, generator=g) * 3
+    committed = logits.argmax(-1)
+    committed[1, 0], committed[4, 2] = 7, 9  # two positions verify did not take the argmax at
+    acc = torch.tensor([0, 3, 1, 2, 3, 0])
+    temps = torch.tensor([0.0, 0.7, 1.0, 0.3, 0.0, 1.3])
+    tp = torch.tensor([1.0, 0.9, 1.0, 1.0, 1.0, 0.5]) if truncated else None
+    tk = torch.tensor([0, 0, 20, 0, 0, 0]) if truncated else None
+    fused = verify_columns(logits, committed, acc, temps, tp, tk)
+    apart = torch.cat([truth_columns(logits, committed, acc, temps, tp, tk),
+                       mismatch_columns(logits, committed, acc)], dim=1)
+    torch.testing.assert_close(fused, apart, rtol=1e-5, atol=1e-5)
+    assert fused[1, 1] == 3 and fused[1, 4] > 0 and fused[4, 4] > 0  # counted, margins found
+
+
+@pytest.mark.parametrize("width", [1024, 8])
+def test_truncated_p_max_from_the_largest_logits_is_exact_or_unknown(width):
+    """A top-k/top-p row's p_max from the ``width`` largest logits equals the full sort's, or is
+    NaN (unknown) where the width cannot hold its nucleus or its top-k set; the recorder then
+    keeps no statistics for that row rather than a guess."""
+    from specscope.hooks.stats import expected_top1, expected_top1_topk
+
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(6, 3, 300, generator=g) * 2
+    temps = torch.tensor([0.5, 1.0, 0.8, 1.3, 0.7, 2.0])
+    tp = torch.tensor([0.9, 1.0, 0.5, 0.95, 1.0, 0.99])
+    tk = torch.tensor([0, 20, 5, 0, 0, 400])  # 400: wider than the vocabulary, so off
+    exact = expected_top1(logits, temps, tp, tk)
+    got = expected_top1_topk(logits, temps, tp, tk, width=width)
+    known = ~torch.isnan(got)
+    torch.testing.assert_close(got[known], exact[known], rtol=1e-5, atol=1e-6)
+    if width >= 300:
+        assert known.all()
+    else:  # top-k 20 is wider than 8: unknown; top-k 5 and untruncated known; wide nuclei
+        # (top-p 0.9 and more at temperatures up to 2) reach past 8 at some positions
+        assert (~known[1]).all() and known[2].all() and known[4].all()
+        assert (~known[[0, 3, 5]]).any()
+
+
+def test_the_statistics_budget_takes_deciding_rows_first_then_every_row_in_turn(run_record):
+    """At most ``max_stats_rows`` rows of a step get statistics: rows of a class still deciding
+    first; with every class decided, the rows take turns, so each is sampled; a row left out
+    has no statistics (0 verified positions), never zeros counted as evidence."""
+    import numpy as np
+
+    from specscope.hooks.policy import UntilDecided
+
+    policy = UntilDecided(every=1)
+    n = np.array([100_000])
+    policy.observe([0.0], None, None, n, n, n * 1.0)  # greedy decided: 100,000 of 100,000
+    rec = Recorder(run_record, stats_policy=policy, max_stats_rows=2)
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, D + 1, V, generator=g)
+    step = dict(request_ids=[f"r{i}" for i in range(6)], num_accepted=torch.tensor([1] * 6),
+                num_drafted=D, temperature=[0.0, 0.0, 0.7, 0.0, 0.0, 0.0],
+                committed_tokens=logits.argmax(-1), target_logits=logits)
+    rec.record_verify(**step, step=0)
+    (first,) = [r for r in rec.drain() if isinstance(r, schema.VerifyStepRecord)]
+    sampled = [e.request_id for e in first.entries if e.num_verified]
+    assert len(sampled) == 2 and "r2" in sampled, sampled  # the deciding class's row first
+    seen: set[str] = set()
+    for i in range(1, 4):
+        rec.record_verify(**{**step, "temperature": [0.0] * 6}, step=i)
+        (r,) = [x for x in rec.drain() if isinstance(x, schema.VerifyStepRecord)]
+        got = [e.request_id for e in r.entries if e.num_verified]
+        assert len(got) == 2 and all(e.num_verified in (0, 2) for e in r.entries), r.entries
+        seen |= set(got)
+    assert seen == {f"r{i}" for i in range(6)}  # three steps of two rows: every row in turn
+    with pytest.raises(ValueError, match="max_stats_rows"):
+        Recorder(run_record, max_stats_rows=0)
+
+
 def test_expected_top1_matches_brute_force():
     from specscope.hooks.stats import expected_top1
 

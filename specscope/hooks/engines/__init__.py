@@ -103,7 +103,9 @@ def default_recorder(engine: str, *, process: str = "", stats_policy: Any = None
     trace in the current directory when neither is). Every process of one server shares the run
     named by ``SPECSCOPE_RUN_ID`` (else the run is this process's); ``SPECSCOPE_OTLP`` (an OTLP
 endpoint) also sends each finished request as a span; ``SPECSCOPE_RUN_FAULT``
-    names a fault seeded into the engine in its run record (demos, tests). The recorder is
+    names a fault seeded into the engine in its run record (demos, tests);
+    ``SPECSCOPE_STATS_ROWS`` caps the requests of one verify step that get the statistics
+    (default 12, ``0``: every request). The recorder is
     closed (flushed, its hook-health record written) when the process stops gracefully."""
     from ... import schema
     from ..recorder import Recorder
@@ -139,6 +141,9 @@ endpoint) also sends each finished request as a span; ``SPECSCOPE_RUN_FAULT``
 
             warnings.warn(f"specscope: SPECSCOPE_OTLP ignored: {exc}", stacklevel=2)
     options = {} if stats_policy is None else {"stats_policy": stats_policy}
+    rows = os.environ.get("SPECSCOPE_STATS_ROWS", "")  # the statistics' rows per step; 0: all
+    if rows.strip().isdigit():
+        options["max_stats_rows"] = int(rows) or None
     recorder = Recorder(run, device="cuda" if _cuda() else "cpu", sinks=sinks, **options).start()
     close_at_exit(recorder)
     return recorder
