@@ -45,9 +45,11 @@ def bench_hooks(reps: int) -> list[Row]:
     with torch.inference_mode():
         logits = forward()
 
-    def recorder_cost(policy, calls: int) -> list[float]:
-        """Seconds per record_verify call, averaged over ``calls`` consecutive steps."""
-        rec = Recorder(_run_record(), stats_policy=policy, max_batch=b, ring_slots=calls + 1)
+    def recorder_cost(policy, calls: int, rows: int | None = 12) -> list[float]:
+        """Seconds per record_verify call, averaged over ``calls`` consecutive steps; ``rows``:
+        the statistics' budget in rows per step (12, the default; None: every row)."""
+        rec = Recorder(_run_record(), stats_policy=policy, max_batch=b, ring_slots=calls + 1,
+                       max_stats_rows=rows)
         acc, committed = sample_only(logits)
         top1 = q.amax(-1)
         out = []
@@ -67,16 +69,28 @@ def bench_hooks(reps: int) -> list[Row]:
     steady = UntilDecided(every=32)
     n = np.array([100_000])
     steady.observe([0.7], None, None, n, n // 2, n * 0.5)
+    # while deciding: the default policy with nothing decided yet (every step, the budget's
+    # rows); what the drain tells it between repetitions is not kept, so it stays deciding
+    class Deciding(UntilDecided):
+        def observe(self, *args, **kwargs) -> None:
+            pass
+
     costs = {"counts": recorder_cost(lambda s: False, 64),
-             "every32": recorder_cost(every_n(32), 64), "every1": recorder_cost(every_step, 4),
-             "adaptive": recorder_cost(steady, 64)}
+             "every32": recorder_cost(every_n(32), 64), "every1": recorder_cost(every_step, 8),
+             "adaptive": recorder_cost(steady, 64),
+             "deciding": recorder_cost(Deciding(every=32), 8),
+             "every1-all": recorder_cost(every_step, 4, rows=None)}
     t_full = _timeit(lambda: sample_only(forward()), max(3, reps // 3))
     base, full = statistics.median(t_sample), statistics.median(t_full)
     for name, label in (("counts", "counts only, no statistics"),
                         ("every32", "statistics on 1 step in 32"),
                         ("adaptive", "statistics until decided, then 1 step in 32 (the vLLM "
                          "default), steady state"),
-                        ("every1", "statistics on every step")):
+                        ("deciding", "statistics until decided (the vLLM default) while "
+                         "deciding: every step, 12 of the 64 rows (the default budget)"),
+                        ("every1", "statistics on every step, 12 rows a step (the default "
+                         "budget)"),
+                        ("every1-all", "statistics on every step, every row (no budget)")):
         cost = statistics.median(costs[name])
         for figure, ref, noise in (("verify sampling alone", base, t_sample),
                                    ("full verify step (target forward + sampling)", full, t_full)):
