@@ -19,6 +19,9 @@ from dataclasses import dataclass
 #: in the last place at a language model's top-logit scale (16-32) for bfloat16 and float16, and
 #: the drift of a reduction in another order for float32 (measured in ``collector/diverge.py``)
 TIE_MARGIN = {"float32": 1e-3, "float16": 0.05, "bfloat16": 0.25}
+#: a margin or bound is exceeded only past this much (log-probabilities travel as rounded
+#: decimals): a margin of 0.25000003 nats is within bfloat16's 0.25
+TIE_SLACK = 1e-4
 
 
 def tie_margin(dtype: str | None) -> float:

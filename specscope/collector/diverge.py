@@ -13,7 +13,7 @@ engine's margins come from its ``logprobs`` (vLLM with ``top_logprobs`` of 2 or 
   2 where the committed token is the reference's first or second choice, None where it is
   neither (or the reference did not record its top-2).
 - ``verdict``: ``identical``; ``tie-flip`` where the committed token is the reference's second
-  choice and the margin is below ``TIE_MARGIN`` for the target's dtype (batched verify,
+  choice and the margin is within ``TIE_MARGIN`` for the target's dtype (batched verify,
   reduction order: expected and harmless); ``structural`` otherwise (the target was firmly
   against what was committed: a bug); ``unknown`` where the reference has no margins.
 - after the divergence: ``lcs_ratio`` of the two continuations (difflib's matching ratio; 1 =
@@ -26,8 +26,9 @@ PASS only where the pairs rule a fault out, no structural divergence among at le
 would show in one of them but with chance under 1%); INCONCLUSIVE where fewer pairs were
 compared, none exists, or a divergence's margin is unknown. Tie-flips alone never fail.
 
-``TIE_MARGIN``: two logits closer than a few units in the last place of the dtype's logits are
-a numerical tie. At the logit scale of a language model's top tokens (16-32) bfloat16's ulp is
+``TIE_MARGIN``: two logits no further apart than a few units in the last place of the dtype's
+logits are a numerical tie (a margin of exactly 2 bfloat16 ulps, 0.25 nats, included: a
+real vLLM's greedy answer flipped at one, against its target-only run). At the logit scale of a language model's top tokens (16-32) bfloat16's ulp is
 0.125 and float16's 0.0156: 2 and 3 ulps give 0.25 and 0.05 nats; float32's ulp there is 2e-6,
 and reductions over thousands of terms in another order move logits by about 1e-4: 1e-3.
 How often a tie can happen at all, measured on SmolLM2's greedy target-only run (16 requests, 402
@@ -44,7 +45,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
 from .. import schema
-from ..exact import TIE_MARGIN, positions_to_rule_out
+from ..exact import TIE_MARGIN, TIE_SLACK, positions_to_rule_out
 
 DEFAULT_DTYPE = "float32"
 NGRAM = 4
@@ -138,7 +139,7 @@ def compare_pair(req: schema.RequestRecord, ref: schema.RequestRecord, tie: floa
         rank = 2
     if margin is None:
         verdict = "unknown"
-    elif rank == 2 and margin < tie:
+    elif rank == 2 and margin <= tie + TIE_SLACK:  # within the margin, as every check reads it
         verdict = "tie-flip"
     else:
         verdict = "structural"
@@ -225,7 +226,7 @@ def format_diverge(results: list[DivergeResult], limit: int = 20) -> str:
         share = f"{s['share_diverging']:.0%}" if s["share_diverging"] is not None else "n/a"
         ties = f"{s['share_tie_flips']:.0%}" if s["share_tie_flips"] is not None else "n/a"
         lines.append(f"== {res.run_id} against {res.reference_id or '?'} ({res.dtype}: a tie is a "
-                     f"margin below {res.tie_margin:g} nats; paired by {res.paired_by})")
+                     f"margin within {res.tie_margin:g} nats; paired by {res.paired_by})")
         lines.append(f"  greedy pairs {s['pairs']}  identical {s['identical']}  diverging {share}  "
                      f"median first index {s['median_first_index']}  tie-flips {ties}  "
                      f"structural {s['structural']}  -> {s['verdict']}"

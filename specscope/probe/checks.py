@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment, rate_evidence
-from ..exact import ALPHA, decide_rate, fmt_p, greedy_positions_needed
+from ..exact import ALPHA, TIE_SLACK, decide_rate, fmt_p, greedy_positions_needed
 
 #: a bound is violated only past this much (log-probabilities travel as rounded decimals)
-SLACK = 1e-4
+SLACK = TIE_SLACK
 #: the vocabulary size used to bound the unknown tail at temperature > 1 (where spreading the
 #: tail over more tokens raises its tempered mass); larger than any current model's
 DEFAULT_VOCAB = 1 << 18

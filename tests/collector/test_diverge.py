@@ -26,6 +26,12 @@ def test_a_near_tie_is_a_tie_flip_and_a_firm_margin_is_structural():
     assert (tie.first_index, tie.rank, tie.verdict) == (2, 2, "tie-flip")
     firm = compare_pair(_req("a", [1, 9, 3, 4, 5]), ref, TIE_MARGIN["float32"])
     assert (firm.first_index, firm.margin, firm.rank, firm.verdict) == (1, 2.0, 2, "structural")
+    # a margin of exactly the tie margin (2 bfloat16 ulps at a top logit of 16-32, as a real
+    # vLLM's greedy answer flipped at) is a tie, read back from rounded log-probabilities too;
+    # beyond it, structural
+    for margin, verdict in ((0.25, "tie-flip"), (0.25000003, "tie-flip"), (0.2502, "structural")):
+        edge = _req("a", [1, 2, 3], margins=[3.0, margin, 1.0], seconds=[9, 7, 9])
+        assert compare_pair(_req("a", [1, 7, 3]), edge, TIE_MARGIN["bfloat16"]).verdict == verdict
     # a token the reference ranked below second is structural even at a small margin
     far = compare_pair(_req("a", [1, 2, 8]), ref, TIE_MARGIN["bfloat16"])
     assert (far.rank, far.verdict) == (None, "structural")

@@ -189,7 +189,7 @@ def test_probe_never_fails_a_clean_llamacpp_and_says_what_it_cannot_see(
             assert fams["specscope_probe_rounds"].samples[0].value == 1
             on = {s.labels["check"] for s in fams["specscope_probe_check_state"].samples
                   if s.labels["state"] == "pass" and s.value == 1}
-            assert on == {c.check for c in result.checks}, page
+            assert on == {c.check for c in result.checks if c.state == "pass"}, page
     print(format_probe(result))
     states = {c.check: c.state for c in result.checks}
     assert result.engine == "llamacpp" and "fail" not in states.values(), format_probe(result)
@@ -198,7 +198,16 @@ def test_probe_never_fails_a_clean_llamacpp_and_says_what_it_cannot_see(
         assert unknown and "#27972" in unknown[0], result.notes
         assert result.acceptance["drafted"], result.acceptance  # its own timings, per request
     if speculation == "none":
-        assert not unknown and result.verdict == "pass", format_probe(result)
+        # every position known; greedy and both truncation checks PASS. A temperature class
+        # PASSes where its one-sided bound rules the fault out, which at 48 requests it does in
+        # most rounds, not all (BENCHMARKS.md: 18 of 20 for temperature): short of it, it must
+        # lean honest, never toward the fault
+        assert not unknown and result.verdict in ("pass", "inconclusive"), format_probe(result)
+        for c in result.checks:
+            if c.check.startswith("temperature honoured"):
+                assert c.state == "pass" or c.evidence.get("lean") == "honest", format_probe(result)
+            else:
+                assert c.state == "pass", format_probe(result)
 
 
 def test_a_two_slot_log_imports_to_the_servers_own_counters(llama_server, smollm2_gguf_file, prompts,
