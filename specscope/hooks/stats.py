@@ -173,8 +173,9 @@ def verify_columns(
     shifted copy scaled and exponentiated in place and one sum (the same figure as
     ``exp(max y - logsumexp y)``); the committed logit is one gather. ``scratch``: a float32
     buffer of the logits' shape for the shifted copy (else one is allocated). ``truncated``:
-    the rows that asked for top-k or top-p (an index on the device), the only ones sorted; by
-    default every row is, when ``top_p`` or ``top_k`` is given."""
+    the rows that asked for top-k or top-p (an index on the device), the only ones that take
+    the truncated path (``expected_top1_topk``); without it, every row takes the full sort
+    (``expected_top1``) when ``top_p`` or ``top_k`` is given."""
     x = logits.float()
     top, arg = x.max(dim=-1)
     positions = torch.arange(committed.shape[1], device=committed.device)
