@@ -42,7 +42,7 @@ PHOENIX_VERSION := 20.26.1
 PHOENIX_VENV    ?= .venv-phoenix
 PHOENIX_STAMP   := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 
-.PHONY: demo test test-fast bench soak client-check clean docs vllm-env llamacpp-env phoenix-env sglang-env
+.PHONY: demo test test-sweeps test-fast bench soak client-check clean docs vllm-env llamacpp-env phoenix-env sglang-env
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -112,10 +112,16 @@ demo: $(STAMP) $(if $(findstring vllm,$(DEMO_ARGS)),$(VLLM_STAMP))
 test: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(PHOENIX_STAMP) $(SGLANG_STAMP)
 	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python SPECSCOPE_LLAMACPP_PYTHON=$(LLAMACPP_VENV)/bin/python \
 	  SPECSCOPE_PHOENIX=$(PHOENIX_VENV)/bin/phoenix SPECSCOPE_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python \
-	  $(PY) -m pytest -q
+	  $(PY) -m pytest -q -m "not sweeps"
+
+# recipe sweeps on the real engines: a server per setting, minutes each (CI runs them too)
+test-sweeps: $(STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(SGLANG_STAMP)
+	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python SPECSCOPE_LLAMACPP_PYTHON=$(LLAMACPP_VENV)/bin/python \
+	  SPECSCOPE_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python \
+	  $(PY) -m pytest -q -m sweeps
 
 test-fast: $(STAMP) $(AIPERF_STAMP)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow and not sweeps"
 
 # the documentation site: reference pages written from the code, then a strict build (a broken
 # link or a page missing from the nav fails), into site/

@@ -46,15 +46,49 @@ def _cmd_client_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    if args.engine != "reference":
+        return _engine_sweep(args)
     from ..serving.sweep import format_sweep, plan, run_sweep
 
-    points = plan(args.spec, args.temperature, args.concurrency, args.lengths, args.fault or "")
-    results = run_sweep(points, args.output, model=args.model, draft=args.draft,
+    if args.axis or args.launch or args.resume:
+        raise SystemExit("--axis, --launch and --resume are for --engine vllm|sglang|llamacpp")
+    points = plan(args.spec or ["3/1/4", "2/1/3"], args.temperature, args.concurrency,
+                  args.lengths, args.fault or "")
+    results = run_sweep(points, args.output, model=args.model or "tiny",
+                        draft=args.draft or "int:4",
                         tokenizer=args.tokenizer, requests=args.requests, seed=args.seed,
                         max_batch=args.max_batch, progress=not args.quiet)
     print(format_sweep(results))
     print(f"{len(results)} runs written to {args.output} (one trace per point, sweep.json)")
     return 0
+
+
+def _engine_sweep(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..serving.engines import EngineOptions, resolve_models
+    from ..serving.enginesweep import format_engine_sweep, plan_engine, run_engine_sweep
+
+    if not args.spec:
+        raise SystemExit(f"--spec: give {args.engine}'s speculation settings (see --help)")
+    if args.fault:
+        raise SystemExit("--fault seeds the reference engine only")
+    draft = args.draft or ("int:4" if args.engine == "vllm" else None)
+    model, draft_path = resolve_models(args.engine, args.model or "smollm2", draft)
+    points = plan_engine(args.engine, args.spec, args.temperature, args.concurrency,
+                         args.lengths, args.axis, args.top_k)
+    options = EngineOptions(model=model, draft=draft_path,
+                            python=Path(args.engine_python) if args.engine_python else None,
+                            launcher=Path(args.launcher) if args.launcher else None,
+                            launch=args.launch or "", hooks=not args.no_hooks)
+    results = run_engine_sweep(points, args.output, options, requests=args.requests,
+                               rounds=args.rounds, seed=args.seed, resume=args.resume,
+                               probe=args.probe, progress=not args.quiet)
+    print(format_engine_sweep(results))
+    bad = [r for r in results if r.status != "ok" or r.figures.get("gate") == "fail"]
+    print(f"{len(results)} points in {args.output} (a store: config= per point; sweep.json); "
+          f"{len(bad)} failed to run or failed their gate")
+    return 1 if bad else 0
 
 
 def add_parsers(sub, add_model_flags) -> None:
@@ -110,21 +144,62 @@ def add_parsers(sub, add_model_flags) -> None:
     cc.set_defaults(func=_cmd_client_check)
 
     sw = sub.add_parser(
-        "sweep", help="one served run per grid point (speculation x temperature x concurrency x "
-        "lengths), each with its eval gate",
-        description="For every point: start serve-engine with the point's speculation setting, "
-        "send the shipped prompt set through the OpenAI API (streaming) at the point's "
-        "concurrency, and write one trace with the server's records, the client's throughput, "
-        "eval records and the matching target-only run as the gate's reference. Target-only "
-        "points are always included. Example: specscope sweep --spec 3/1/4 2/1/3 "
-        "--concurrency 1 4 --fault silent_greedy@3/1/4 -o sweep/")
-    sw.add_argument("--model", default="tiny", help="tiny | smollm2 | PATH (default: tiny)")
-    sw.add_argument("--draft", default="int:4", help="draft for smollm2/PATH (default int:4)")
+        "sweep", help="one served run per grid point (speculation x engine flags x temperature x "
+        "concurrency x lengths) on the reference engine, vLLM, SGLang or llama.cpp, each with "
+        "its gate",
+        description="For every point: a server with the point's speculation setting, the shipped "
+        "prompt set through the OpenAI API (streaming) at the point's concurrency, and one run "
+        "with the server's records, the client's throughput and latency, eval records and the "
+        "matching target-only run as the gate's reference. Target-only points are always "
+        "included. --engine reference (default) starts serve-engine per point and writes one "
+        "JSONL trace per point. --engine vllm|sglang|llamacpp starts the real engine (a fresh "
+        "server per speculation x flags setting, its client points in turn), writes a store "
+        "(config= per point) and sweep.json, records a point whose server fails as failed and "
+        "goes on, and gates each point with specscope inside where it can be (vLLM's plugin, "
+        "SGLang under wrap) or the probe from outside (llama.cpp). Examples: specscope sweep "
+        "--spec 3/1/4 2/1/3 --concurrency 1 4 --fault silent_greedy@3/1/4 -o sweep/; "
+        "specscope sweep --engine vllm --spec '{\"method\": \"ngram\", "
+        "\"num_speculative_tokens\": 4}' --axis max-num-seqs=8,32 -o sweep/")
+    sw.add_argument("--engine", default="reference",
+                    choices=("reference", "vllm", "sglang", "llamacpp"),
+                    help="what serves each point (default: the reference engine, serve-engine)")
+    sw.add_argument("--model", default=None,
+                    help="tiny | smollm2 | PATH (default: tiny for the reference engine, smollm2 "
+                    "for the others: a checkpoint folder for vLLM and SGLang, a GGUF for llama.cpp)")
+    sw.add_argument("--draft", default=None,
+                    help="draft: int:4 (default for the reference engine and vLLM's draft_model) "
+                    "or PATH (SGLang's EAGLE heads; llama.cpp's draft-simple GGUF; SGLang "
+                    "STANDALONE and llama.cpp default to the model itself)")
     sw.add_argument("--tokenizer", default=None, help="tokenizer for --model tiny (or smollm2)")
-    sw.add_argument("--spec", nargs="+", default=["3/1/4", "2/1/3"],
-                    help="STEPS/TOPK/DRAFT_TOKENS settings; 0 = target-only (always added)")
+    sw.add_argument("--spec", nargs="+", default=None,
+                    help="speculation settings in the engine's terms; off = target-only (always "
+                    "added). reference: STEPS/TOPK/DRAFT_TOKENS (default 3/1/4 2/1/3); vllm: a "
+                    "--speculative-config JSON; sglang: METHOD:STEPS/TOPK/DRAFT_TOKENS or "
+                    "NGRAM:DRAFT_TOKENS; llamacpp: TYPE:DEPTH (draft-simple:3)")
+    sw.add_argument("--axis", action="append", default=[], metavar="FLAG=V1,V2",
+                    help="an engine flag as a grid axis, its dashes left out: --axis max-num-seqs=8,32 "
+                    "(on: the flag alone, off: left out); repeatable")
+    sw.add_argument("--launch", default=None, metavar="TEMPLATE",
+                    help="any server command line with {port}, {spec} (the engine's speculation "
+                    "flags) and {model}, instead of the engine's harness")
+    sw.add_argument("--engine-python", default=None,
+                    help="the engine's interpreter (default: .venv-vllm / .venv-sglang)")
+    sw.add_argument("--launcher", default=None,
+                    help="SGLang: a script run instead of -m sglang.launch_server")
+    sw.add_argument("--no-hooks", action="store_true",
+                    help="specscope not inside the engine (the probe gates from outside)")
+    sw.add_argument("--probe", choices=("auto", "on", "off"), default="auto",
+                    help="probe each speculative server from outside: auto = where nothing "
+                    "inside recorded its verify steps")
+    sw.add_argument("--rounds", type=int, default=1,
+                    help="send each point's prompts this many times (2 or more: a 95%% interval "
+                    "on tok/s)")
+    sw.add_argument("--resume", action="store_true",
+                    help="skip the points sweep.json in the output directory lists")
     sw.add_argument("--temperature", nargs="+", type=float, default=[0.0])
     sw.add_argument("--concurrency", nargs="+", type=int, default=[1, 4])
+    sw.add_argument("--top-k", nargs="+", type=int, default=[0],
+                    help="real engines: top_k values for the sampled points (0: not sent)")
     sw.add_argument("--lengths", nargs="+", default=["0:48"],
                     help="INPUT:OUTPUT tokens (input 0: the prompt as shipped; otherwise padded "
                     "to about INPUT tokens)")

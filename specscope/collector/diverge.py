@@ -123,6 +123,9 @@ def repetition(tokens: Sequence[int], n: int = NGRAM) -> float | None:
 
 def compare_pair(req: schema.RequestRecord, ref: schema.RequestRecord, tie: float) -> Pair:
     a, b = list(req.output_token_ids), list(ref.output_token_ids)
+    if not a or not b:  # a side without its tokens cannot be compared token by token
+        return Pair(req.request_id, req.prompt_id, None, None, None, "unknown", None, None, None,
+                    None, None)
     first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
     if first is None and len(a) != len(b) and "stop" in (req.finish_reason, ref.finish_reason):
         first = min(len(a), len(b))  # one stopped where the other went on

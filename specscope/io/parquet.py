@@ -279,6 +279,8 @@ def read_parquet(path: str | os.PathLike, where: Where | None = None) -> list[An
         for row in rows:
             for k in _JSON_FIELDS & row.keys():
                 row[k] = json.loads(row[k]) if row[k] else {}
+            if "kind" in row:  # a record's own kind field (an anomaly's) beside the record kind
+                row[schema.FIELD_KIND] = row.pop("kind")
             records.append(schema.from_dict({"kind": kind, **row}))
     return records
 
