@@ -7,7 +7,9 @@ SGLang serves on a CPU with ``SGLANG_USE_CPU_ENGINE=1`` and the flags in ``CPU_F
 ``--decode-log-interval 1`` refreshes its gauges every decode step (every 40 otherwise);
 ``--sleep-on-idle`` parks an idle scheduler on its sockets (otherwise its loop spins a whole
 core between requests, taking it from the clients and tools beside it). Its
-caches and IPC files go into the server's own folder (``TMPDIR``, ``SGLANG_JIT_CACHE_DIR``); the
+caches and IPC files go into the server's own folder (``TMPDIR``, ``SGLANG_JIT_CACHE_DIR``;
+IPC files into a short temporary folder, removed on stop, where that folder's path is too long
+for a Unix socket); the
 ``/dev/shm/sglang_loads_*`` segment each start leaves behind is removed on stop. ``launcher``
 replaces ``-m sglang.launch_server`` with a script taking the same arguments (the tests'
 launcher keeps ``intel_amx`` on CPUs without AMX); ``wrap`` starts it under ``specscope wrap``.
@@ -123,8 +125,14 @@ class SglangServer(ServerProcess):
 
     def environment(self) -> dict[str, str]:
         work = Path(self.work_dir).resolve()
-        (work / "tmp").mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", TMPDIR=str(work / "tmp"),
+        tmp = work / "tmp"
+        if len(str(tmp)) > 60:  # SGLang binds Unix sockets under TMPDIR: a path holds 107 bytes
+            import tempfile
+
+            tmp = Path(tempfile.mkdtemp(prefix="sglang-"))
+            self._own_tmp = tmp
+        tmp.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, SGLANG_USE_CPU_ENGINE="1", TMPDIR=str(tmp),
                    SGLANG_JIT_CACHE_DIR=str(work / "jit"), HF_HUB_OFFLINE="1")
         env.pop("SPECSCOPE_RUN_ID", None)  # each server names its own run
         if self.wrap:
@@ -148,6 +156,10 @@ class SglangServer(ServerProcess):
         try:
             return super().stop(timeout_s)
         finally:
+            if getattr(self, "_own_tmp", None) is not None:
+                import shutil
+
+                shutil.rmtree(self._own_tmp, ignore_errors=True)
             for segment in set(glob.glob(_SHM)) - getattr(self, "_shm_before", set()):
                 try:
                     os.unlink(segment)
