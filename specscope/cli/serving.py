@@ -67,7 +67,8 @@ def _engine_sweep(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..serving.engines import EngineOptions, resolve_models
-    from ..serving.enginesweep import format_engine_sweep, plan_engine, run_engine_sweep
+    from ..serving.enginesweep import plan_engine, run_engine_sweep
+    from ..serving.sweep import format_engine_sweep
 
     if not args.spec:
         raise SystemExit(f"--spec: give {args.engine}'s speculation settings (see --help)")
@@ -80,7 +81,9 @@ def _engine_sweep(args: argparse.Namespace) -> int:
     options = EngineOptions(model=model, draft=draft_path,
                             python=Path(args.engine_python) if args.engine_python else None,
                             launcher=Path(args.launcher) if args.launcher else None,
-                            launch=args.launch or "", hooks=not args.no_hooks)
+                            launch=args.launch or "", hooks=not args.no_hooks,
+                            dtype=args.dtype or ("float32" if args.engine == "llamacpp"
+                                                 else "bfloat16"))
     results = run_engine_sweep(points, args.output, options, requests=args.requests,
                                rounds=args.rounds, seed=args.seed, resume=args.resume,
                                probe=args.probe, progress=not args.quiet)
@@ -186,6 +189,10 @@ def add_parsers(sub, add_model_flags) -> None:
                     help="the engine's interpreter (default: .venv-vllm / .venv-sglang)")
     sw.add_argument("--launcher", default=None,
                     help="SGLang: a script run instead of -m sglang.launch_server")
+    sw.add_argument("--dtype", default=None, choices=("float32", "float16", "bfloat16"),
+                    help="the target's compute dtype, for the tie margin of greedy comparisons "
+                    "(default: bfloat16, as the vLLM and SGLang harnesses serve; float32 for "
+                    "llama.cpp)")
     sw.add_argument("--no-hooks", action="store_true",
                     help="specscope not inside the engine (the probe gates from outside)")
     sw.add_argument("--probe", choices=("auto", "on", "off"), default="auto",

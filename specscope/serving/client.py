@@ -36,7 +36,8 @@ class Answer:
     text: str = ""
     completion_tokens: int | None = None  #: the server's usage count
     tokens: list[str] = field(default_factory=list)  #: greedy answers with log-probabilities
-    margins: list[float | None] = field(default_factory=list)  #: top-1 minus top-2 log-prob
+    #: the committed token's log-probability minus the best other token's
+    margins: list[float | None] = field(default_factory=list)
     seconds: list[str | None] = field(default_factory=list)  #: the runner-up token's text
     timings: dict[str, Any] = field(default_factory=dict)  #: llama.cpp's per-request timings
     finish_reason: str = ""
@@ -82,13 +83,17 @@ async def _one(client: Any, url: str, model: str, answer: Answer, body: dict[str
                     answer.chunk_times_ns.append(now)
                 parts.append(delta)
                 for it in items:
-                    answer.tokens.append(it.get("token", ""))
-                    alts = sorted((t for t in it.get("top_logprobs") or []
-                                   if isinstance(t.get("logprob"), (int, float))),
-                                  key=lambda t: -t["logprob"])
-                    top = [t["logprob"] for t in alts]
-                    answer.margins.append(top[0] - top[1] if len(top) >= 2 else None)
-                    answer.seconds.append(alts[1].get("token") if len(alts) >= 2 else None)
+                    token = it.get("token", "")
+                    answer.tokens.append(token)
+                    # the runner-up is the best alternative other than the token committed (at
+                    # an exact tie the engine may list either first)
+                    alts = [t for t in it.get("top_logprobs") or []
+                            if isinstance(t.get("logprob"), (int, float)) and t.get("token") != token]
+                    best = max(alts, key=lambda t: t["logprob"], default=None)
+                    mine = it.get("logprob")
+                    known = best is not None and isinstance(mine, (int, float))
+                    answer.margins.append(mine - best["logprob"] if known else None)
+                    answer.seconds.append(best.get("token") if known else None)
                 if c.get("finish_reason"):
                     answer.finish_reason = c["finish_reason"]
         answer.text = "".join(parts)
@@ -143,8 +148,10 @@ def request_record(a: Answer, run_id: str) -> schema.RequestRecord:
     n = a.output_tokens
     chunks = a.chunk_times_ns
     # the tokens only where the stream gave every one (llama.cpp under speculation gives the
-    # first token's log-probabilities and no more, upstream #27972: the rest is unknown)
-    whole = bool(a.tokens) and (a.completion_tokens is None or len(a.tokens) == a.completion_tokens)
+    # first token's log-probabilities and no more, upstream #27972: the rest is unknown); a
+    # server may count an end-of-sequence token it does not stream (SGLang does)
+    whole = bool(a.tokens) and (a.completion_tokens is None or
+                                len(a.tokens) in (a.completion_tokens, a.completion_tokens - 1))
     margins = tuple(float(m) for m in a.margins) if whole and None not in a.margins else ()
     drafted = a.timings.get("draft_n")
     accepted = a.timings.get("draft_n_accepted")

@@ -144,6 +144,9 @@ class EngineOptions:
     launcher: Path | None = None  #: SGLang: a script run instead of -m sglang.launch_server
     launch: str = ""  #: any server command line with {port} and {spec} (and {model})
     hooks: bool = True  #: specscope inside where it can be (vLLM plugin, SGLang wrap)
+    #: the target's dtype (vLLM's and SGLang's harnesses serve bfloat16): its tie margin says
+    #: whether a greedy answer differing from target-only flipped a near-tie
+    dtype: str = "bfloat16"
     max_model_len: int = 1024
     env: dict[str, str] = field(default_factory=dict)
 

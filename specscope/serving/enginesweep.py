@@ -71,6 +71,7 @@ class EnginePoint:
                 "temperature": f"{self.temperature:g}", "top_k": str(self.top_k),
                 "input_len": str(self.input_len),
                 "output_len": str(self.output_len),
+                "token_ids": "crc32 of the token text (client side)",
                 **{f"flag{f}": v for f, v in self.flags}}
 
     def args(self) -> list[str]:
@@ -122,13 +123,14 @@ def _relabel(r: Any, run_id: str, config: str, labels: dict[str, str]) -> Any:
     return dataclasses.replace(r, run_id=run_id) if hasattr(r, "run_id") else r
 
 
-def _run_record(p: EnginePoint, run_id: str, model: str, status: str, error: str = "") -> Any:
+def _run_record(p: EnginePoint, run_id: str, model: str, status: str, error: str = "",
+                dtype: str = "") -> Any:
     spec = p.spec
     steps = 0 if spec.off else int(spec.get("steps") or spec.get("depth") or
                                    json.loads(spec.get("config") or "{}").get("num_speculative_tokens", 0))
     algo = "none" if spec.off else str(spec.get("method") or spec.get("spec_type") or
                                        json.loads(spec.get("config") or "{}").get("method", "unknown")).lower()
-    labels = {**p.labels(), "status": status, "token_ids": "crc32 of the token text (client side)"}
+    labels = {**p.labels(), "status": status, **({"dtype": dtype} if dtype else {})}
     if error:
         labels["error"] = error[-1500:]
     return schema.RunRecord(run_id=run_id, config_id=p.name, algorithm=algo, num_steps=steps,
@@ -304,10 +306,11 @@ def _serve(todo: list[EnginePoint], out: Path, options: EngineOptions, *, reques
     results = []
     for w in windows:
         ok = failed is None or w.point != failed.point
-        recs = _point_records(w, engine_recs, model, ok, failed.error if not ok and failed else "")
+        recs = _point_records(w, engine_recs, model, ok, failed.error if not ok and failed else "",
+                              options.dtype)
         figures: dict[str, Any] = {}
         if ok:
-            recs, figures = _gate(w, recs, refs, probed)
+            recs, figures = _gate(w, recs, refs, probed, options.dtype)
         if ok and w.point.spec.off:
             refs[_ref_key(w.point)] = _reference_of(recs, w.run_id)
         write_parquet(recs, out)
@@ -315,7 +318,8 @@ def _serve(todo: list[EnginePoint], out: Path, options: EngineOptions, *, reques
                                 "" if ok else failed.error)
         results.append(res)
     if failed is not None and not any(r.point == failed.point for r in results):
-        write_parquet([_run_record(failed.point, failed.run_id, model, "failed", failed.error),
+        write_parquet([_run_record(failed.point, failed.run_id, model, "failed", failed.error,
+                                   options.dtype),
                        _failed_anomaly(failed)], out)
         results.append(failed)
     if failed is not None:
@@ -361,15 +365,17 @@ def _served_model(url: str) -> str:
     return str(data[0].get("id", ""))
 
 
-def _point_records(w: Window, engine_recs: list[Any], model: str, ok: bool, error: str) -> list[Any]:
+def _point_records(w: Window, engine_recs: list[Any], model: str, ok: bool, error: str,
+                   dtype: str = "") -> list[Any]:
     """The point's run: the engine's records of its window (their run record relabelled; the
     engine's own request records give way to the client's), the client's requests."""
-    labels = {**w.point.labels(), "status": "ok" if ok else "failed"}
+    labels = {**w.point.labels(), "status": "ok" if ok else "failed",
+              **({"dtype": dtype} if dtype else {})}
     if error:
         labels["error"] = error[-1500:]
     runs = [r for r in engine_recs if isinstance(r, schema.RunRecord)]
     recs: list[Any] = [_relabel(runs[0], w.run_id, w.point.name, labels)] if runs else \
-        [_run_record(w.point, w.run_id, model, labels["status"], error)]
+        [_run_record(w.point, w.run_id, model, labels["status"], error, dtype)]
     keep = (schema.VerifyStepRecord, schema.FallbackRecord, schema.PhaseRecord,
             schema.MismatchRecord, schema.AnomalyRecord)
     recs += [_relabel(r, w.run_id, w.point.name, labels) for r in engine_recs
@@ -381,7 +387,7 @@ def _point_records(w: Window, engine_recs: list[Any], model: str, ok: bool, erro
 
 
 def _gate(w: Window, recs: list[Any], refs: dict[str, tuple[list[Any], list[Any]]],
-          probed: Any) -> tuple[list[Any], dict[str, Any]]:
+          probed: Any, dtype: str = "") -> tuple[list[Any], dict[str, Any]]:
     """The point's benchmark and evals, the reference's copy, and its figures from the report."""
     ref = None if w.point.spec.off else refs.get(_ref_key(w.point))
     ref_text = {_index(q.request_id): q.output_text for q in ref[0]} if ref else None
@@ -400,7 +406,7 @@ def _gate(w: Window, recs: list[Any], refs: dict[str, tuple[list[Any], list[Any]
     extra += _evals(w.run_id, first_round, ref_text)
     if ref is not None:
         ref_id = f"{w.run_id}/reference"
-        ref_run = _run_record(w.point.reference(), ref_id, "", "ok")
+        ref_run = _run_record(w.point.reference(), ref_id, "", "ok", dtype=dtype)
         extra.append(dataclasses.replace(ref_run, labels={**ref_run.labels, "role": "reference",
                                                           "reference_for": w.run_id}))
         extra += [dataclasses.replace(r, run_id=ref_id) for r in ref[0] + ref[1]]
@@ -471,29 +477,3 @@ def _probe_if_blind(srv: Any, p: EnginePoint, windows: list[Window], mode: str) 
             message=f"the probe could not check this server: {exc}", evidence={})]
     return result.verdict, [r for r in probe_records(result, "")
                             if isinstance(r, schema.AnomalyRecord)]
-
-
-def format_engine_sweep(results: list[EnginePointResult]) -> str:
-    def f(v, spec):
-        return "n/a" if v is None else format(v, spec)
-
-    lines = [f"{'point':<58} {'AL':>5} {'acc':>5} {'tok/s':>7} {'TTFT p50':>8} {'ITL p50':>7}  gate",
-             "(AL: acceptance length, tokens per verify step incl. the bonus token; acc: accepted "
-             "/ drafted tokens, pooled; TTFT/ITL in ms, client side; n/a: not measured)"]
-    for r in results:
-        fg = r.figures
-        if r.status != "ok":
-            lines.append(f"{r.point.name:<58} FAILED: {r.error.splitlines()[0][:100] if r.error else '?'}")
-            continue
-        gate = (fg.get("gate") or "n/a").upper()
-        if fg.get("failed"):
-            gate += " (" + "; ".join(fg["failed"]) + ")"
-        if fg.get("probe"):
-            gate += f" [probe {fg['probe'].upper()}]"
-        untrusted = "" if r.point.spec.off or fg.get("gate") in ("pass", "inconclusive") \
-            else "  UNTRUSTED"
-        lines.append(f"{r.point.name:<58} {f(fg.get('acceptance_length'), '5.2f')} "
-                     f"{f(fg.get('acceptance_rate'), '5.2f')} {f(fg.get('tok_s'), '7.1f')} "
-                     f"{f(fg.get('ttft_ms_p50'), '8.0f')} {f(fg.get('itl_ms_p50'), '7.1f')}  "
-                     f"{gate}{untrusted}")
-    return "\n".join(lines)

@@ -332,3 +332,29 @@ def format_sweep(results: list[PointResult]) -> str:
                      f"{f(fg['tok_s'], '7.1f')} {f(fg['speedup_vs_target_only'], '6.2f')}x "
                      f"{f(fg['tok_s_user'], '10.1f')}  {gate}{trusted}")
     return "\n".join(lines)
+
+
+def format_engine_sweep(results: list[EnginePointResult]) -> str:
+    def f(v, spec):
+        return "n/a" if v is None else format(v, spec)
+
+    lines = [f"{'point':<58} {'AL':>5} {'acc':>5} {'tok/s':>7} {'TTFT p50':>8} {'ITL p50':>7}  gate",
+             "(AL: acceptance length, tokens per verify step incl. the bonus token; acc: accepted "
+             "/ drafted tokens, pooled; TTFT/ITL in ms, client side; n/a: not measured)"]
+    for r in results:
+        fg = r.figures
+        if r.status != "ok":
+            lines.append(f"{r.point.name:<58} FAILED: {r.error.splitlines()[0][:100] if r.error else '?'}")
+            continue
+        gate = (fg.get("gate") or "n/a").upper()
+        if fg.get("failed"):
+            gate += " (" + "; ".join(fg["failed"]) + ")"
+        if fg.get("probe"):
+            gate += f" [probe {fg['probe'].upper()}]"
+        untrusted = "" if r.point.spec.off or fg.get("gate") in ("pass", "inconclusive") \
+            else "  UNTRUSTED"
+        lines.append(f"{r.point.name:<58} {f(fg.get('acceptance_length'), '5.2f')} "
+                     f"{f(fg.get('acceptance_rate'), '5.2f')} {f(fg.get('tok_s'), '7.1f')} "
+                     f"{f(fg.get('ttft_ms_p50'), '8.0f')} {f(fg.get('itl_ms_p50'), '7.1f')}  "
+                     f"{gate}{untrusted}")
+    return "\n".join(lines)

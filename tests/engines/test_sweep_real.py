@@ -13,7 +13,8 @@ from specscope import schema
 from specscope.collector.report import build_report
 from specscope.io.trace import read_trace
 from specscope.serving.engines import EngineOptions
-from specscope.serving.enginesweep import format_engine_sweep, plan_engine, run_engine_sweep
+from specscope.serving.enginesweep import plan_engine, run_engine_sweep
+from specscope.serving.sweep import format_engine_sweep
 from tests.engines.sglang_fixtures import LAUNCHER, sglang_env, sglang_model  # noqa: F401
 
 pytestmark = pytest.mark.sweeps
@@ -123,8 +124,8 @@ def test_vllm_sweep_of_two_settings_gates_each_point_and_records_the_top_k_crash
 def test_sglang_sweep_fails_the_temperature_points_whose_acceptance_looks_like_greedys(
         sglang_env, sglang_model, tmp_path):  # noqa: F811
     """SGLang as shipped on a CPU verifies every request by argmax: the sweep's temperature
-    points fail their gate (the adapter inside sees silent greedy) while their acceptance is
-    the greedy points'; the greedy points pass or wait for data, never fail."""
+    points fail their gate (the adapter inside sees silent greedy) while their acceptance looks
+    as healthy as the greedy points'; the greedy points pass or wait for data, never fail."""
     out = tmp_path / "sweep"
     points = plan_engine("sglang", ["STANDALONE:3/1/4"], [0.0, 0.8], [2], ["0:32"])
     options = EngineOptions(model=sglang_model, python=sglang_env, launcher=LAUNCHER,
@@ -138,7 +139,9 @@ def test_sglang_sweep_fails_the_temperature_points_whose_acceptance_looks_like_g
     assert hot["gate"] == "fail", hot
     assert "silent_greedy" in hot["anomalies"], hot
     assert greedy["gate"] in ("pass", "inconclusive"), greedy
-    assert abs(hot["acceptance_rate"] - greedy["acceptance_rate"]) < 0.1, (hot, greedy)
+    # its acceptance looks as healthy as greedy's (sampled first tokens lead elsewhere, so
+    # not equal): within a quarter of the greedy point's acceptance length
+    assert hot["acceptance_length"] >= 0.75 * greedy["acceptance_length"], (hot, greedy)
     section = stored_runs(out)[named["sglang-standalone-3-1-4-t0.8-c2-in0-out32"].run_id]
     assert section["run"]["engine"] == "sglang"
     assert any(isinstance(r, schema.VerifyStepRecord) for r in

@@ -88,7 +88,7 @@ def test_the_clients_record_keeps_tokens_only_where_the_stream_gave_them_all():
     assert rec.ttft_s == pytest.approx(1e-6) and rec.num_draft_tokens is None
     # llama.cpp under speculation: the first token's log-probabilities only, its timings
     part = cl.Answer(0, "run:0001", {"id": "p1"}, 0.0, 1_000, t_end_ns=9_000,
-                     chunk_times_ns=[2_000], text="ab", completion_tokens=2, tokens=["a"],
+                     chunk_times_ns=[2_000], text="ab", completion_tokens=24, tokens=["a"],
                      margins=[None], seconds=[None],
                      timings={"draft_n": 5, "draft_n_accepted": 4})
     rec = cl.request_record(part, "run")
