@@ -22,6 +22,7 @@ from .probe import bench_probe, bench_sglang_probe
 from .reliability import bench_reliability
 from .scrape import bench_scrape
 from .serving import bench_serve, bench_sglang, bench_vllm
+from .sweeps import bench_sweeps
 from .wire import bench_wire
 
 
@@ -31,7 +32,8 @@ BENCHES = {"dashboard": bench_dashboard, "serve": bench_serve, "hooks": bench_ho
            "notebook": bench_notebook, "explain": bench_explain, "ngram": bench_ngram_categories, "hf": bench_hf,
            "wire": bench_wire, "scrape": bench_scrape, "vllm": bench_vllm, "sglang": bench_sglang,
            "reliability": bench_reliability, "detectors": bench_detectors,
-           "probe": bench_probe, "sglang-probe": bench_sglang_probe, "fleet": bench_fleet}
+           "probe": bench_probe, "sglang-probe": bench_sglang_probe, "fleet": bench_fleet,
+           "sweeps": bench_sweeps}
 
 
 def main() -> int:

@@ -264,16 +264,20 @@ def _serve(todo: list[EnginePoint], out: Path, options: EngineOptions, *, reques
                         options=options, slots=max(p.concurrency for p in todo))
     windows: list[Window] = []
     failed: EnginePointResult | None = None
+    clock = {"start_s": time.perf_counter()}  #: the server's own time, apart from the sweep's
     try:
         srv.start()
     except Exception as exc:  # noqa: BLE001 - the engine's failure is the point's outcome
         failed = EnginePointResult(todo[0], f"sweep-{todo[0].name}", "failed",
                                    error=f"server did not start: {exc}\n{_last_words(srv)}")
+    clock["start_s"] = time.perf_counter() - clock["start_s"]
     try:
         model = _served_model(srv.url) if failed is None else ""
         if failed is None:  # warm-up, outside every window
+            t = time.perf_counter()
             cl.send(srv.url, model, _prompts(1, 0), run_id="warmup", temperature=0.0,
                     concurrency=1, max_tokens=8, logprobs=False)
+            clock["warmup_s"] = time.perf_counter() - t
         for p in todo if failed is None else ():
             bar.set_description(f"{p.name} ({requests} req x {rounds})")
             run_id = f"sweep-{p.name}"
@@ -297,14 +301,19 @@ def _serve(todo: list[EnginePoint], out: Path, options: EngineOptions, *, reques
             bar.update(1)
         probed = None
         if failed is None and not first.spec.off and probe != "off":
+            t = time.perf_counter()
             probed = _probe_if_blind(srv, first, windows, probe)
+            clock["probe_s"] = time.perf_counter() - t
     finally:
+        t = time.perf_counter()
         srv.stop()
+        clock["stop_s"] = time.perf_counter() - t
     if failed is not None:
         failed.error += ("\n" + _last_words(srv)) if "server did not start" not in failed.error else ""
     engine_recs = _engine_records(srv)
     results = []
-    for w in windows:
+    for i, w in enumerate(windows):
+        t = time.perf_counter()
         ok = failed is None or w.point != failed.point
         recs = _point_records(w, engine_recs, model, ok, failed.error if not ok and failed else "",
                               options.dtype)
@@ -314,6 +323,9 @@ def _serve(todo: list[EnginePoint], out: Path, options: EngineOptions, *, reques
         if ok and w.point.spec.off:
             refs[_ref_key(w.point)] = _reference_of(recs, w.run_id)
         write_parquet(recs, out)
+        # the sweep's own time on this point (reading, gating, writing) beside the serving
+        figures.update(window_s=sum(w.wall_s), own_s=time.perf_counter() - t,
+                       **({f"server_{k}": v for k, v in clock.items()} if i == 0 else {}))
         res = EnginePointResult(w.point, w.run_id, "ok" if ok else "failed", figures,
                                 "" if ok else failed.error)
         results.append(res)
@@ -380,7 +392,17 @@ def _point_records(w: Window, engine_recs: list[Any], model: str, ok: bool, erro
             schema.MismatchRecord, schema.AnomalyRecord)
     recs += [_relabel(r, w.run_id, w.point.name, labels) for r in engine_recs
              if isinstance(r, keep) and _in_window(r, w.t0, w.t1)]
-    recs += [cl.request_record(a, w.run_id) for a in w.answers if not a.error]
+    requests = [cl.request_record(a, w.run_id) for a in w.answers if not a.error]
+    recs += requests
+    known = [q for q in requests if q.num_draft_tokens is not None and q.num_accepted_tokens is not None]
+    if known and not any(isinstance(r, schema.VerifyStepRecord) for r in recs):
+        # no verify step seen from inside: the responses' own counts (llama.cpp's timings),
+        # pooled over the window, as the engine counted them (request-steps unknown)
+        recs.append(schema.SpecCountsRecord(
+            run_id=w.run_id, t_ns=w.t1, interval_s=(w.t1 - w.t0) / 1e9,
+            draft_tokens=sum(q.num_draft_tokens for q in known),
+            accepted_tokens=sum(q.num_accepted_tokens for q in known),
+            source=f"{w.point.engine} responses' own counts, {len(known)} requests pooled"))
     if not ok:
         recs.append(_failed_anomaly(EnginePointResult(w.point, w.run_id, "failed", error=error)))
     return recs
@@ -428,24 +450,19 @@ def _gate(w: Window, recs: list[Any], refs: dict[str, tuple[list[Any], list[Any]
         **{k: metrics[k] for k in ("ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99",
                                    "interactivity_tok_s_user_median")},
         "acceptance_length": totals.get("mean_acceptance_length"),
-        "acceptance_rate": totals.get("acceptance_rate") if totals.get("acceptance_rate")
-        is not None else _pooled_rate(recs, w.run_id),
+        "acceptance_rate": totals.get("acceptance_rate"),
         "gate": verdict, "probe": probe_verdict,
         "failed": [c["check"] for c in gate["checks"] if c["state"] == "fail"]
         + ([f"probe {probe_verdict}"] if probe_verdict in ("fail", "error") else []),
         "anomalies": sorted({a["kind"] for a in sec["anomalies"]}),
         "waiting": [f"{c['check']}: {evalgate.check_why(c)}" for c in gate["checks"]
                     if c["state"] == "inconclusive"]}
+    # the point's gate as the sweep decided it (the report's eval gate and the probe's verdict)
+    # on its run, where the dashboard's sweep page reads it
+    recs = [dataclasses.replace(r, labels={**r.labels, "sweep_gate": verdict or "",
+                                           "probe_verdict": probe_verdict or ""})
+            if isinstance(r, schema.RunRecord) and r.run_id == w.run_id else r for r in recs]
     return recs, figures
-
-
-def _pooled_rate(recs: list[Any], run_id: str) -> float | None:
-    """Accepted over drafted tokens, pooled from the requests' own counts (llama.cpp's
-    timings) where no verify step was recorded; None where no request gave them."""
-    known = [r for r in recs if isinstance(r, schema.RequestRecord) and r.run_id == run_id
-             and r.num_draft_tokens is not None and r.num_accepted_tokens is not None]
-    drafted = sum(r.num_draft_tokens for r in known)
-    return sum(r.num_accepted_tokens for r in known) / drafted if drafted else None
 
 
 def _interval(per_round: list[float]) -> dict[str, Any]:

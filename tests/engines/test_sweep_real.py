@@ -60,6 +60,9 @@ def test_llamacpp_sweep_of_two_depths_survives_a_server_that_cannot_start_and_re
         assert fg["gate"] in ("pass", "inconclusive"), fg
         assert fg["tok_s"] > 0 and fg["ttft_ms_p50"] > 0
     runs = stored_runs(out)
+    for r in spec:  # report reads the same acceptance and gate from the store
+        assert runs[r.run_id]["totals"]["acceptance_rate"] == r.figures["acceptance_rate"]
+        assert runs[r.run_id]["run"]["labels"]["sweep_gate"] == r.figures["gate"]
     for r in results:  # every point, failed ones too, is a run of the store with its config
         assert r.run_id in runs, r.run_id
         assert runs[r.run_id]["run"]["config_id"] == r.point.name

@@ -26,7 +26,8 @@ def sweep_points(views: Sequence[Any]) -> list[dict[str, Any]]:
                 continue
             spec = cfg.get("spec") or (run.config_id if run else None) or "?"
             off = spec in ("off", "no-spec") or (run is not None and run.num_steps == 0)
-            gate = v.gate
+            # an engine sweep's point carries its gate (the eval gate with the probe's verdict)
+            gate = (run.labels.get("sweep_gate") if run else None) or v.gate
             points.append({"run": v.run_id, "setting": spec, "x": x, "y": y,
                            "concurrency": cfg.get("concurrency", ""),
                            "temperature": cfg.get("temperature", ""),
