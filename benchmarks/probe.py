@@ -70,15 +70,27 @@ def bench_probe(reps: int) -> list[Row]:
         # the clean rounds first: they count verdicts, not seconds
         rows.append(_clean_rounds("vLLM CPU, SmolLM2 + 4-bit draft k 3 (repaired expand kernel)",
                                   lambda: _vllm(tmp, "clean", "", True), rounds))
-        rows += _llamacpp_rounds(rounds)
-        for label, (fault, fix, cls) in FAULTS.items():
-            name = fault or "shipped"
-            rows.append(_fault_row(
-                f"vLLM CPU, SmolLM2 + 4-bit draft k 3, fault: {label}",
-                lambda name=name, fault=fault, fix=fix: _vllm(tmp, name, fault, fix),
-                tmp / name, cls, _plan(), "18 requests x 48 tokens, conc 6"))
+        rows += _llamacpp_rounds(rounds)  # the seeded faults' rows: bench_verdicts
         rows += _prompt_lookup_rows(tmp, rounds)
     return rows
+
+
+def bench_verdicts(reps: int) -> list[Row]:
+    """The time-to-verdict rows alone (each seeded vLLM fault, in-engine and by probe), without
+    the clean rounds: what the statistics policy's row budget must not make slower."""
+    from specscope.serving.vllm import vllm_python
+
+    if vllm_python() is None:
+        return [Row("verify faults on a real vLLM: time to a verdict", "not run", "", "", "",
+                    "n/a", "vLLM's environment missing (make vllm-env)")]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        return [_fault_row(f"vLLM CPU, SmolLM2 + 4-bit draft k 3, fault: {label}",
+                           lambda name=fault or "shipped", fault=fault, fix=fix:
+                           _vllm(tmp, name, fault, fix),
+                           tmp / (fault or "shipped"), cls, _plan(),
+                           "18 requests x 48 tokens, conc 6")
+                for label, (fault, fix, cls) in FAULTS.items()]
 
 
 def bench_sglang_probe(reps: int) -> list[Row]:
