@@ -108,3 +108,12 @@ def test_an_anomaly_keeps_its_kind_through_the_store(tmp_path):
     write_parquet([run, found], tmp_path / "store")
     back = [r for r in read_parquet(tmp_path / "store") if isinstance(r, schema.AnomalyRecord)]
     assert back == [found]
+
+
+def test_tok_s_over_rounds_carries_a_t_interval_and_one_round_none():
+    from specscope.serving.enginesweep import _interval
+
+    got = _interval([10.0, 11.0, 12.0])  # mean 11, sd 1, t(2) = 4.303
+    assert got["tok_s_round_median"] == 11.0
+    assert got["tok_s_ci95"] == pytest.approx([11 - 4.303 / 3 ** 0.5, 11 + 4.303 / 3 ** 0.5])
+    assert _interval([10.0]) == {}
