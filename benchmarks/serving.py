@@ -54,7 +54,8 @@ def bench_vllm(reps: int) -> list[Row]:
     """A real vLLM (the CPU build, .venv-vllm) serving SmolLM2 with its 4-bit draft (k = 3):
     specscope's plugin at its default policy (statistics until decided, then one step in 32),
     the plugin with statistics on every step (what the default costs while its classes are
-    deciding), and the plugin off: three servers side by side, the same workload sent to each
+    deciding), the plugin off, and the plugin off again (the control): four servers side by
+    side, the same workload sent to each
     in turn, the order rotating (8 chat requests, concurrency 4, 32 tokens each with
     ignore_eos, mixed temperatures, fixed seeds)."""
     import time
@@ -69,7 +70,10 @@ def bench_vllm(reps: int) -> list[Row]:
             "8 req x 32 tok, specscope plugin ")
     figures = {"on": base + "on (default policy: stats until decided, then 1 step in 32) vs off",
                "every": base + "on with stats on every step (the default while deciding; "
-                               "12 rows a step, all 4 here) vs off"}
+                               "12 rows a step, all 4 here) vs off",
+               # the control: a second server with the plugin off, against the first; what two
+               # identical servers side by side differ by is the floor under the rows above
+               "off2": base + "off on a second server (the control: identical servers) vs off"}
     if vllm_python() is None:
         return [Row(f, "not run", "", "", "<= 2% slower", "n/a",
                     "vLLM's environment missing (make vllm-env)") for f in figures.values()]
@@ -79,10 +83,10 @@ def bench_vllm(reps: int) -> list[Row]:
     target, draft = smollm2_dir(), smollm2_draft_dir("int:4")
     spec = speculative_config("draft_model", draft=draft, k=3)
     prompts = [p["prompt"] for p in load_prompts()][:8]
-    every = {"on": 32, "every": 1, "off": 32}
+    every = {"on": 32, "every": 1, "off": 32, "off2": 32}
     times: dict[str, list[float]] = {mode: [] for mode in every}
     with tempfile.TemporaryDirectory() as tmp:
-        servers = {mode: VllmServer(model=target, spec=spec, hooks=mode != "off",
+        servers = {mode: VllmServer(model=target, spec=spec, hooks=not mode.startswith("off"),
                                     stats_every=n, trace_dir=Path(tmp) / mode,
                                     log=Path(tmp) / f"{mode}.log")
                    for mode, n in every.items()}
@@ -93,7 +97,7 @@ def bench_vllm(reps: int) -> list[Row]:
                 drive(srv.url, str(target), prompts[:4], max_tokens=8)
             order = list(servers)
             for i in range(max(4, reps)):
-                for mode in order[i % 3:] + order[:i % 3]:
+                for mode in order[i % len(order):] + order[:i % len(order)]:
                     t = time.perf_counter()
                     drive(servers[mode].url, str(target), prompts, max_tokens=32,
                           extra={"ignore_eos": True})
@@ -111,7 +115,7 @@ def bench_vllm(reps: int) -> list[Row]:
         rows.append(Row(figure, f"{on:.1f} tok/s", f"{off:.1f} tok/s (plugin off)",
                         f"{1 / ratio:.3f}x tok/s ({cost:+.1f}% time, 95% CI {(lo - 1) * 100:+.1f}% "
                         f"to {(hi - 1) * 100:+.1f}%)", "<= 2% slower", ratio_verdict((lo, hi), 1.02),
-                        f"{len(times[mode])} rounds, the three servers' order rotating; on "
+                        f"{len(times[mode])} rounds, the four servers' order rotating; on "
                         f"{_spread(times[mode])}, off {_spread(times['off'])}"))
     return rows
 
