@@ -223,15 +223,18 @@ def run_engine_sweep(points: list[EnginePoint], out_dir: str | Path, options: En
                 bar.update(1)
             else:
                 todo.append(p)
+        def written(r: EnginePointResult) -> None:
+            # indexed as soon as its records are in the store: a sweep stopped between the two
+            # would run the point again on --resume and store it twice
+            results[r.point.name] = r
+            _write_index(index, [results[p.name] for p in points if p.name in results])
+            if on_point:
+                on_point(r)
+
         while todo:
             finished = _serve(todo, out, options, requests=requests, rounds=rounds, seed=seed,
-                              probe=probe, refs=refs, bar=bar)
-            for r in finished:
-                results[r.point.name] = r
-                if on_point:
-                    on_point(r)
+                              probe=probe, refs=refs, bar=bar, written=written)
             todo = todo[len(finished):]
-            _write_index(index, [results[p.name] for p in points if p.name in results])
     bar.close()
     return [results[p.name] for p in points]
 
@@ -248,7 +251,7 @@ def _write_index(path: Path, results: list[EnginePointResult]) -> None:
 
 def _serve(todo: list[EnginePoint], out: Path, options: EngineOptions, *, requests: int,
            rounds: int, seed: int, probe: str, refs: dict[str, tuple[list[Any], list[Any]]],
-           bar: Any) -> list[EnginePointResult]:
+           bar: Any, written: Callable[[EnginePointResult], None]) -> list[EnginePointResult]:
     """One fresh server for ``todo``'s setting: its points in turn until one fails (the
     failed point and those before it are returned; the caller starts a fresh server for the
     rest)."""
@@ -329,11 +332,13 @@ def _serve(todo: list[EnginePoint], out: Path, options: EngineOptions, *, reques
         res = EnginePointResult(w.point, w.run_id, "ok" if ok else "failed", figures,
                                 "" if ok else failed.error)
         results.append(res)
+        written(res)
     if failed is not None and not any(r.point == failed.point for r in results):
         write_parquet([_run_record(failed.point, failed.run_id, model, "failed", failed.error,
                                    options.dtype),
                        _failed_anomaly(failed)], out)
         results.append(failed)
+        written(failed)
     if failed is not None:
         bar.update(1)
     return results
