@@ -187,3 +187,21 @@ def latency(answers: list[Answer]) -> dict[str, float | None]:
     return {"ttft_ms_p50": percentile(ttft, 50), "ttft_ms_p99": percentile(ttft, 99),
             "itl_ms_p50": percentile(itl, 50), "itl_ms_p99": percentile(itl, 99),
             "interactivity_tok_s_user_median": statistics.median(user) if user else None}
+
+
+#: Student's t, two-sided 95%, by degrees of freedom (1 to 10)
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
+def _t975(df: int) -> float:
+    """Student's t quantile at 0.975 (within 0.01 past 10 degrees of freedom)."""
+    return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.4 / df
+
+
+def rounds_interval(per_round: list[float]) -> dict[str, Any]:
+    """tok/s over the rounds: the median and a 95% t-interval of the mean (two rounds or more)."""
+    if len(per_round) < 2:
+        return {}
+    m, s = statistics.mean(per_round), statistics.stdev(per_round)
+    h = _t975(len(per_round) - 1) * s / len(per_round) ** 0.5
+    return {"tok_s_round_median": statistics.median(per_round), "tok_s_ci95": [m - h, m + h]}

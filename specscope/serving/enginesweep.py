@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -423,7 +422,7 @@ def _gate(w: Window, recs: list[Any], refs: dict[str, tuple[list[Any], list[Any]
     per_round = [n / s for n, s in zip(w.tokens, w.wall_s) if s]
     metrics = {"output_throughput_tok_s": tokens / wall if wall else None,
                "output_throughput_per_gpu_tok_s": tokens / wall if wall else None,
-               **_interval(per_round), **cl.latency(w.answers),
+               **cl.rounds_interval(per_round), **cl.latency(w.answers),
                "request_throughput_req_s": len(w.answers) / wall if wall else None,
                "completed": float(sum(1 for a in w.answers if not a.error)),
                "duration_s": wall, "output_tokens": float(tokens), "rounds": float(len(w.wall_s))}
@@ -468,24 +467,6 @@ def _gate(w: Window, recs: list[Any], refs: dict[str, tuple[list[Any], list[Any]
                                            "probe_verdict": probe_verdict or ""})
             if isinstance(r, schema.RunRecord) and r.run_id == w.run_id else r for r in recs]
     return recs, figures
-
-
-#: Student's t, two-sided 95%, by degrees of freedom (1 to 10)
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
-
-
-def _t975(df: int) -> float:
-    """Student's t quantile at 0.975 (within 0.01 past 10 degrees of freedom)."""
-    return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.4 / df
-
-
-def _interval(per_round: list[float]) -> dict[str, Any]:
-    """tok/s over the rounds: the median and a 95% t-interval of the mean (two rounds or more)."""
-    if len(per_round) < 2:
-        return {}
-    m, s = statistics.mean(per_round), statistics.stdev(per_round)
-    h = _t975(len(per_round) - 1) * s / len(per_round) ** 0.5
-    return {"tok_s_round_median": statistics.median(per_round), "tok_s_ci95": [m - h, m + h]}
 
 
 def _probe_if_blind(srv: Any, p: EnginePoint, windows: list[Window], mode: str) -> Any:

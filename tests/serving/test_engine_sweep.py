@@ -111,7 +111,7 @@ def test_an_anomaly_keeps_its_kind_through_the_store(tmp_path):
 
 
 def test_tok_s_over_rounds_carries_a_t_interval_and_one_round_none():
-    from specscope.serving.enginesweep import _interval
+    from specscope.serving.client import rounds_interval as _interval
 
     got = _interval([10.0, 11.0, 12.0])  # mean 11, sd 1, t(2) = 4.303
     assert got["tok_s_round_median"] == 11.0
