@@ -396,7 +396,11 @@ def _point_records(w: Window, engine_recs: list[Any], model: str, ok: bool, erro
             schema.MismatchRecord, schema.AnomalyRecord)
     recs += [_relabel(r, w.run_id, w.point.name, labels) for r in engine_recs
              if isinstance(r, keep) and _in_window(r, w.t0, w.t1)]
+    # a later round repeats round 0's prompts: named apart, so that no comparison with
+    # target-only counts one prompt's answer as several independent pairs
     requests = [cl.request_record(a, w.run_id) for a in w.answers if not a.error]
+    requests = [dataclasses.replace(q, prompt_id=f"{q.prompt_id}#{q.request_id.rsplit('/', 1)[1].split(':')[0]}")
+                if "/r" in q.request_id else q for q in requests]
     recs += requests
     known = [q for q in requests if q.num_draft_tokens is not None and q.num_accepted_tokens is not None]
     if known and not any(isinstance(r, schema.VerifyStepRecord) for r in recs):

@@ -117,3 +117,14 @@ def test_tok_s_over_rounds_carries_a_t_interval_and_one_round_none():
     assert got["tok_s_round_median"] == 11.0
     assert got["tok_s_ci95"] == pytest.approx([11 - 4.303 / 3 ** 0.5, 11 + 4.303 / 3 ** 0.5])
     assert _interval([10.0]) == {}
+
+
+def test_a_later_rounds_answers_are_not_more_pairs_against_target_only():
+    from specscope.serving.enginesweep import Window, _point_records
+
+    p = plan_engine("llamacpp", ["draft-simple:2"], [0.0], [1], ["0:8"])[1]
+    ans = [cl.Answer(0, rid, {"id": "p0"}, 0.0, 1, t_end_ns=5, chunk_times_ns=[2], text="a",
+                     completion_tokens=1, tokens=["a"]) for rid in ("sweep-x:0000", "sweep-x/r1:0000")]
+    recs = _point_records(Window(p, "sweep-x", ans, 0, 10, [1.0, 1.0], [1, 1]), [], "m", True, "")
+    assert [r.prompt_id for r in recs if isinstance(r, schema.RequestRecord)] == ["p0", "p0#r1"]
+    assert isinstance(recs[0], schema.RunRecord) and recs[0].run_id == "sweep-x"
