@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from specscope.hooks import Recorder, every_n, every_step
+from specscope.hooks.recorder import DEFAULT_STATS_ROWS
 from specscope.hooks.policy import UntilDecided
 
 from .common import Row, _interleaved, _run_record, _spread, _timeit, paired_ratio, ratio_verdict
@@ -45,9 +46,9 @@ def bench_hooks(reps: int) -> list[Row]:
     with torch.inference_mode():
         logits = forward()
 
-    def recorder_cost(policy, calls: int, rows: int | None = 12) -> list[float]:
+    def recorder_cost(policy, calls: int, rows: int | None = DEFAULT_STATS_ROWS) -> list[float]:
         """Seconds per record_verify call, averaged over ``calls`` consecutive steps; ``rows``:
-        the statistics' budget in rows per step (12, the default; None: every row)."""
+        the statistics' budget in rows per step (the default; None: every row)."""
         rec = Recorder(_run_record(), stats_policy=policy, max_batch=b, ring_slots=calls + 1,
                        max_stats_rows=rows)
         acc, committed = sample_only(logits)
@@ -87,9 +88,10 @@ def bench_hooks(reps: int) -> list[Row]:
                         ("adaptive", "statistics until decided, then 1 step in 32 (the vLLM "
                          "default), steady state"),
                         ("deciding", "statistics until decided (the vLLM default) while "
-                         "deciding: every step, 12 of the 64 rows (the default budget)"),
-                        ("every1", "statistics on every step, 12 rows a step (the default "
+                         f"deciding: every step, {DEFAULT_STATS_ROWS} of the 64 rows (the default "
                          "budget)"),
+                        ("every1", f"statistics on every step, {DEFAULT_STATS_ROWS} rows a step "
+                         "(the default budget)"),
                         ("every1-all", "statistics on every step, every row (no budget)")):
         cost = statistics.median(costs[name])
         # the bars: 1% of a full verify step, 2% of the sampling kernel alone; every row on

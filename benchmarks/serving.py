@@ -70,7 +70,7 @@ def bench_vllm(reps: int) -> list[Row]:
             "8 req x 32 tok, specscope plugin ")
     figures = {"on": base + "on (default policy: stats until decided, then 1 step in 32) vs off",
                "every": base + "on with stats on every step (the default while deciding; "
-                               "12 rows a step, all 4 here) vs off",
+                               "8 rows a step, all 4 here) vs off",
                # the control: a second server with the plugin off, against the first; what two
                # identical servers side by side differ by is the floor under the rows above
                "off2": base + "off on a second server (the control: identical servers) vs off"}

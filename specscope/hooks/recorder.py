@@ -51,6 +51,10 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
+#: the most requests of one verify step that get the statistics by default: at batch 64 the
+#: deciding phase then costs under 2% of the sampling kernel on two CPU cores
+DEFAULT_STATS_ROWS = 8
+
 class Recorder:
     """Records verify steps, requests, phases and fallbacks of one engine rank.
 
@@ -77,7 +81,7 @@ class Recorder:
         max_errors: int = 100,
         clock_ns: Callable[[], int] = time.time_ns,
         max_columns_entries: int = 1 << 16,
-        max_stats_rows: int | None = 12,
+        max_stats_rows: int | None = DEFAULT_STATS_ROWS,
     ) -> None:
         # every record this process writes names its node (hostname, or $SPECSCOPE_NODE)
         self.run = run if run.node else dataclasses.replace(run, node=schema.default_node())

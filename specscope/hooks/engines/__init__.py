@@ -105,7 +105,7 @@ def default_recorder(engine: str, *, process: str = "", stats_policy: Any = None
 endpoint) also sends each finished request as a span; ``SPECSCOPE_RUN_FAULT``
     names a fault seeded into the engine in its run record (demos, tests);
     ``SPECSCOPE_STATS_ROWS`` caps the requests of one verify step that get the statistics
-    (default 12, ``0``: every request). The recorder is
+    (default 8, ``0``: every request). The recorder is
     closed (flushed, its hook-health record written) when the process stops gracefully."""
     from ... import schema
     from ..recorder import Recorder
