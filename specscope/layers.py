@@ -21,9 +21,9 @@ FLOORS: dict[str, int] = {
     "scrape": 3,
     "fleet": 3,  #: a fleet's store queried on DuckDB (embedded) or Spark (a cluster)
     "engine": 4,
+    "probe": 4,  #: the black-box check of an OpenAI-compatible endpoint (a sweep's gate uses it)
     "serving": 5,
     "dashboard": 5,
-    "probe": 5,  #: the black-box check of an OpenAI-compatible endpoint
     "demo_vllm": 6,  #: the demo on real vLLM servers
     "notebook": 6,
     "demo": 7,  #: the embedded demo, and the switch to demo_vllm
