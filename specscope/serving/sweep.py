@@ -309,18 +309,25 @@ def run_sweep(points: list[Point], out_dir: str | Path, *, model: str = "tiny",
     return results
 
 
-def format_sweep(results: list[PointResult]) -> str:
-    def f(v, spec):
-        return "n/a" if v is None else format(v, spec)
+def _num(v: Any, spec: str) -> str:
+    """A figure in a table: ``n/a`` where it is unknown (never 0)."""
+    return "n/a" if v is None else format(v, spec)
 
+
+def _gate(fg: dict[str, Any]) -> str:
+    """A point's gate and the checks that failed it."""
+    gate = (fg.get("gate") or "n/a").upper()
+    return gate + (" (" + "; ".join(fg["failed"]) + ")" if fg.get("failed") else "")
+
+
+def format_sweep(results: list[PointResult]) -> str:
+    f = _num
     lines = [f"{'point':<44} {'AL':>5} {'tok/s':>7} {'vs off':>7} {'tok/s/user':>10}  gate",
              "(AL: acceptance length, tokens per verify step incl. the bonus token; vs off: "
              "tokens/s over target-only at the same temperature, concurrency and lengths)"]
     for r in results:
         fg = r.figures
-        gate = (fg["gate"] or "n/a").upper()
-        if fg["failed"]:
-            gate += " (" + "; ".join(fg["failed"]) + ")"
+        gate = _gate(fg)
         if fg["anomalies"]:
             gate += " anomalies: " + ", ".join(sorted(set(fg["anomalies"])))
         if fg.get("waiting"):
@@ -334,10 +341,9 @@ def format_sweep(results: list[PointResult]) -> str:
     return "\n".join(lines)
 
 
-def format_engine_sweep(results: list[EnginePointResult]) -> str:
-    def f(v, spec):
-        return "n/a" if v is None else format(v, spec)
-
+def format_engine_sweep(results: list[Any]) -> str:
+    """The engine sweep's table (``enginesweep.EnginePointResult``)."""
+    f = _num
     lines = [f"{'point':<58} {'AL':>5} {'acc':>5} {'tok/s':>7} {'TTFT p50':>8} {'ITL p50':>7}  gate",
              "(AL: acceptance length, tokens per verify step incl. the bonus token; acc: accepted "
              "/ drafted tokens, pooled; TTFT/ITL in ms, client side; n/a: not measured)"]
@@ -346,9 +352,7 @@ def format_engine_sweep(results: list[EnginePointResult]) -> str:
         if r.status != "ok":
             lines.append(f"{r.point.name:<58} FAILED: {r.error.splitlines()[0][:100] if r.error else '?'}")
             continue
-        gate = (fg.get("gate") or "n/a").upper()
-        if fg.get("failed"):
-            gate += " (" + "; ".join(fg["failed"]) + ")"
+        gate = _gate(fg)
         if fg.get("probe"):
             gate += f" [probe {fg['probe'].upper()}]"
         untrusted = "" if r.point.spec.off or fg.get("gate") in ("pass", "inconclusive") \
