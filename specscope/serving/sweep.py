@@ -353,6 +353,8 @@ def format_engine_sweep(results: list[Any]) -> str:
             lines.append(f"{r.point.name:<58} FAILED: {r.error.splitlines()[0][:100] if r.error else '?'}")
             continue
         gate = _gate(fg)
+        if fg.get("acceptance_rate") is None and not r.point.spec.off:
+            gate += " [acceptance unknown: no verify step recorded, no response counted drafts]"
         if fg.get("probe"):
             gate += f" [probe {fg['probe'].upper()}]"
         untrusted = "" if r.point.spec.off or fg.get("gate") in ("pass", "inconclusive") \

@@ -128,3 +128,17 @@ def test_a_later_rounds_answers_are_not_more_pairs_against_target_only():
     recs = _point_records(Window(p, "sweep-x", ans, 0, 10, [1.0, 1.0], [1, 1]), [], "m", True, "")
     assert [r.prompt_id for r in recs if isinstance(r, schema.RequestRecord)] == ["p0", "p0#r1"]
     assert isinstance(recs[0], schema.RunRecord) and recs[0].run_id == "sweep-x"
+
+
+def test_the_table_says_why_an_acceptance_is_unknown():
+    from specscope.serving.enginesweep import EnginePointResult
+    from specscope.serving.sweep import format_engine_sweep
+
+    off, spec = plan_engine("llamacpp", ["ngram-simple:4"], [0.0], [2], ["0:8"])
+    figures = {"gate": "inconclusive", "probe": "inconclusive", "acceptance_rate": None,
+               "acceptance_length": None, "tok_s": 90.0, "ttft_ms_p50": 75.0, "itl_ms_p50": 13.0}
+    table = format_engine_sweep([EnginePointResult(off, "a", "ok", dict(figures)),
+                                 EnginePointResult(spec, "b", "ok", dict(figures))])
+    rows = table.splitlines()[2:]
+    assert "acceptance unknown" not in rows[0] and "acceptance unknown" in rows[1]
+    assert " n/a " in rows[1] and "INCONCLUSIVE" in rows[1]
