@@ -1,34 +1,54 @@
-"""Writes the documentation site's reference pages from the code, so that they cannot drift:
-the command line from the argparse parsers, the metrics from the exporters' metric tables, the
-import formats from the importer registry, the OpenTelemetry attributes from the OTLP sink's
-table, and the architecture's floors from ``specscope.layers``. ``make docs`` runs it before
-``mkdocs build``; the pages land in ``docs/reference/`` (not kept in git)."""
+"""The documentation site's reference pages, written from the code during every ``mkdocs build``
+and ``mkdocs serve`` (mkdocs-gen-files runs this file), so that they cannot drift and never sit
+in the source tree: the command line from the parsers' own ``--help``, the metrics from the
+exporters' metric tables, the import formats from the importer registry, the OpenTelemetry
+attributes from the OTLP sink's table, and the architecture's floors from ``specscope.layers``
+(also filled into the architecture page in place of its ``<!-- floors -->`` line)."""
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent / "reference"
+# the checkout being documented, ahead of any installed specscope (`mkdocs serve` runs from a
+# console script, which puts no working directory on sys.path)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def cli_page() -> str:
+def commands() -> dict:
+    """Each command's parser by name, in the order ``specscope --help`` lists them."""
     from specscope.cli import build_parser
 
     parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    helps = {a.dest: a.help for a in sub._choices_actions}
+    # argparse names its subcommands nowhere public but in the subparsers action's choices
+    return next(dict(a.choices) for a in parser._actions if isinstance(a.choices, dict))
+
+
+def cli_page(columns: int = 100) -> str:
+    """Each ``--help`` at ``columns`` wide (argparse wraps to ``COLUMNS``), whatever terminal
+    builds the site."""
+    from specscope.cli import build_parser
+
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(columns)
+    try:
+        top = build_parser().format_help()
+        cmds = {name: p.format_help() for name, p in commands().items()}
+    finally:
+        if before is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = before
     out = ["# Command line", "", "Every command, as `specscope COMMAND --help` prints it "
-           "(generated from the parsers).", ""]
-    out += [f"- [`{name}`](#{name}): {_cell(helps.get(name) or '')}" for name in sub.choices]
-    for name, p in sub.choices.items():
-        p.prog = f"specscope {name}"
-        out += ["", f"## {name}", "", "```text", p.format_help().rstrip(), "```"]
+           "(generated from the parsers).", "", "```text", top.rstrip(), "```", ""]
+    out += [f"- [`{name}`](#{name})" for name in cmds]
+    for name, text in cmds.items():
+        out += ["", f"## {name}", "", "```text", text.rstrip(), "```"]
     return "\n".join(out) + "\n"
 
 
@@ -92,14 +112,30 @@ def floors_page() -> str:
 PAGES = {"cli.md": cli_page, "metrics.md": metrics_page, "import-formats.md": formats_page,
          "otlp.md": otlp_page, "floors.md": floors_page}
 
+#: the line of docs/architecture.md that the floors table replaces on the site
+FLOORS_MARK = "<!-- floors -->"
 
-def main() -> int:
-    OUT.mkdir(parents=True, exist_ok=True)
+
+def architecture_page(text: str) -> str:
+    """The architecture page with the floors table (its rows, without the heading and
+    sentence ``floors_page`` starts with) in place of its ``FLOORS_MARK`` line."""
+    table = floors_page().split("\n\n", 2)[2]
+    if FLOORS_MARK not in text:
+        raise ValueError(f"architecture.md has no {FLOORS_MARK} line for the floors table")
+    return text.replace(FLOORS_MARK, table.rstrip())
+
+
+def _write_pages() -> None:
+    import mkdocs_gen_files
+
     for name, make in PAGES.items():
-        (OUT / name).write_text(make(), encoding="utf-8")
-    print(f"wrote {len(PAGES)} reference pages into {OUT}", file=sys.stderr)
-    return 0
+        with mkdocs_gen_files.open(f"reference/{name}", "w") as f:
+            f.write(make())
+    with mkdocs_gen_files.open("architecture.md", "r") as f:
+        text = f.read()
+    with mkdocs_gen_files.open("architecture.md", "w") as f:
+        f.write(architecture_page(text))
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "<run_path>":  # how mkdocs-gen-files runs this file, once per build
+    _write_pages()
