@@ -123,10 +123,10 @@ test-sweeps: $(STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(SGLANG_STAMP)
 test-fast: $(STAMP) $(AIPERF_STAMP)
 	$(PY) -m pytest -q -m "not slow and not sweeps"
 
-# the documentation site, a strict build (a broken link or a page missing from the nav fails
-# it) into site/; the build writes the reference pages from the code itself (docs/gen_pages.py),
-# as `mkdocs serve` does. The variables quiet two banners about a future MkDocs 2: the theme's,
-# and properdocs' (mkdocs-gen-files pulls it in)
+# the documentation site, a strict build (a broken link, a page missing from the nav or a
+# docstring the API page cannot read fails it) into site/; the build writes the reference pages
+# from the code itself (docs/gen_pages.py), as `mkdocs serve` does. The variables quiet two
+# banners about a future MkDocs 2: the theme's, and properdocs' (mkdocs-gen-files pulls it in)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(PY) -m mkdocs build --strict --site-dir site
 

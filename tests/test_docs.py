@@ -2,8 +2,8 @@
 screen answers "watch my running vLLM"; every import in their Python examples resolves; every
 command is named on a hand-written page and every exported metric on the generated reference;
 the importing guide lists every format; and `mkdocs build --strict` passes on the source tree
-as it is (a broken link or a page missing from the nav fails it), writing its reference pages
-itself."""
+as it is (a broken link, a page missing from the nav or an API entry that does not resolve fails
+it), writing its reference pages itself."""
 
 from __future__ import annotations
 
@@ -107,6 +107,7 @@ def test_the_site_builds_strict_from_the_source_tree_alone(tmp_path):
         import mkdocs  # noqa: F401
         import material  # noqa: F401
         import mkdocs_gen_files  # noqa: F401
+        import mkdocstrings_handlers.python  # noqa: F401
     except ImportError:
         if os.environ.get("CI") or os.environ.get("SPECSCOPE_REQUIRE_ENGINES"):
             pytest.fail("the docs extra is missing (make test installs it)")
@@ -122,6 +123,11 @@ def test_the_site_builds_strict_from_the_source_tree_alone(tmp_path):
     assert "reference decoder tok/s" in (site / "benchmarks" / "index.html").read_text()
     architecture = (site / "architecture" / "index.html").read_text()
     assert "<th>floor</th>" in architecture and "<!-- floors -->" not in architecture
+    api = (site / "api" / "index.html").read_text()
+    for name in ["specscope.hooks.Recorder", "record_verify", "specscope.notebook.open",
+                 "specscope.collector.service.Collector", "specscope.probe.probe",
+                 "specscope.fleet.fleet_figures"]:
+        assert name in api, name
 
 
 def test_no_line_of_prose_starts_like_a_heading():
