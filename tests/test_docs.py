@@ -77,16 +77,16 @@ def _gen_pages():
 
 
 def test_generated_references_name_every_metric_command_and_attribute():
-    gen_ref = _gen_pages()
+    gen = _gen_pages()
     from specscope.exporters.prometheus import METRICS
     from specscope.io.otlp import ATTRIBUTES
     from specscope.probe.exporter import SERIES
 
-    metrics = gen_ref.metrics_page()
+    metrics = gen.metrics_page()
     assert all(f"`{name}`" in metrics for name in [*METRICS, *SERIES])
-    cli = gen_ref.cli_page()
+    cli = gen.cli_page()
     assert all(f"## {c}\n" in cli for c in _commands()) and "examples:" in cli
-    otlp = gen_ref.otlp_page()
+    otlp = gen.otlp_page()
     for key, (unit, meaning) in ATTRIBUTES.items():
         assert f"| `{key}` | {unit or '—'} |" in otlp, key
 
