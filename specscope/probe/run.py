@@ -5,60 +5,71 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
 from ..exact import tie_margin
 from .checks import Semantics, greedy_check, overall, temperature_check, truncation_check
-from .client import ENABLE, Answer, ProbeError, detect, place, semantics, send
+from .client import ENABLE, Answer, ProbeError, detect, http_client, place, semantics, send
 from .result import ERROR, ProbeResult
 from .verified import guard, infer_ngram, select
 from .workload import CLASSES, ProbePlan
 
+if TYPE_CHECKING:
+    import httpx
+
 
 def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
           engine: str | None = None, logprobs_mode: str | None = None, top_logprobs: int = 20,
-          dtype: str = "", reference: str | None = None) -> ProbeResult:
+          dtype: str = "", reference: str | None = None,
+          transport: httpx.BaseTransport | None = None) -> ProbeResult:
     """Probe ``url`` with ``plan``: send, check, and say. Raises ProbeError where the endpoint
-    cannot be probed (unreachable, or it returns no log-probabilities at all)."""
+    cannot be probed (unreachable, or it returns no log-probabilities at all). ``transport``:
+    where its requests go (``url`` and ``reference`` alike; default: the network)."""
     plan = plan or ProbePlan()
     t0 = time.monotonic()
-    found, model = detect(url, model)
-    engine = engine or found
-    sem = semantics(engine, logprobs_mode)
-    stop = (lambda done: overall(run_checks(done, sem, dtype)) == FAIL) if plan.fail_fast else None
-    answers, took = send(url, engine, model, plan, plan.requests_to_send(), top_logprobs, stop)
-    inferred_note = "" if plan.ngram is not None else place_by_inference(answers)
-    got = [a for a in answers if a.response is not None]
-    if not got:
-        errors = sorted({a.error for a in answers if a.error})[:3]
-        raise ProbeError(f"{url}: no request was answered ({'; '.join(errors) or 'none sent'})")
-    if not any(p.logprob is not None for a in got for p in a.positions):
-        raise ProbeError(f"{url} ({engine}) returned no log-probabilities: {ENABLE.get(engine, ENABLE['unknown'])}")
-    checks = incomplete(run_checks(answers, sem, dtype), answers)
-    result = ProbeResult(url=url, engine=engine, model=model, semantics=sem, checks=checks,
-                         answers=answers, top_logprobs=took, seconds=time.monotonic() - t0,
-                         dtype=dtype, verdict=overall(checks),
-                         engine_error=engine_failure(answers))
-    unknown = sum(1 for a in got for p in a.positions if p.logprob is None or not p.top)
-    total = sum(len(a.positions) for a in got)
-    if unknown:
-        result.notes.append(
-            f"{unknown} of {total} committed tokens came without log-probabilities"
-            + (" (llama.cpp under speculation returns logprob 0.0 and no alternatives after the "
-               "first token, upstream #27972)" if engine == "llamacpp" else "")
-            + ": unknown, not evidence")
-    if inferred_note:
-        result.notes.append(inferred_note)
-    if took < top_logprobs:
-        result.notes.append(f"the server allows {took} alternatives per position (asked {top_logprobs})")
-    if result.engine_error is not None:
-        result.verdict = ERROR
-        return result  # a reference is not asked to judge an engine that failed
-    if reference:
-        result.checks.append(against_reference(reference, plan, answers, dtype, top_logprobs))
-        result.verdict = overall(result.checks)
-    return result
+    with http_client(transport) as http:
+        found, model = detect(url, model, client=http)
+        engine = engine or found
+        sem = semantics(engine, logprobs_mode)
+        stop = ((lambda done: overall(run_checks(done, sem, dtype)) == FAIL) if plan.fail_fast
+                else None)
+        answers, took = send(url, engine, model, plan, plan.requests_to_send(), top_logprobs,
+                             stop, client=http)
+        inferred_note = "" if plan.ngram is not None else place_by_inference(answers)
+        got = [a for a in answers if a.response is not None]
+        if not got:
+            errors = sorted({a.error for a in answers if a.error})[:3]
+            raise ProbeError(f"{url}: no request was answered ({'; '.join(errors) or 'none sent'})")
+        if not any(p.logprob is not None for a in got for p in a.positions):
+            raise ProbeError(f"{url} ({engine}) returned no log-probabilities: "
+                             f"{ENABLE.get(engine, ENABLE['unknown'])}")
+        checks = incomplete(run_checks(answers, sem, dtype), answers)
+        result = ProbeResult(url=url, engine=engine, model=model, semantics=sem, checks=checks,
+                             answers=answers, top_logprobs=took, seconds=time.monotonic() - t0,
+                             dtype=dtype, verdict=overall(checks),
+                             engine_error=engine_failure(answers))
+        unknown = sum(1 for a in got for p in a.positions if p.logprob is None or not p.top)
+        total = sum(len(a.positions) for a in got)
+        if unknown:
+            result.notes.append(
+                f"{unknown} of {total} committed tokens came without log-probabilities"
+                + (" (llama.cpp under speculation returns logprob 0.0 and no alternatives after "
+                   "the first token, upstream #27972)" if engine == "llamacpp" else "")
+                + ": unknown, not evidence")
+        if inferred_note:
+            result.notes.append(inferred_note)
+        if took < top_logprobs:
+            result.notes.append(f"the server allows {took} alternatives per position "
+                                f"(asked {top_logprobs})")
+        if result.engine_error is not None:
+            result.verdict = ERROR
+            return result  # a reference is not asked to judge an engine that failed
+        if reference:
+            result.checks.append(against_reference(reference, plan, answers, dtype,
+                                                   top_logprobs, client=http))
+            result.verdict = overall(result.checks)
+        return result
 
 
 def place_by_inference(answers: list[Answer]) -> str:
@@ -142,16 +153,17 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
 
 
 def against_reference(reference: str, plan: ProbePlan, answers: list[Answer], dtype: str,
-                      top_logprobs: int) -> Assessment:
+                      top_logprobs: int, *, client: httpx.Client | None = None) -> Assessment:
     """The greedy prompts sent to a target-only endpoint too, each pair compared as ``diverge``
     does (first divergence, the reference's top-2 margin there, tie-flip or structural)."""
     from .. import schema
     from ..collector.diverge import TIE_MARGIN, diverge
 
-    engine, model = detect(reference)
+    engine, model = detect(reference, client=client)
     greedy = [(i, a) for i, a in enumerate(answers) if a.cls == "greedy" and a.response is not None]
     ref_answers, _ = send(reference, engine, model, plan,
-                          [(a.cls, a.prompt, a.sampling) for _, a in greedy], top_logprobs)
+                          [(a.cls, a.prompt, a.sampling) for _, a in greedy], top_logprobs,
+                          client=client)
     vocab: dict[str, int] = {}
 
     def ids(tokens):
