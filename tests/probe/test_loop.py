@@ -3,7 +3,7 @@ process, no socket. A healthy engine PASSes; a server that refuses the alternati
 asked again with what it allows; a check that fails stops the sending (fail-fast); an engine
 that dies mid-probe (refused or dropped connections, no answer, HTTP 5xx) is an ERROR, never a
 PASS; the token budget and the deadline stop the sending; an engine without
-log-probabilities never PASSes."""
+log-probabilities never PASSes; a target-only reference is asked over the same transport."""
 
 from __future__ import annotations
 
@@ -208,3 +208,17 @@ def test_an_engine_without_log_probabilities_never_passes():
     assert "pass" not in {c.state for c in result.checks}
     assert any("1134 of 1152 committed tokens came without log-probabilities" in n
                and "#27972" in n for n in result.notes), result.notes
+
+
+def test_the_reference_is_asked_over_the_same_transport():
+    engines = {"engine": Engine(), "reference": Engine()}
+
+    def route(request: httpx.Request) -> httpx.Response:
+        return engines[request.url.host].handle(request)
+
+    result = probe(URL, PLAN, reference="http://reference:8000",
+                   transport=httpx.MockTransport(route))
+    greedy = [b["messages"] for b in engines["engine"].received if b["temperature"] == 0]
+    assert [b["messages"] for b in engines["reference"].received] == greedy and len(greedy) == 6
+    (check,) = [c for c in result.checks if c.check == "greedy against target-only"]
+    assert check.evidence["pairs"] == 6 and check.evidence["structural"] == 0, check.evidence
