@@ -13,7 +13,8 @@ from .otlp import add_otlp_flags, otlp_sink, report_otlp
 
 EXTRA_OF = {"torch": "engine", "transformers": "engine", "pyarrow": "parquet", "tqdm": "engine",
             "gguf": "engine", "zmq": "collector", "prometheus_client": "prometheus",
-            "fastapi": "serve", "uvicorn": "serve", "dash": "dashboard", "plotly": "dashboard",
+            "fastapi": "serve", "uvicorn": "serve", "httpx": "probe",
+            "dash": "dashboard", "plotly": "dashboard",
             "opentelemetry": "otlp", "google": "otlp", "grpc": "otlp"}
 
 

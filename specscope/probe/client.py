@@ -15,20 +15,23 @@ Shapes read (the OpenAI API as each engine serves it):
   ``spec_verify_ct`` and draft counts, llama.cpp's ``timings.draft_n`` / ``draft_n_accepted``);
 - llama.cpp under speculation returns ``logprob`` 0.0 and no alternatives after the first
   token (upstream #27972): such a position is unknown, never evidence.
+
+The HTTP is httpx's; ``transport=`` (``http_client``) says where the requests go: the network
+by default, an ``httpx.MockTransport`` in tests.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import http.client
+import contextlib
 import json
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
+
+import httpx
 
 from .checks import TEMPERATURE_FIRST, TRUNCATION_FIRST, Position, Semantics
 from .ngram import NgramSettings, replay
@@ -50,16 +53,42 @@ class ProbeError(RuntimeError):
     """The endpoint cannot be probed (unreachable, no log-probabilities): says why and what fixes it."""
 
 
-def _get(url: str, timeout_s: float = 10.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout_s) as r:
-        return json.load(r)
+def http_client(transport: httpx.BaseTransport | None = None) -> httpx.Client:
+    """The probe's HTTP client. Each request on a connection of its own, closed after its answer
+    (a kept-alive connection the server closes just as a request goes out would read as the
+    engine failing); redirects followed; every call gives its own timeout. ``transport``: where
+    the requests go (default: the network)."""
+    return httpx.Client(transport=transport, follow_redirects=True,
+                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=0))
 
 
-def detect(url: str, model: str | None = None) -> tuple[str, str]:
+@contextlib.contextmanager
+def _using(client: httpx.Client | None) -> Iterator[httpx.Client]:
+    """``client``, or a fresh one closed after use."""
+    if client is not None:
+        yield client
+        return
+    with http_client() as fresh:
+        yield fresh
+
+
+def _get(client: httpx.Client, url: str, timeout_s: float = 10.0) -> Any:
+    r = client.get(url, timeout=timeout_s)
+    r.raise_for_status()
+    return r.json()
+
+
+def detect(url: str, model: str | None = None, *,
+           client: httpx.Client | None = None) -> tuple[str, str]:
     """(engine, model) from ``/v1/models`` (its ``owned_by``), else from llama.cpp's ``/props``."""
+    with _using(client) as http:
+        return _detect(http, url, model)
+
+
+def _detect(http: httpx.Client, url: str, model: str | None) -> tuple[str, str]:
     try:
-        models = _get(url.rstrip("/") + "/v1/models")
-    except (OSError, ValueError) as exc:
+        models = _get(http, url.rstrip("/") + "/v1/models")
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
         raise ProbeError(f"{url}: no OpenAI-compatible /v1/models ({exc})") from None
     data = models.get("data") or [{}]
     owner = str(data[0].get("owned_by", "")).lower()
@@ -67,9 +96,9 @@ def detect(url: str, model: str | None = None) -> tuple[str, str]:
               "llamacpp" if "llama" in owner else "unknown")
     if engine == "unknown":
         try:
-            if "default_generation_settings" in _get(url.rstrip("/") + "/props"):
+            if "default_generation_settings" in _get(http, url.rstrip("/") + "/props"):
                 engine = "llamacpp"
-        except (OSError, ValueError):
+        except (httpx.HTTPError, ValueError):
             pass
     return engine, model or str(data[0].get("id", ""))
 
@@ -316,12 +345,20 @@ def engine_message(text: str) -> str:
 
 
 def send(url: str, engine: str, model: str, plan: Any, requests: list[tuple[str, str, dict]],
-         top_logprobs: int, stop: Any = None) -> tuple[list[Answer], int]:
+         top_logprobs: int, stop: Any = None, *,
+         client: httpx.Client | None = None) -> tuple[list[Answer], int]:
     """Every request with at most ``plan.concurrency`` in flight, in the plan's order, until the
     token budget or the deadline is spent, ``stop(answers so far)`` says the verdict is in (a
     check failed), or the engine fails (HTTP 5xx, a dropped or refused connection, no answer
     within the timeout: nothing more is sent to it); returns the answers and the top-logprobs
-    count the server took."""
+    count the server took. ``client``: the probe's (``http_client``), else a fresh one."""
+    with _using(client) as http:
+        return _send(http, url, engine, model, plan, requests, top_logprobs, stop)
+
+
+def _send(http: httpx.Client, url: str, engine: str, model: str, plan: Any,
+          requests: list[tuple[str, str, dict]], top_logprobs: int,
+          stop: Any) -> tuple[list[Answer], int]:
     answers = [Answer(cls, prompt, sampling, index=i)
                for i, (cls, prompt, sampling) in enumerate(requests)]
     used = {"tokens": 0, "stopped": False, "engine_failed": False, "next": 0}
@@ -363,34 +400,30 @@ def send(url: str, engine: str, model: str, plan: Any, requests: list[tuple[str,
         for _ in range(3):
             path, payload = body(plan, engine, a.cls, a.prompt, a.sampling, model, limit["n"],
                                  plan.seed + i)
-            req = urllib.request.Request(url.rstrip("/") + path, data=json.dumps(payload).encode(),
-                                         headers={"content-type": "application/json"})
             t0 = time.monotonic()
             try:
-                with urllib.request.urlopen(req, timeout=plan.timeout_s) as r:
-                    a.response = json.load(r)
-                a.seconds = time.monotonic() - t0
-                break
-            except urllib.error.HTTPError as exc:
-                try:
-                    text = exc.read().decode("utf-8", "replace")[:2000]
-                except (OSError, http.client.HTTPException):
-                    text = ""
+                r = http.post(url.rstrip("/") + path, content=json.dumps(payload).encode(),
+                              headers={"content-type": "application/json"}, timeout=plan.timeout_s)
+            except httpx.RequestError as exc:
+                # refused, reset or dropped connections, and timeouts: the engine stopped answering
+                fail(a, f"{type(exc).__name__}: {exc}", None, True)
+                return
+            if not r.is_success:
+                text = r.content.decode("utf-8", "replace")[:2000]
                 allowed = top_logprobs_limit(text) if "logprob" in text.lower() else None
-                if exc.code == 400 and allowed is not None and allowed < limit["n"]:
+                if r.status_code == 400 and allowed is not None and allowed < limit["n"]:
                     limit["n"] = allowed
                     continue
-                fail(a, f"HTTP {exc.code}: {engine_message(text) or exc.reason}", exc.code,
-                     exc.code >= 500)
+                fail(a, f"HTTP {r.status_code}: {engine_message(text) or r.reason_phrase}",
+                     r.status_code, r.status_code >= 500)
                 return
-            except (OSError, http.client.HTTPException) as exc:
-                # refused, reset or dropped connections, and timeouts: the engine stopped answering
-                reason = getattr(exc, "reason", exc)
-                fail(a, f"{type(reason).__name__}: {reason}", None, True)
-                return
+            try:
+                a.response = r.json()
             except ValueError as exc:  # an answer that is not JSON
                 fail(a, f"the response is not JSON ({exc})", None, False)
                 return
+            a.seconds = time.monotonic() - t0
+            break
         if a.response is None:
             return
         rid = str(a.response.get("id") or f"probe-{i}")

@@ -30,7 +30,7 @@ import time
 from typing import Any, Callable
 
 from ..collector.verdict import FAIL, STATES
-from . import ERROR
+from .result import ERROR
 
 #: name -> (type, help)
 SERIES = {
@@ -81,7 +81,7 @@ class ProbeLoop:
 
     def round(self) -> None:
         """One probe round, counted (an error is counted and kept, never raised)."""
-        from . import ProbeError
+        from .client import ProbeError
 
         try:
             result, error = self.run_once(), ""

@@ -140,8 +140,8 @@ def test_a_dropped_connection_is_an_engine_error_too():
         result = probe(eng.url, PLAN)
     assert result.verdict == ERROR, format_probe(result)
     assert result.engine_error["index"] == 3 and result.engine_error["status"] is None
-    assert "RemoteDisconnected" in result.engine_error["error"] or \
-        "Connection" in result.engine_error["error"], result.engine_error
+    # the HTTP library's words for it
+    assert "disconnected" in result.engine_error["error"], result.engine_error
 
 
 def test_top_k_goes_last_and_its_crash_is_named():

@@ -1,0 +1,206 @@
+"""The probe's run: detect the engine, send the plan, check the answers and say the verdict
+(``probe``), with a target-only reference where one is given. Never imports torch."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
+from ..exact import tie_margin
+from .checks import Semantics, greedy_check, overall, temperature_check, truncation_check
+from .client import ENABLE, Answer, ProbeError, detect, http_client, place, semantics, send
+from .result import ERROR, ProbeResult
+from .verified import guard, infer_ngram, select
+from .workload import CLASSES, ProbePlan
+
+if TYPE_CHECKING:
+    import httpx
+
+
+def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
+          engine: str | None = None, logprobs_mode: str | None = None, top_logprobs: int = 20,
+          dtype: str = "", reference: str | None = None,
+          transport: httpx.BaseTransport | None = None) -> ProbeResult:
+    """Probe ``url`` with ``plan``: send, check, and say. Raises ProbeError where the endpoint
+    cannot be probed (unreachable, or it returns no log-probabilities at all). ``transport``:
+    where its requests go (``url`` and ``reference`` alike; default: the network)."""
+    plan = plan or ProbePlan()
+    t0 = time.monotonic()
+    with http_client(transport) as http:
+        found, model = detect(url, model, client=http)
+        engine = engine or found
+        sem = semantics(engine, logprobs_mode)
+        stop = ((lambda done: overall(run_checks(done, sem, dtype)) == FAIL) if plan.fail_fast
+                else None)
+        answers, took = send(url, engine, model, plan, plan.requests_to_send(), top_logprobs,
+                             stop, client=http)
+        inferred_note = "" if plan.ngram is not None else place_by_inference(answers)
+        got = [a for a in answers if a.response is not None]
+        if not got:
+            errors = sorted({a.error for a in answers if a.error})[:3]
+            raise ProbeError(f"{url}: no request was answered ({'; '.join(errors) or 'none sent'})")
+        if not any(p.logprob is not None for a in got for p in a.positions):
+            raise ProbeError(f"{url} ({engine}) returned no log-probabilities: "
+                             f"{ENABLE.get(engine, ENABLE['unknown'])}")
+        checks = incomplete(run_checks(answers, sem, dtype), answers)
+        result = ProbeResult(url=url, engine=engine, model=model, semantics=sem, checks=checks,
+                             answers=answers, top_logprobs=took, seconds=time.monotonic() - t0,
+                             dtype=dtype, verdict=overall(checks),
+                             engine_error=engine_failure(answers))
+        unknown = sum(1 for a in got for p in a.positions if p.logprob is None or not p.top)
+        total = sum(len(a.positions) for a in got)
+        if unknown:
+            result.notes.append(
+                f"{unknown} of {total} committed tokens came without log-probabilities"
+                + (" (llama.cpp under speculation returns logprob 0.0 and no alternatives after "
+                   "the first token, upstream #27972)" if engine == "llamacpp" else "")
+                + ": unknown, not evidence")
+        if inferred_note:
+            result.notes.append(inferred_note)
+        if took < top_logprobs:
+            result.notes.append(f"the server allows {took} alternatives per position "
+                                f"(asked {top_logprobs})")
+        if result.engine_error is not None:
+            result.verdict = ERROR
+            return result  # a reference is not asked to judge an engine that failed
+        if reference:
+            result.checks.append(against_reference(reference, plan, answers, dtype,
+                                                   top_logprobs, client=http))
+            result.verdict = overall(result.checks)
+        return result
+
+
+def place_by_inference(answers: list[Answer]) -> str:
+    """Places the requests whose roles are unknown by the prompt-lookup settings read off the
+    engine's per-step figures (``verified.infer_ngram``), where they fit one way only; returns
+    the note that says what was read (empty where nothing was)."""
+    inferred, note = infer_ngram(answers)
+    for a in answers:
+        if inferred is not None and a.response is not None and not a.roles_by:
+            (a.positions, _, _, a.roles_by, a.verified_at_most,
+             a.why_unplaced) = place(a.positions, a.response, inferred)
+    return note
+
+
+def engine_failure(answers: list[Answer]) -> dict[str, Any] | None:
+    """The engine's failure under the probe, if it failed after answering an earlier request:
+    the last request sent before it failed (class, sampling, prompt), every request in flight
+    then, the first request that failed with the engine's words, and what was answered before
+    and not sent after. Every request in a batch the engine was running fails with it, so the
+    request that brought it down is one of those in flight; the last one sent is named."""
+    failed = sorted((a for a in answers if a.engine_failed), key=lambda a: a.t_done_s or 0.0)
+    if not failed or not any(a.response is not None for a in answers):
+        return None
+    first = failed[0]
+    t = first.t_done_s or 0.0
+    in_flight = sorted((a for a in answers if a.t_sent_s is not None and a.t_sent_s <= t
+                        and (a.t_done_s is None or a.t_done_s >= t)),
+                       key=lambda a: a.t_sent_s or 0.0)
+    last = in_flight[-1] if in_flight else first
+
+    def named(a: Answer) -> dict[str, Any]:
+        return {"index": a.index, "class": a.cls, "sampling": a.sampling, "prompt": a.prompt[:80]}
+
+    return {**named(last), "status": first.status, "error": first.error,
+            "first_failed": first.index, "after_seconds": round(t, 3),
+            "answered_before": sum(1 for a in answers if a.response is not None
+                                   and (a.t_done_s or 0.0) <= t),
+            "in_flight": [named(a) for a in in_flight],
+            "failed": sum(1 for a in answers if a.error),
+            "not_sent": sum(1 for a in answers if a.not_sent)}
+
+
+def incomplete(checks: list[Assessment], answers: list[Answer]) -> list[Assessment]:
+    """No check PASSes on a class whose requests did not all complete (one failed, or was not
+    sent because the engine had failed): INCONCLUSIVE, saying how many."""
+    short: dict[str, int] = {}
+    for a in answers:
+        if a.error or a.not_sent.startswith("the engine had failed"):
+            short[a.cls] = short.get(a.cls, 0) + 1
+    out = []
+    for c in checks:
+        cls = c.evidence.get("probe_class")
+        if c.state == PASS and cls in short:
+            n = sum(1 for a in answers if a.cls == cls)
+            c = Assessment(c.check, INCONCLUSIVE, {
+                **c.evidence, "reason": f"{short[cls]} of the class's {n} requests did not "
+                "complete (failed, or not sent after the engine failed)"}, None, c.unit)
+        out.append(c)
+    return out
+
+
+def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[Assessment]:
+    """The checks per class over the answers' positions (each check's evidence names its class,
+    ``probe_class``); the temperature check on the tokens verify produced where they can be
+    found, else on every token with the blind spot bounded (``verified.py``)."""
+    checks = []
+    for cls in CLASSES:
+        mine = [a for a in answers if a.cls == cls]
+        if not mine:
+            continue
+        positions = [p for a in mine for p in a.positions]
+        if cls == "greedy":
+            found = [greedy_check(positions, tie_margin(dtype))]
+        else:
+            sel = select(mine, silent_drafted_nothing=sem.engine == "llamacpp")
+            found = [guard(temperature_check(sel.positions, sem, label=cls), sel, sem)]
+            if cls in ("top-p", "top-k"):
+                found.append(truncation_check(positions, sem, label=cls, margin=tie_margin(dtype)))
+        checks += [replace(c, evidence={**c.evidence, "probe_class": cls}) for c in found]
+    return checks
+
+
+def against_reference(reference: str, plan: ProbePlan, answers: list[Answer], dtype: str,
+                      top_logprobs: int, *, client: httpx.Client | None = None) -> Assessment:
+    """The greedy prompts sent to a target-only endpoint too, each pair compared as ``diverge``
+    does (first divergence, the reference's top-2 margin there, tie-flip or structural)."""
+    from .. import schema
+    from ..collector.diverge import TIE_MARGIN, diverge
+
+    engine, model = detect(reference, client=client)
+    greedy = [(i, a) for i, a in enumerate(answers) if a.cls == "greedy" and a.response is not None]
+    ref_answers, _ = send(reference, engine, model, plan,
+                          [(a.cls, a.prompt, a.sampling) for _, a in greedy], top_logprobs,
+                          client=client)
+    vocab: dict[str, int] = {}
+
+    def ids(tokens):
+        return tuple(vocab.setdefault(t, len(vocab)) for t in tokens)
+
+    def request(run_id: str, i: int, a: Answer, margins: bool) -> schema.RequestRecord:
+        pos = a.positions
+        extra = {}
+        if margins and pos and all(len(p.top) >= 2 for p in pos):
+            extra = {"top2_margins": tuple(p.top[0][1] - p.top[1][1] for p in pos),
+                     "second_token_ids": ids(p.top[1][0] for p in pos)}
+        return schema.RequestRecord(
+            run_id=run_id, rank=0, request_id=f"{run_id}-{i}", prompt_id=f"greedy-{i}",
+            t_arrival_ns=0, t_first_token_ns=0, t_finish_ns=0, num_prompt_tokens=0,
+            num_output_tokens=len(pos), output_token_ids=ids(p.token for p in pos), **extra)
+
+    kind = dtype if dtype in TIE_MARGIN else "bfloat16"
+    run = schema.RunRecord(run_id="probe", config_id="probe", algorithm="unknown", num_steps=1,
+                           topk=1, num_draft_tokens=2, backend="", model=model)
+    mine = [run] + [request("probe", i, a, False) for i, a in greedy]
+    refs = [request("reference", i, r, True) for (i, _), r in zip(greedy, ref_answers)
+            if r.response is not None]
+    (res,) = diverge(mine, refs, dtype=kind) or [None]
+    summary = res.summary() if res is not None else {"verdict": "INCONCLUSIVE", "pairs": 0}
+    state = str(summary["verdict"]).lower()
+    ev = {"mode_requested": "greedy", "reference": reference, "pairs": summary.get("pairs", 0),
+          "identical": summary.get("identical"), "structural": summary.get("structural"),
+          "share_tie_flips": summary.get("share_tie_flips"), "tie_margin": TIE_MARGIN[kind],
+          "num_positions": sum(len(a.positions) for _, a in greedy)}
+    if state == FAIL and res is not None:
+        p = next(p for p in res.diverged if p.verdict == "structural")
+        ev["message"] = (f"greedy request {p.prompt_id} first differs from the target-only "
+                         f"endpoint at token {p.first_index}, where the reference's margin is "
+                         f"{p.margin:.3g} nats (structural)")
+    if state == PASS:
+        ev["rules_out"] = summary.get("rules_out")
+    elif state == INCONCLUSIVE and summary.get("need"):
+        ev["lean"] = "honest"
+        return Assessment("greedy against target-only", state, ev, summary["need"], "greedy pairs")
+    return Assessment("greedy against target-only", state, ev)

@@ -1,0 +1,224 @@
+"""The probe's loop over ``httpx.MockTransport``: an OpenAI-compatible engine in the test's own
+process, no socket. A healthy engine PASSes; a server that refuses the alternatives asked for is
+asked again with what it allows; a check that fails stops the sending (fail-fast); an engine
+that dies mid-probe (refused or dropped connections, no answer, HTTP 5xx) is an ERROR, never a
+PASS; the token budget and the deadline stop the sending; an engine without
+log-probabilities never PASSes; a target-only reference is asked over the same transport."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from dataclasses import replace
+from typing import Any, Callable
+
+import httpx
+import pytest
+
+from specscope.probe import ERROR, ProbeError, ProbePlan, format_probe, probe
+
+URL = "http://engine:8000"
+#: every position's distribution over four tokens
+LPS = [math.log(x) for x in (0.4, 0.3, 0.2, 0.1)]
+#: the engine's words for a request over its --max-logprobs (vLLM's)
+REFUSED = "Requested sample logprobs of {}, which is greater than max allowed: 5"
+
+
+def _position(rank: int, known: bool = True) -> dict[str, Any]:
+    if not known:  # llama.cpp under speculation: 0.0 and no alternatives
+        return {"token": f"t{rank}", "logprob": 0.0, "top_logprobs": []}
+    return {"token": f"t{rank}", "logprob": LPS[rank],
+            "top_logprobs": [{"token": f"t{j}", "logprob": lp} for j, lp in enumerate(LPS)]}
+
+
+class Engine:
+    """Answers ``/v1/models`` and chat completions as ``owner`` serves them. Greedy requests
+    commit ``greedy_rank`` (0: the top-1, honest); sampled ones one of the three best, each a
+    third of the time (inside every class's truncation). ``logprobs``: "all", "first" (none
+    after the first token, llama.cpp's) or "none". ``dies_after``: requests answered before
+    every later one gets ``failure(request)`` (a response, or it raises)."""
+
+    def __init__(self, owner: str = "vllm", *, greedy_rank: int = 0, logprobs: str = "all",
+                 dies_after: int | None = None,
+                 failure: Callable[[httpx.Request], httpx.Response] | None = None,
+                 max_logprobs: int | None = None, delay_s: float = 0.0) -> None:
+        self.owner, self.greedy_rank, self.logprobs = owner, greedy_rank, logprobs
+        self.dies_after, self.failure = dies_after, failure
+        self.max_logprobs, self.delay_s = max_logprobs, delay_s
+        self.received: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self.transport = httpx.MockTransport(self.handle)
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            assert request.url.path == "/v1/models", request.url
+            return httpx.Response(200, json={"data": [{"id": "m", "owned_by": self.owner}]})
+        body = json.loads(request.content)
+        with self._lock:
+            self.received.append(body)
+            n = len(self.received) - sum(1 for b in self.received if self._refused(b))
+        if self.dies_after is not None and n > self.dies_after and not self._refused(body):
+            assert self.failure is not None
+            return self.failure(request)
+        if self._refused(body):
+            return httpx.Response(400, json={"error": {"message": REFUSED.format(
+                body["top_logprobs"]), "type": "BadRequestError", "code": 400}})
+        time.sleep(self.delay_s)
+        greedy = body.get("temperature") == 0
+        ranks = [self.greedy_rank if greedy else (i * 7 + body["seed"]) % 3
+                 for i in range(body["max_tokens"])]
+        choice: dict[str, Any] = {"index": 0, "finish_reason": "length",
+                                  "message": {"role": "assistant", "content": "x" * len(ranks)}}
+        if self.logprobs != "none":
+            choice["logprobs"] = {"content": [_position(r, self.logprobs == "all" or i == 0)
+                                              for i, r in enumerate(ranks)]}
+        return httpx.Response(200, json={
+            "id": f"chatcmpl-{body['seed']}", "object": "chat.completion", "choices": [choice],
+            "usage": {"prompt_tokens": 5, "completion_tokens": len(ranks)}})
+
+    def _refused(self, body: dict[str, Any]) -> bool:
+        return self.max_logprobs is not None and body["top_logprobs"] > self.max_logprobs
+
+
+def _raises(exc: type[httpx.TransportError], text: str) -> Callable[[httpx.Request], Any]:
+    def fail(request: httpx.Request) -> httpx.Response:
+        raise exc(text, request=request)
+    return fail
+
+
+def _http_500(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(500, json={"error": {"message": "EngineCore encountered an issue."}})
+
+
+PLAN = ProbePlan(classes=("greedy", "temperature", "top-p"), requests=18, max_tokens=64,
+                 concurrency=1, timeout_s=5, deadline_s=30)
+
+
+def test_a_healthy_engine_passes_with_every_request_answered_in_the_plans_order():
+    eng = Engine()
+    result = probe(URL, PLAN, transport=eng.transport)
+    assert result.verdict == "pass", format_probe(result)
+    assert result.engine == "vllm" and result.model == "m" and result.top_logprobs == 20
+    assert [b["seed"] for b in eng.received] == list(range(18))
+    assert {b["top_logprobs"] for b in eng.received} == {20}
+    assert result.to_json()["requests"]["answered"] == 18
+
+
+def test_a_refused_count_of_alternatives_is_asked_again_with_what_the_server_allows():
+    eng = Engine(max_logprobs=5)
+    result = probe(URL, PLAN, transport=eng.transport)
+    # the first request is refused once and sent again with 5; every later one asks for 5
+    assert [b["top_logprobs"] for b in eng.received] == [20] + [5] * 18
+    assert [b["seed"] for b in eng.received[:2]] == [0, 0]
+    assert result.top_logprobs == 5 and result.engine_error is None
+    assert result.to_json()["requests"]["failed"] == []
+    assert "the server allows 5 alternatives per position (asked 20)" in result.notes
+    assert result.verdict == "pass", format_probe(result)
+
+
+def test_a_failed_check_stops_the_sending_unless_told_otherwise():
+    broken = Engine(greedy_rank=2)  # greedy commits the third-best token: FAIL at once
+    result = probe(URL, PLAN, transport=broken.transport)
+    assert result.verdict == "fail", format_probe(result)
+    assert len(broken.received) == 1  # the first request is greedy: nothing after it
+    assert result.to_json()["requests"]["not_sent"] == [
+        {"reason": "a check had failed (fail-fast)", "count": 17, "indices": list(range(1, 18))}]
+    broken = Engine(greedy_rank=2)
+    everything = replace(PLAN, fail_fast=False)
+    assert probe(URL, everything, transport=broken.transport).verdict == "fail"
+    assert len(broken.received) == 18
+
+
+@pytest.mark.parametrize("failure, words", [
+    (_raises(httpx.ConnectError, "[Errno 111] Connection refused"),
+     "ConnectError: [Errno 111] Connection refused"),
+    (_raises(httpx.RemoteProtocolError, "Server disconnected without sending a response."),
+     "RemoteProtocolError: Server disconnected"),
+    (_raises(httpx.ReadTimeout, "timed out"), "ReadTimeout: timed out"),
+    (_http_500, "HTTP 500: EngineCore encountered an issue."),
+], ids=["refused", "dropped", "no answer", "HTTP 500"])
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_an_engine_that_dies_mid_probe_is_an_error_never_a_pass(failure, words, concurrency):
+    eng = Engine(dies_after=7, failure=failure)
+    plan = replace(PLAN, concurrency=concurrency)
+    result = probe(URL, plan, transport=eng.transport)
+    text = format_probe(result)
+    assert result.verdict == ERROR, text
+    assert "pass" not in {c.state for c in result.checks}, text
+    e = result.engine_error
+    assert e["first_failed"] >= 7 and e["error"].startswith(words), e
+    assert e["status"] == (500 if "HTTP" in words else None)
+    # requests in flight when it failed may be answered after that
+    assert e["answered_before"] == 7 if concurrency == 1 else 0 < e["answered_before"] <= 7
+    req = result.to_json()["requests"]
+    assert req["answered"] == 7 and len(eng.received) == req["sent"] <= 7 + concurrency
+    # nothing more goes to a failed engine, and the rest say so
+    assert sum(n["count"] for n in req["not_sent"]) == 18 - req["sent"] > 0
+    assert {n["reason"] for n in req["not_sent"]} == {
+        "the engine had failed under an earlier request"}
+
+
+def test_an_engine_down_from_the_start_cannot_be_probed():
+    eng = Engine(dies_after=0, failure=_raises(httpx.ConnectError, "Connection refused"))
+    with pytest.raises(ProbeError, match="no request was answered.*ConnectError"):
+        probe(URL, PLAN, transport=eng.transport)
+    assert len(eng.received) == 1
+
+
+def test_no_v1_models_cannot_be_probed():
+    def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, text="not found")
+
+    with pytest.raises(ProbeError, match="no OpenAI-compatible /v1/models"):
+        probe(URL, PLAN, transport=httpx.MockTransport(handle))
+
+
+def test_the_token_budget_stops_the_sending():
+    eng = Engine()
+    plan = replace(PLAN, max_tokens=8, token_budget=20)
+    result = probe(URL, plan, transport=eng.transport)
+    assert len(eng.received) == 3  # 24 tokens back after three requests: over 20
+    assert result.to_json()["requests"]["not_sent"] == [
+        {"reason": "token budget or deadline spent", "count": 15, "indices": list(range(3, 18))}]
+    assert result.verdict != "pass", format_probe(result)  # too few positions to rule out
+
+
+def test_the_deadline_stops_the_sending():
+    eng = Engine(delay_s=0.02)
+    plan = replace(PLAN, deadline_s=0.05)
+    t0 = time.monotonic()
+    result = probe(URL, plan, transport=eng.transport)
+    assert time.monotonic() - t0 < 1.0
+    sent = result.to_json()["requests"]["sent"]
+    assert 1 <= sent <= 4 and len(eng.received) == sent
+    assert result.verdict != "pass", format_probe(result)
+
+
+def test_an_engine_without_log_probabilities_never_passes():
+    blind = Engine(logprobs="none")
+    with pytest.raises(ProbeError, match="returned no log-probabilities: vLLM returns them "
+                                         "unless started with --max-logprobs 0"):
+        probe(URL, PLAN, transport=blind.transport)
+    # llama.cpp under speculation: only each request's first token has log-probabilities
+    partly = Engine(owner="llamacpp", logprobs="first")
+    result = probe(URL, PLAN, transport=partly.transport)
+    assert result.verdict == "inconclusive", format_probe(result)
+    assert "pass" not in {c.state for c in result.checks}
+    assert any("1134 of 1152 committed tokens came without log-probabilities" in n
+               and "#27972" in n for n in result.notes), result.notes
+
+
+def test_the_reference_is_asked_over_the_same_transport():
+    engines = {"engine": Engine(), "reference": Engine()}
+
+    def route(request: httpx.Request) -> httpx.Response:
+        return engines[request.url.host].handle(request)
+
+    result = probe(URL, PLAN, reference="http://reference:8000",
+                   transport=httpx.MockTransport(route))
+    greedy = [b["messages"] for b in engines["engine"].received if b["temperature"] == 0]
+    assert [b["messages"] for b in engines["reference"].received] == greedy and len(greedy) == 6
+    (check,) = [c for c in result.checks if c.check == "greedy against target-only"]
+    assert check.evidence["pairs"] == 6 and check.evidence["structural"] == 0, check.evidence
