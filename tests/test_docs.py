@@ -80,7 +80,7 @@ def test_generated_references_name_every_metric_command_and_attribute(tmp_path):
     cli = gen_ref.cli_page()
     assert all(f"## {c}\n" in cli for c in _commands()) and "examples:" in cli
     otlp = gen_ref.otlp_page()
-    for key, (unit, meaning) in ATTRIBUTES.items():
+    for key, (unit, _meaning) in ATTRIBUTES.items():
         assert f"| `{key}` | {unit or '—'} |" in otlp, key
 
 

@@ -37,7 +37,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         accepted = rec._acc_np[idxs, :sizes[0]].reshape(-1)
     else:
         parts, at = [], 0
-        for (idx, b, _, m), lite in zip(ready, lites):
+        for (idx, b, _, _m), lite in zip(ready, lites):
             if lite is not None:
                 parts.append(rec._acc_np[idx, :b])
             else:

@@ -41,8 +41,7 @@ UNSEEN_AFTER = 4
 def _rejection_sampling() -> bool:
     for where in ("sglang.srt.runtime_context", "sglang.srt.server_args"):
         try:
-            get_spec = getattr(sys.modules.get(where) or __import__(where, fromlist=["_"]),
-                               "get_spec")
+            get_spec = (sys.modules.get(where) or __import__(where, fromlist=["_"])).get_spec
             return bool(get_spec().speculative_use_rejection_sampling)
         except Exception:
             continue
@@ -219,7 +218,7 @@ def _watch_workers(watch: _Watch, lazy: Any, make_default: Any) -> list[str]:
             return _original(self, *args, **kwargs)
 
         on_verify_complete_cpu._specscope = True
-        setattr(cls, "on_verify_complete_cpu", on_verify_complete_cpu)
+        cls.on_verify_complete_cpu = on_verify_complete_cpu
         done.append(f"{module_name}.{cls_name}.on_verify_complete_cpu")
     return done
 
