@@ -42,7 +42,7 @@ PHOENIX_VERSION := 20.26.1
 PHOENIX_VENV    ?= .venv-phoenix
 PHOENIX_STAMP   := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 
-.PHONY: demo test test-sweeps test-fast bench soak client-check clean docs vllm-env llamacpp-env phoenix-env sglang-env
+.PHONY: demo lint test test-sweeps test-fast bench soak client-check clean docs vllm-env llamacpp-env phoenix-env sglang-env
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -109,7 +109,13 @@ phoenix-env: $(PHOENIX_STAMP)
 demo: $(STAMP) $(if $(findstring vllm,$(DEMO_ARGS)),$(VLLM_STAMP))
 	$(PY) -m specscope demo $(DEMO_ARGS)
 
-test: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(PHOENIX_STAMP) $(SGLANG_STAMP)
+# ruff (pyflakes, bugbear) over the whole tree, then mypy over the package (settings in
+# pyproject.toml; its cache in .mypy_cache): seconds, so `make test` runs it first
+lint: $(STAMP)
+	$(PY) -m ruff check
+	$(PY) -m mypy
+
+test: lint $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(PHOENIX_STAMP) $(SGLANG_STAMP)
 	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python SPECSCOPE_LLAMACPP_PYTHON=$(LLAMACPP_VENV)/bin/python \
 	  SPECSCOPE_PHOENIX=$(PHOENIX_VENV)/bin/phoenix SPECSCOPE_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python \
 	  $(PY) -m pytest -q -m "not sweeps"
@@ -141,4 +147,4 @@ bench: $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(SGLANG_STAMP)
 	  SPECSCOPE_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python $(PY) -m benchmarks.run --out BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) $(AIPERF_VENV) $(VLLM_VENV) $(LLAMACPP_VENV) $(PHOENIX_VENV) $(SGLANG_VENV) demo demo-trace.jsonl .pytest_cache test-artifacts site
+	rm -rf $(VENV) $(AIPERF_VENV) $(VLLM_VENV) $(LLAMACPP_VENV) $(PHOENIX_VENV) $(SGLANG_VENV) demo demo-trace.jsonl .pytest_cache .mypy_cache .ruff_cache test-artifacts site

@@ -243,6 +243,6 @@ def _llamacpp_rounds(rounds: int) -> list[Row]:
                              deadline_s=300, seed=1000 * i)
         out.append(_clean_rounds(
             f"llama.cpp build 11434, SmolLM2, speculation {spec}, all four classes",
-            lambda: LlamaCppServer(model=gguf, draft=gguf if spec != "none" else None, k=3,
-                                   binary=binary, spec_type=spec), rounds, plan))
+            lambda spec=spec: LlamaCppServer(model=gguf, draft=gguf if spec != "none" else None,
+                                             k=3, binary=binary, spec_type=spec), rounds, plan))
     return out

@@ -96,7 +96,7 @@ def bench_vllm(reps: int) -> list[Row]:
         try:
             for srv in servers.values():
                 srv.start()
-            for mode, srv in servers.items():  # warm-up
+            for srv in servers.values():  # warm-up
                 drive(srv.url, str(target), prompts[:4], max_tokens=8)
             order = list(servers)
             for i in range(max(4, reps)):

@@ -186,6 +186,7 @@ def _record_steps(records: list[schema.VerifyStepRecord], pd: Any) -> Any:
     frames = []
     for c in VerifyColumns.from_records(records, detail=True):
         names = list(c.mode_names)
+        assert c.request_ids is not None  # detail=True
         frames.append(pd.DataFrame({
             "run_id": c.run_id, "config_id": c.config_id, "rank": c.rank, "step": c.step,
             "t_ns": c.t_ns, "batch_size": c.batch_size, "request_id": c.request_ids.tolist(),

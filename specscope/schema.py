@@ -260,7 +260,7 @@ class EvalRecord:
     request_id: str
     prompt_id: str = ""
     exact_match: bool | None = None  #: output equals target-only greedy output (greedy runs)
-    repetition_loop: bool = False  #: n-gram repetition above threshold
+    repetition_loop: bool | None = False  #: n-gram repetition above threshold
     invalid: bool | None = None  #: output does not fit the prompt's expected answer format
     correct: bool | None = None  #: output matches the prompt's expected answer
 
@@ -489,7 +489,7 @@ def _entry(data: Mapping[str, Any]) -> VerifyEntry:
     unknown = set(data) - names
     if unknown:
         raise SchemaError(f"verify entry has unknown fields: {', '.join(sorted(unknown))}")
-    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    kwargs: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
     try:
         return VerifyEntry(**kwargs)
     except TypeError as exc:

@@ -210,10 +210,12 @@ def _records(ep: Endpoint, page: str, t_ns: int, log) -> list[Any]:
     if full:
         seen = {engines.BY_FAMILY[x.name].engine for x in samples}
         ep.families = tuple(f for f in engines.FAMILIES if engines.BY_FAMILY[f].engine in seen)
-    found = ep.series.feed([(x.name, x.labels, x.value) for x in samples], t_ns)
-    found += ep.series.drain_samples()  # engine gauges, beside their label set's counters
+    series = ep.series
+    assert series is not None  # made at the endpoint's first scrape
+    found: list[tuple[tuple, Any]] = series.feed([(x.name, x.labels, x.value) for x in samples], t_ns)
+    found += series.drain_samples()  # engine gauges, beside their label set's counters
     out: list[Any] = []
-    if ep.series.engine != "prometheus":
+    if series.engine != "prometheus":
         ep.mapped = True
     elif ep.scrapes == 1:
         print(f"scrape {ep.url}: no spec-decode family this version reads (vllm:spec_decode_*, "
@@ -225,12 +227,12 @@ def _records(ep: Endpoint, page: str, t_ns: int, log) -> list[Any]:
         rid = names[key]
         if key not in ep.runs:
             ep.runs[key] = rid
-            labels = {"endpoint": ep.url, **ep.series.config, **ep.labels}
+            labels = {"endpoint": ep.url, **series.config, **ep.labels}
             if rid != ep.name:
                 labels["label_set"] = rid[len(ep.name) + 1:]
-            out.append(run_record(rid, ep.series.engine, "prometheus-scrape", ep.url,
-                                  num_steps=ep.series.k_seen, labels=labels,
-                                  model=engines.where(engines.BY_NAME[ep.series.engine],
+            out.append(run_record(rid, series.engine, "prometheus-scrape", ep.url,
+                                  num_steps=series.k_seen, labels=labels,
+                                  model=engines.where(engines.BY_NAME[series.engine],
                                                       dict(key))[0] or _url_model(ep.url)))
         out.append(dataclasses.replace(rec, run_id=ep.runs[key]))
     return out

@@ -87,7 +87,7 @@ def test_generated_references_name_every_metric_command_and_attribute():
     cli = gen.cli_page()
     assert all(f"## {c}\n" in cli for c in _commands()) and "examples:" in cli
     otlp = gen.otlp_page()
-    for key, (unit, meaning) in ATTRIBUTES.items():
+    for key, (unit, _meaning) in ATTRIBUTES.items():
         assert f"| `{key}` | {unit or '—'} |" in otlp, key
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from .otlp import add_otlp_flags, otlp_sink, report_otlp
 
@@ -34,7 +34,8 @@ def _cmd_record(args: argparse.Namespace) -> int:
                         stats_every=args.stats_every, reference=not args.no_reference,
                         categories=tuple(c for c in args.categories.split(",") if c))
     pair = load_pair(args.model, args.draft, seed=args.seed)
-    sinks, server, otlp = [], None, otlp_sink(args)
+    sinks: list[Any] = []
+    server, otlp = None, otlp_sink(args)
     if args.collector:
         from ..io.transport import ZmqSink
 

@@ -11,6 +11,7 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
     if sum(bool(x) for x in (args.trace, args.live, args.prometheus)) != 1:
         raise ValueError("give trace files/directories, or --live URL, or --prometheus URL")
+    source: MetricsSource | TraceSource
     if args.live:
         source = MetricsSource(args.live)
     elif args.prometheus:

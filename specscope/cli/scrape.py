@@ -6,6 +6,7 @@ import argparse
 import signal
 import sys
 import threading
+from typing import Any
 
 
 def _cmd_scrape(args: argparse.Namespace) -> int:
@@ -25,7 +26,7 @@ def _cmd_scrape(args: argparse.Namespace) -> int:
                                        AcceptanceRegressionDetector)
     from ..collector.service import Collector
 
-    detectors = DEFAULT_DETECTORS
+    detectors: tuple[Any, ...] = DEFAULT_DETECTORS
     if args.baseline:
         try:
             name, base = baseline_stats(args.baseline, args.baseline_run)

@@ -152,14 +152,16 @@ class SpeculativeDecoder:
         for r in reqs:
             truncating = r.top_p < 1.0 or r.top_k > 0
             if r.temperature <= 0:
-                codes.append(0), used.append(schema.GREEDY)
+                code, mode = 0, schema.GREEDY
             elif truncating and not self.cfg.renorm_kernels:
-                codes.append(0), used.append(schema.FALLBACK_ARGMAX)
+                code, mode = 0, schema.FALLBACK_ARGMAX
             elif self.cfg.fault == "silent_greedy" or (  # argmax, while reporting the sampler
                     self.cfg.fault == "silent_greedy_batch_gt2" and len(reqs) > 2):
-                codes.append(0), used.append(self.cfg.verify_mode)
+                code, mode = 0, self.cfg.verify_mode
             else:
-                codes.append(configured), used.append(self.cfg.verify_mode)
+                code, mode = configured, self.cfg.verify_mode
+            codes.append(code)
+            used.append(mode)
         return codes, used
 
     @staticmethod

@@ -28,7 +28,7 @@ _OWNERS = ("Ada", "Bruno", "Chiara", "Dmitri", "Elif", "Farid", "Greta", "Hiro",
 
 def _entries(rng: random.Random, n: int) -> list[dict[str, Any]]:
     seen: set[tuple[str, str]] = set()
-    out = []
+    out: list[dict[str, Any]] = []
     while len(out) < n:
         shop, street = rng.choice(_SHOPS), rng.choice(_STREETS)
         if (shop, street) in seen and len(seen) < len(_SHOPS) * len(_STREETS):

@@ -81,7 +81,7 @@ class AdaptivePolicy(FixedPolicy):
         self._plan: list[tuple[int, str]] = [(k_max, f"start at the configured k {k_max}"),
                                               (0, "probe: target-only step time")]
         self._left = window  #: steps left at the current k before the next decision
-        self._k = None
+        self._k: int | None = None  #: None until the first choice
         self._off_steps = 0
         self._last_spec_k = k_max
         self._probing = False  #: a re-probe (while off) is running
@@ -115,7 +115,8 @@ class AdaptivePolicy(FixedPolicy):
             return None
         total, reach = 1.0, 1.0
         for p in range(k):
-            reach *= rates[p] if rates[p] is not None else known[-1]
+            rate = rates[p]
+            reach *= rate if rate is not None else known[-1]
             total += reach
         return total
 
@@ -159,6 +160,7 @@ class AdaptivePolicy(FixedPolicy):
             self._left = self.probe if self._in_probe else self.window
             self._changed = k != self._k
             self._k = k
+        assert self._k is not None  # the plan's first entry set it
         self._left -= 1
         if self._k == 0:
             self._off_steps += 1
@@ -170,6 +172,7 @@ class AdaptivePolicy(FixedPolicy):
     def _next(self) -> tuple[int, str]:
         if self._plan:
             return self._plan.pop(0)
+        assert self._k is not None  # the plan's first entry set it
         if self._k and self.seconds_per_step(0) is None:
             return 0, f"probe: target-only step time at batch size class {self._b}"
         if self._k == 0 and self._off_steps >= self._wait:
@@ -187,15 +190,16 @@ class AdaptivePolicy(FixedPolicy):
         known = {k: s for k, s in speeds.items() if s is not None}
         if not known or self._k not in known:
             return self._k, ""
-        best = max(known, key=known.get)
+        best = max(known, key=known.__getitem__)
         if best != self._k and known[best] < known[self._k] * (1 + self.hysteresis):
             best = self._k  # not worth a switch
         rivals = [k for k in known if k != best]
         if not rivals or (best == self._k and not self._in_probe):
             return self._k, ""  # nothing to say: no switch, no probe just ended
-        rival = max(rivals, key=known.get)
+        rival = max(rivals, key=known.__getitem__)
         e, t, e1, t1 = (self.tokens_per_step(best), self.seconds_per_step(best),
                         self.tokens_per_step(rival), self.seconds_per_step(rival))
+        assert e is not None and t is not None and e1 is not None and t1 is not None  # both known
         verdict = ("speculation off" if best == 0 else f"k {best}") + (
             " (kept)" if best == self._k else "")
         return best, (f"k {best}: {e:.2f} tokens/step in {t * 1e3:.1f} ms/row vs k {rival}: {e1:.2f} in "

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -190,7 +190,7 @@ def eval_records(run_id: str, pair: ModelPair, outs: list[Output], prompts: dict
 
 
 def run_workload(pair: ModelPair, cfg: SpecConfig, spec: WorkloadSpec, out_path: str | Path,
-                 *, progress: bool = True, run_id: str = "", sinks: list[Any] = ()) -> Path:
+                 *, progress: bool = True, run_id: str = "", sinks: Sequence[Any] = ()) -> Path:
     """Decode the workload with hooks on and write the trace (with the reference run).
 
     ``sinks`` also receive every record (an in-process Collector, a ZmqSink, ...).

@@ -70,7 +70,7 @@ class MetricsServer:
                     self.end_headers()
                     self.wfile.write(body)
                 except DISCONNECTS:
-                    self.server.disconnects += 1
+                    self.server.disconnects += 1  # type: ignore[attr-defined]  # a _Server
                     self.close_connection = True
 
             def log_message(self, *args: Any) -> None:
@@ -95,7 +95,7 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
-        host = self.httpd.server_address[0]
+        host = str(self.httpd.server_address[0])  # an IPv4/IPv6 server's: a str
         return f"{self.scheme}://{host}:{self.port}/metrics"
 
     def start(self) -> "MetricsServer":

@@ -37,7 +37,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         accepted = rec._acc_np[idxs, :sizes[0]].reshape(-1)
     else:
         parts, at = [], 0
-        for (idx, b, _, m), lite in zip(ready, lites):
+        for (idx, b, _, _m), lite in zip(ready, lites):
             if lite is not None:
                 parts.append(rec._acc_np[idx, :b])
             else:
@@ -72,6 +72,12 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
     flags = np.repeat(step_flags, sizes)
     truth = (flags & _HAS_TRUTH) != 0
     base = _stats.COL_NUM_VERIFIED
+    hist: np.ndarray | None
+    verified: np.ndarray | None
+    top1: np.ndarray | None
+    expected: np.ndarray | None
+    var: np.ndarray | None
+    mismatches: np.ndarray
     if full_rows:
         stats = np.zeros((n, _stats.ROW_WIDTH - base), dtype=np.float32)
         for (start, b), rows in zip(full_at, full_rows):
@@ -88,7 +94,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         mismatches = np.flatnonzero(margin > 0)
     else:  # no statistics in this drain
         hist = verified = top1 = expected = var = None
-        mismatches = ()
+        mismatches = np.empty(0, dtype=np.intp)
     ids = list(itertools.chain.from_iterable(m[2] for m in metas))
     cols = VerifyColumns(
         run_id=rec.run.run_id, config_id=rec.run.config_id, rank=rec.rank, node=rec.node,
@@ -108,6 +114,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
     if reasons:
         cols.depth_reasons = reasons
     if len(mismatches):
+        assert verified is not None and top1 is not None  # mismatches come with statistics
         seq = np.repeat(np.arange(len(metas)), sizes)
         for i in mismatches.tolist():
             m = metas[seq[i]]

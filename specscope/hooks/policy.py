@@ -12,7 +12,7 @@ question per step.
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from ..exact import (ALPHA, INCONCLUSIVE, PASS_ALPHA, decide_rate, positions_to_
 SAMPLED, TOP_P, TOP_K = 1, 2, 4
 #: drafted positions after which a draft-probability check is decided (the half-precision
 #: ceiling's sample, ``exact.positions_to_detect(0.75)``)
-DRAFT_POSITIONS = positions_to_detect(0.75)
+DRAFT_POSITIONS = cast(int, positions_to_detect(0.75))  # an int: 0.75 < 1
 DRAFT = -1  #: the draft-health "class"
 
 
@@ -135,6 +135,7 @@ class UntilDecided:
             if draft_positions:
                 self.totals.setdefault(DRAFT, [0, 0, 0.0])[0] += draft_positions
             if num_verified is not None and len(num_verified):
+                assert num_top1 is not None and expected_top1 is not None  # given together
                 code = class_codes(temperature, top_p, top_k)
                 for c in np.unique(code[num_verified > 0]).tolist():
                     rows = (code == c) & (num_verified > 0)

@@ -22,7 +22,7 @@ class _Phase:
         self.timer = timer
         self.name = name
         self.step = step
-        self.range = None
+        self.range: Any = None
 
     def __enter__(self) -> "_Phase":
         if self.timer.annotate:  # a named range for torch.profiler (Kineto user_annotation)

@@ -150,7 +150,7 @@ def _specscope(path: Path, run_id: str) -> ImportResult:
     return res
 
 
-PARSERS: dict[str, Callable[[Path, str], ImportResult]] = {
+PARSERS: dict[str, Callable[..., ImportResult]] = {  # streaming ones also take emit=
     "vllm-log": vllm_log.parse,
     "sglang-log": sglang_log.parse,
     "prometheus-text": promtext.parse,

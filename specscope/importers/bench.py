@@ -164,8 +164,9 @@ def parse_console(path: str | os.PathLike, run_id: str) -> ImportResult:
             metrics[f"{metric}_ms_{STATS.get(stat.lower(), stat.lower())}"] = float(value)
         for pos, value in POSITION.findall(block):
             metrics[f"per_position_acceptance_{int(pos)}"] = float(value) / 100
-        if metrics.get("acceptance_rate") is not None:
-            metrics["acceptance_rate"] = metrics["acceptance_rate"] / 100
+        rate = metrics.get("acceptance_rate")
+        if rate is not None:
+            metrics["acceptance_rate"] = rate / 100
         rid = run_id if len(blocks) == 1 else f"{run_id}#{i}"
         res.add(run_record(rid, source.split("-")[0], "bench-console", path))
         res.add(schema.BenchmarkRecord(run_id=rid, source=source, metrics=metrics))
@@ -225,7 +226,7 @@ def parse_aiperf(path: str | os.PathLike, run_id: str) -> ImportResult:
             run_id=run_id, t_ns=0, num_drafts=steps, draft_tokens=drafted, accepted_tokens=accepted,
             reported_mean_acceptance_length=metrics.get("acceptance_length"),
             reported_acceptance_rate=metrics.get("acceptance_rate"), source="aiperf"))
-        if steps:
+        if steps and accepted is not None:
             res.identity("token-weighted acceptance length = 1 + accepted / steps",
                          metrics.get("acceptance_length"), 1 + accepted / steps, file=str(path), tol=1e-3)
         res.trap("aiperf-request-mean", "AIPerf's spec_decode_acceptance_length is the mean of "

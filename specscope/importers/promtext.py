@@ -15,6 +15,7 @@ import dataclasses
 import math
 import os
 from collections import defaultdict
+from typing import Mapping
 
 from .. import schema
 from ..io.promtext import ExpositionError, Parser
@@ -210,7 +211,7 @@ class Series:
                     run_id=self.run_id, rank=rec.rank, t_ns=t_ns, values=dict(cur["s"]), source=m.source)))
         return out
 
-    def _info(self, gives: dict[str, str], labels: dict[str, str]) -> None:
+    def _info(self, gives: Mapping[str, str], labels: dict[str, str]) -> None:
         for label, what in gives.items():
             value = labels.get(label, "")
             if what == "num_steps":
@@ -257,7 +258,7 @@ def _parse(path: str | os.PathLike, run_id: str) -> _Parsed:
     for snap in _snapshots(path, res):
         for key, rec in series.feed(snap["samples"], snap["t"]):
             by_key[key].append(rec)
-        for key, rec in series.drain_samples():
-            by_key[key].append(rec)
+        for key, sample in series.drain_samples():
+            by_key[key].append(sample)
     return _Parsed(res.problems, res.lines_read, by_key, set(by_key), series.engine, series.k_seen,
                    series.config)

@@ -22,6 +22,7 @@ import datetime as _dt
 import functools
 import os
 import re
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +70,7 @@ def _drafted_per_step(settings: dict[str, int]) -> int | None:
     return settings["speculative_num_draft_tokens"] - 1
 
 
-def _counts(values: dict[str, float], drafted: int | None) -> dict[str, int | None]:
+def _counts(values: dict[str, float], drafted: int | None) -> dict[str, Any]:
     running, length = values.get("running_req"), values.get("accept_len")
     if drafted is None or running is None or length is None or not 0 < running < EXACT_BELOW:
         return {}

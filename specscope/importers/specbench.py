@@ -24,7 +24,9 @@ def sniff(obj: object) -> bool:
     if not isinstance(obj, dict) or "question_id" not in obj:
         return False
     choices = obj.get("choices")
-    return bool(choices) and isinstance(choices[0], dict) and "decoding_steps" in choices[0]
+    if not choices:
+        return False
+    return isinstance(choices[0], dict) and "decoding_steps" in choices[0]
 
 
 def parse(path: str | os.PathLike, run_id: str) -> ImportResult:

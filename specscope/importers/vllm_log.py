@@ -268,7 +268,7 @@ class _Reader:
                          "matching draft token, also after a rejection (not a prefix count): "
                          "committed tokens come from 'Number of emitted tokens'; V0's own "
                          "acceptance rate is kept as the engine's figure")
-                self.v0_prev[rank] = tuple(int(mv.group(i)) for i in (4, 5, 6))
+                self.v0_prev[rank] = (int(mv.group(4)), int(mv.group(5)), int(mv.group(6)))
                 self.k_seen = max(self.k_seen, int(mv.group(3)))
             elif "SpecDecodeWorker stage times" in body:
                 res.extend(_stages(body, run_id, rank, t_ns))
@@ -390,8 +390,10 @@ STAGE_PHASE = {"average_time_per_proposal_tok_ms": "draft_per_token",
 
 
 def _stages(body: str, run_id: str, rank: int, t_ns: int) -> list[schema.PhaseRecord]:
-    out = []
-    for key, value in re.findall(r"(\w+)=([\d.]+)", STAGES.search(body).group(1)):
+    out: list[schema.PhaseRecord] = []
+    found = STAGES.search(body)
+    assert found is not None  # the caller saw "SpecDecodeWorker stage times" in it
+    for key, value in re.findall(r"(\w+)=([\d.]+)", found.group(1)):
         out.append(schema.PhaseRecord(run_id=run_id, rank=rank, step=-1,
                                       phase=STAGE_PHASE.get(key, key), device="",
                                       t_start_ns=t_ns, duration_ns=int(float(value) * 1e6),

@@ -142,8 +142,8 @@ class VerifyColumns:
         if self.step_sizes is None:
             return self
         sizes = self.step_sizes
-        expanded = {name: np.repeat(getattr(self, name), sizes) for name in STEP_ARRAYS
-                    if getattr(self, name) is not None}
+        expanded: dict[str, Any] = {name: np.repeat(getattr(self, name), sizes)
+                                    for name in STEP_ARRAYS if getattr(self, name) is not None}
         return dataclasses.replace(self, step_sizes=None, **expanded)
 
     @classmethod
@@ -222,7 +222,11 @@ class VerifyColumns:
         n = len(self)
         if not n:
             return []
-        ids = self.request_ids.tolist()
+        seq, request_ids = self.seq, self.request_ids
+        step, batch_size, draft_depth = self.step, self.batch_size, self.draft_depth
+        assert seq is not None and request_ids is not None  # has_detail
+        assert step is not None and batch_size is not None and draft_depth is not None  # with seq
+        ids = request_ids.tolist()
         names = self.mode_names
         zeros = [0] * n
         cols = [a.tolist() if a is not None else zeros
@@ -231,7 +235,6 @@ class VerifyColumns:
                           self.num_top1, self.expected_top1, self.var_top1,
                           self.temperature, self.top_p, self.top_k, self.flags)]
         hist = self.draft_hist.tolist() if self.draft_hist is not None else None
-        seq = self.seq
         bounds = np.flatnonzero(np.diff(seq)) + 1
         starts = [0] + bounds.tolist()
         ends = bounds.tolist() + [n]
@@ -253,11 +256,11 @@ class VerifyColumns:
                     var_top1=cols[8][i] if truth else 0.0,
                     draft_top1_hist=tuple(hist[i]) if hist is not None and flags & HAS_HIST
                     else ()))
-            depth = int(self.draft_depth[s])
+            depth = int(draft_depth[s])
             out.append(schema.VerifyStepRecord(
                 run_id=self.run_id, config_id=self.config_id, rank=self.rank, node=self.node,
-                step=int(self.step[s]), t_ns=int(self.t_ns[s]),
-                batch_size=int(self.batch_size[s]), entries=tuple(entries),
+                step=int(step[s]), t_ns=int(self.t_ns[s]),
+                batch_size=int(batch_size[s]), entries=tuple(entries),
                 draft_depth=None if depth < 0 else depth,
                 depth_reason=reasons.get(int(seq[s]), "")))
         return out
@@ -266,8 +269,8 @@ class VerifyColumns:
         """The entries where ``mask`` holds (aggregation fields only; num_steps unknown = 0)."""
         if self.step_sizes is not None:
             return self.per_entry().select(mask)
-        arrays = {name: None if getattr(self, name) is None else getattr(self, name)[mask]
-                  for name in AGGREGATE_ARRAYS}
+        arrays: dict[str, Any] = {name: None if getattr(self, name) is None
+                                  else getattr(self, name)[mask] for name in AGGREGATE_ARRAYS}
         return VerifyColumns(run_id=self.run_id, config_id=self.config_id, rank=self.rank,
                              node=self.node, num_steps=0, mode_names=self.mode_names, **arrays)
 

@@ -327,7 +327,7 @@ class OtlpSink:
 
 
 def _resource(run_id: str, run: schema.RunRecord | None, service: str) -> dict[str, Any]:
-    attrs = {"service.name": service, "specscope.run_id": run_id}
+    attrs: dict[str, str | None] = {"service.name": service, "specscope.run_id": run_id}
     if run is not None:
         attrs.update({"specscope.engine": run.engine or None, "specscope.engine_version":
                       run.engine_version or None, "specscope.model": run.model,

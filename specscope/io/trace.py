@@ -129,7 +129,7 @@ def open_writer(path: str | os.PathLike, **options: Any) -> Any:
     return TraceWriter(path)  # JSONL is flushed per batch already: nothing to roll
 
 
-def write_trace(path: str | os.PathLike, records: Iterable[Any]) -> Path:
+def write_trace(path: str | os.PathLike, records: Iterable[Any]) -> str | Path:
     """Write records to a new trace in one go: Parquet for ``.parquet``, JSONL otherwise."""
     if is_parquet_path(path):
         from .parquet import write_parquet
@@ -225,7 +225,7 @@ def read_trace(paths: str | os.PathLike | Sequence[str | os.PathLike], where: An
 
 
 def compact(paths: str | os.PathLike | Sequence[str | os.PathLike],
-            out_dir: str | os.PathLike, where: Any = None) -> Path:
+            out_dir: str | os.PathLike, where: Any = None) -> str | Path:
     """Compact traces (JSONL or Parquet; ``where`` selects) into a Parquet store."""
     from .parquet import write_parquet
 

@@ -75,7 +75,8 @@ def messages(items: Sequence[Any], pid: int | None = None) -> list[tuple[bytes, 
             chunks.extend(_chunks(c))
     out = []
     first = True
-    for c in chunks or [None]:
+    todo: list[VerifyColumns | None] = list(chunks) or [None]  # records alone: one message
+    for c in todo:
         header: dict[str, Any] = {"v": WIRE_VERSION, "pid": pid, "records": records if first else []}
         buffers: list[bytes] = []
         if c is not None:
@@ -93,17 +94,16 @@ def _chunks(c: VerifyColumns) -> list[VerifyColumns]:
     out = []
     for start in range(0, n, MAX_ENTRIES):
         sl = slice(start, start + MAX_ENTRIES)
+        arrays: dict[str, Any] = {a: (None if getattr(c, a) is None else getattr(c, a)[sl])
+                                  for a in (*AGGREGATE_ARRAYS, *DETAIL_ARRAYS)}
         part = VerifyColumns(
             run_id=c.run_id, config_id=c.config_id, rank=c.rank, node=c.node, num_steps=0,
-            mode_names=c.mode_names,
-            **{a: (None if getattr(c, a) is None else getattr(c, a)[sl])
-               for a in AGGREGATE_ARRAYS},
-            **{a: (None if getattr(c, a) is None else getattr(c, a)[sl]) for a in DETAIL_ARRAYS})
+            mode_names=c.mode_names, **arrays)
         if c.request_ids is not None:
             part.request_ids = Strings.of(c.request_ids.tolist()[sl])
         if c.depth_reasons:
             part.depth_reasons = dict(c.depth_reasons)
-        if c.seq is not None:
+        if part.seq is not None:
             part.num_steps = int(np.count_nonzero(np.diff(part.seq))) + 1
         out.append(part)
     if c.seq is None:  # aggregates only: keep the step count on the first chunk
@@ -122,7 +122,7 @@ def _column_header(c: VerifyColumns, buffers: list) -> dict[str, Any]:
         bool((flags & HAS_TRUTH).any()) if flags is not None else bool(c.num_verified.any()))
     has_hist = c.draft_hist is not None and (
         bool((flags & HAS_HIST).any()) if flags is not None else bool(c.draft_hist.any()))
-    starts = None
+    starts: slice | np.ndarray | None = None
     if c.step_sizes is not None:
         starts = slice(None)  # already one value per step
         sizes = np.ascontiguousarray(c.step_sizes, dtype=WIRE_DTYPES["step_sizes"])
@@ -178,7 +178,9 @@ def _json_messages(items: Sequence[Any], pid: int | None) -> list[tuple[bytes, i
     from .columns import expand
 
     pid = os.getpid() if pid is None else pid
-    messages, batch, entries, count = [], [], 0, 0
+    messages: list[tuple[list[dict[str, Any]], int]] = []
+    batch: list[dict[str, Any]] = []
+    entries, count = 0, 0
     for r in expand(items):
         n = len(r.entries) if isinstance(r, schema.VerifyStepRecord) else 1
         if batch and entries + n > JSON_ENTRIES:
@@ -215,7 +217,7 @@ def _decode_json(msg: bytes) -> tuple[int, list[Any], int]:
         raise WireError("malformed")
     if data.get("v") not in JSON_VERSIONS:
         raise WireError("version")
-    pid = data.get("pid") if isinstance(data.get("pid"), int) else 0
+    pid = data["pid"] if isinstance(data.get("pid"), int) else 0
     records, skipped = _records(data["records"])
     return pid, records, skipped
 
@@ -246,7 +248,7 @@ def _decode_columnar(msg: memoryview) -> tuple[int, list[Any], int]:
     if header.get("v") != WIRE_VERSION:
         raise WireError("version")
     payload = msg[start:]
-    pid = header.get("pid") if isinstance(header.get("pid"), int) else 0
+    pid = header["pid"] if isinstance(header.get("pid"), int) else 0
     items = header.get("records", [])
     columns = header.get("columns", [])
     if not isinstance(items, list) or not isinstance(columns, list):

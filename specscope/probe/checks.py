@@ -74,7 +74,9 @@ class Position:
     @property
     def margin(self) -> float:
         """The top-1 log-probability minus the committed token's (nats; 0 for the top-1)."""
-        return max(0.0, self.top[0][1] - self.logprob) if self.known else 0.0
+        if self.logprob is None or not self.top:  # not known
+            return 0.0
+        return max(0.0, self.top[0][1] - self.logprob)
 
 
 @dataclass
@@ -188,6 +190,7 @@ def temperature_check(positions: Sequence[Position], sem: Semantics, *, label: s
         ev["positions_needed"] = None
         ev["reason"] = "no position with log-probabilities"
         return Assessment(check, INCONCLUSIVE, ev)
+    assert exp is not None  # n > 0
     d = decide_rate(k, n, exp, exp + min_excess, alpha=alpha)
     ev.update(p_value=d.p_fail, positions_needed=None if d.need is None else n + d.need,
               **rate_evidence(d), rules_out_excess=min_excess,
@@ -229,6 +232,7 @@ def mass_above(p: Position, sem: Semantics, margin: float = 0.0) -> float | None
     ``margin`` (nats, the dtype's tie margin): the engine's logits may differ from the returned
     log-probabilities by that much between any two tokens, so a token ranks above only by more
     than it, and the mass above is taken with every token above it ``margin`` lower."""
+    assert p.logprob is not None  # a known position
     above = [lp for tok, lp in p.top if lp > p.logprob + max(SLACK, margin) and tok != p.token]
     if not above:
         return None
@@ -254,6 +258,7 @@ def truncation_check(positions: Sequence[Position], sem: Semantics, *, label: st
     known = [p for p in positions if p.known and (p.top_p < 1.0 or p.top_k > 0)]
     outside: list[tuple[Position, str]] = []
     for p in known:
+        assert p.logprob is not None  # known
         if p.top_k > 0:
             above = sum(1 for tok, lp in p.top
                         if lp > p.logprob + max(SLACK, margin) and tok != p.token)

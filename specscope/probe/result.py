@@ -42,8 +42,8 @@ class ProbeResult:
     def acceptance(self) -> dict[str, Any]:
         """The engine's own per-request counts, pooled: drafted, accepted, their rate."""
         known = [a for a in self.answers if a.drafted is not None and a.accepted is not None]
-        drafted = sum(a.drafted for a in known)
-        accepted = sum(a.accepted for a in known)
+        drafted = sum(a.drafted or 0 for a in known)
+        accepted = sum(a.accepted or 0 for a in known)
         return {"requests": len(known), "drafted": drafted if known else None,
                 "accepted": accepted if known else None,
                 "acceptance_rate": accepted / drafted if known and drafted else None}

@@ -157,7 +157,7 @@ def against_reference(reference: str, plan: ProbePlan, answers: list[Answer], dt
     """The greedy prompts sent to a target-only endpoint too, each pair compared as ``diverge``
     does (first divergence, the reference's top-2 margin there, tie-flip or structural)."""
     from .. import schema
-    from ..collector.diverge import TIE_MARGIN, diverge
+    from ..collector.diverge import TIE_MARGIN, DivergeResult, diverge
 
     engine, model = detect(reference, client=client)
     greedy = [(i, a) for i, a in enumerate(answers) if a.cls == "greedy" and a.response is not None]
@@ -186,8 +186,10 @@ def against_reference(reference: str, plan: ProbePlan, answers: list[Answer], dt
     mine = [run] + [request("probe", i, a, False) for i, a in greedy]
     refs = [request("reference", i, r, True) for (i, _), r in zip(greedy, ref_answers)
             if r.response is not None]
-    (res,) = diverge(mine, refs, dtype=kind) or [None]
-    summary = res.summary() if res is not None else {"verdict": "INCONCLUSIVE", "pairs": 0}
+    results: list[DivergeResult | None] = list(diverge(mine, refs, dtype=kind)) or [None]
+    (res,) = results
+    summary: dict[str, Any] = (res.summary() if res is not None
+                               else {"verdict": "INCONCLUSIVE", "pairs": 0})
     state = str(summary["verdict"]).lower()
     ev = {"mode_requested": "greedy", "reference": reference, "pairs": summary.get("pairs", 0),
           "identical": summary.get("identical"), "structural": summary.get("structural"),

@@ -128,7 +128,8 @@ def guard(check: Assessment, sel: Selection, sem: Semantics) -> Assessment:
     allowed = sum(p_max_bound(p, sem) for p in known) / len(known) if known else None
     target = None if allowed is None else allowed + ruled_out(check)
     verified = [v for _, v in sel.blind]
-    ev.update(verified_at_most=None if None in verified else sum(verified),
+    at_most = None if None in verified else sum(v for v in verified if v is not None)
+    ev.update(verified_at_most=at_most,
               confined_fault_top1_rate=share, ruled_out_top1_rate=target,
               why_unplaced=sel.why_blind)
     if check.state == FAIL or (share is not None and target is not None and share >= target):
@@ -138,7 +139,7 @@ def guard(check: Assessment, sel: Selection, sem: Semantics) -> Assessment:
                "verify produced could sit at any few of them")
     else:
         why = (f"which tokens verify produced is unknown ({'; '.join(sel.why_blind) or 'no roles'});"
-               f" a fault confined to them (at most {sum(verified)} of {len(known)}) is sure to "
+               f" a fault confined to them (at most {at_most} of {len(known)}) is sure to "
                f"give a top-1 share of only {share:.3f}, short of the {target:.3f} this check "
                "can rule out")
     ev["reason"] = why

@@ -193,12 +193,14 @@ class _Stream:
         try:
             async for ev in self._events(events, http):
                 if ev.kind == "tokens":
+                    assert ev.tokens is not None  # a tokens event carries them
                     self.n_out += len(ev.tokens)
                     text = self.detok.push(ev.tokens)
                     if text or first:
                         yield data(self._chunk(text, None, first))
                         first = False
                 elif ev.kind == "done":
+                    assert ev.output is not None  # a done event carries the output
                     tail = self.detok.push([], final=True)
                     yield data(self._chunk(tail or (None if self.chat else ""),
                                            ev.output.finish_reason))
@@ -216,9 +218,11 @@ class _Stream:
         finish = None
         async for ev in self._events(events, http):
             if ev.kind == "tokens":
+                assert ev.tokens is not None  # a tokens event carries them
                 self.n_out += len(ev.tokens)
                 self.detok.ids.extend(ev.tokens)
             elif ev.kind == "done":
+                assert ev.output is not None  # a done event carries the output
                 finish = ev.output.finish_reason
             else:
                 return {"error": {"message": ev.error}}

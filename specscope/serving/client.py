@@ -91,9 +91,12 @@ async def _one(client: Any, url: str, model: str, answer: Answer, body: dict[str
                             if isinstance(t.get("logprob"), (int, float)) and t.get("token") != token]
                     best = max(alts, key=lambda t: t["logprob"], default=None)
                     mine = it.get("logprob")
-                    known = best is not None and isinstance(mine, (int, float))
-                    answer.margins.append(mine - best["logprob"] if known else None)
-                    answer.seconds.append(best.get("token") if known else None)
+                    if best is not None and isinstance(mine, (int, float)):
+                        answer.margins.append(mine - best["logprob"])
+                        answer.seconds.append(best.get("token"))
+                    else:
+                        answer.margins.append(None)
+                        answer.seconds.append(None)
                 if c.get("finish_reason"):
                     answer.finish_reason = c["finish_reason"]
         answer.text = "".join(parts)
@@ -152,7 +155,8 @@ def request_record(a: Answer, run_id: str) -> schema.RequestRecord:
     # server may count an end-of-sequence token it does not stream (SGLang does)
     whole = bool(a.tokens) and (a.completion_tokens is None or
                                 len(a.tokens) in (a.completion_tokens, a.completion_tokens - 1))
-    margins = tuple(float(m) for m in a.margins) if whole and None not in a.margins else ()
+    margins = (tuple(float(m) for m in a.margins if m is not None)
+               if whole and None not in a.margins else ())
     drafted = a.timings.get("draft_n")
     accepted = a.timings.get("draft_n_accepted")
     return schema.RequestRecord(

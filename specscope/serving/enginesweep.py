@@ -93,8 +93,8 @@ def plan_engine(engine: str, specs: Iterable[str], temperatures: Iterable[float]
                  for vals in itertools.product(*(a.values for a in parsed))]
     lens = []
     for text in lengths:
-        i, _, o = text.partition(":")
-        lens.append((int(i or 0), int(o)))
+        inp, _, out = text.partition(":")
+        lens.append((int(inp or 0), int(out)))
     points = [EnginePoint(engine, s, f, float(t), int(c), i, o, int(k) if t > 0 else 0)
               for s, f, t, c, (i, o), k in itertools.product(sets, flag_sets, temperatures,
                                                             concurrencies, lens, top_ks)]
@@ -329,7 +329,7 @@ def _serve(todo: list[EnginePoint], out: Path, options: EngineOptions, *, reques
         figures.update(window_s=sum(w.wall_s), own_s=time.perf_counter() - t,
                        **({f"server_{k}": v for k, v in clock.items()} if i == 0 else {}))
         res = EnginePointResult(w.point, w.run_id, "ok" if ok else "failed", figures,
-                                "" if ok else failed.error)
+                                "" if ok or failed is None else failed.error)
         results.append(res)
         written(res)
     if failed is not None and not any(r.point == failed.point for r in results):
@@ -408,8 +408,8 @@ def _point_records(w: Window, engine_recs: list[Any], model: str, ok: bool, erro
         # pooled over the window, as the engine counted them (request-steps unknown)
         recs.append(schema.SpecCountsRecord(
             run_id=w.run_id, t_ns=w.t1, interval_s=(w.t1 - w.t0) / 1e9,
-            draft_tokens=sum(q.num_draft_tokens for q in known),
-            accepted_tokens=sum(q.num_accepted_tokens for q in known),
+            draft_tokens=sum(q.num_draft_tokens or 0 for q in known),
+            accepted_tokens=sum(q.num_accepted_tokens or 0 for q in known),
             source=f"{w.point.engine} responses' own counts, {len(known)} requests pooled"))
     if not ok:
         recs.append(_failed_anomaly(EnginePointResult(w.point, w.run_id, "failed", error=error)))

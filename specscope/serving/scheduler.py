@@ -33,7 +33,7 @@ class Event:
     error: str = ""
 
 
-Listener = Callable[[Event], None]
+Listener = Callable[[Event], object]  # what it returns is dropped
 
 
 class Scheduler:
@@ -54,7 +54,7 @@ class Scheduler:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="specscope-scheduler", daemon=True)
-        self.stats = collections.Counter()  #: steps, admitted, finished, cancelled, errors
+        self.stats: collections.Counter = collections.Counter()  #: steps, admitted, finished, cancelled, errors
         self.batch_sizes: collections.Counter = collections.Counter()  #: batch size -> steps
 
     def start(self) -> "Scheduler":

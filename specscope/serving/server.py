@@ -104,7 +104,7 @@ def serve_engine(opts: EngineOptions, *, host: str = "127.0.0.1", port: int = 80
         print(f"serving {engine.served.model} ({opts.config.config_id}) at {url}/v1 ; "
               f"metrics at {url}/metrics ; run {engine.run_id}", flush=True)
 
-    server.startup = startup
+    server.startup = startup  # type: ignore[method-assign]  # uvicorn's hook: no other seam
     try:
         server.run()
     finally:

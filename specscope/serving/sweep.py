@@ -105,8 +105,8 @@ def plan(settings: Iterable[str], temperatures: Iterable[float], concurrencies: 
         sets.insert(0, Setting(0, 0, 0))
     lens = []
     for text in lengths:
-        i, _, o = text.partition(":")
-        lens.append((int(i or 0), int(o)))
+        inp, _, out = text.partition(":")
+        lens.append((int(inp or 0), int(out)))
     points = []
     for s, t, c, (i, o) in itertools.product(sets, temperatures, concurrencies, lens):
         f = faulted[0] if faulted and s == faulted[1] else ""

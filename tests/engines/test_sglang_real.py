@@ -268,8 +268,8 @@ def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
         "temperature honoured (temperature)"] == "fail", chat_verdict
 
 
-def test_ngram_as_shipped_is_hooked_and_caught(sglang_env, sglang_model, prompts,
-                                               tmp_path):  # noqa: F811
+def test_ngram_as_shipped_is_hooked_and_caught(sglang_env, sglang_model, prompts,  # noqa: F811
+                                               tmp_path):
     """NGRAM reaches the same verify through a name its worker bound at import: the adapter
     sees every step (the trace holds to SGLang's counts), and the same silent greedy FAILs."""
     srv = sglang_server(sglang_env, sglang_model, tmp_path / "ngram", "NGRAM")

@@ -32,7 +32,7 @@ def test_an_op_it_lacks_is_named(sk, capfd):
     with pytest.raises(ImportError, match="fused_qk_norm_rope_cpu"):
         from sgl_kernel import fused_qk_norm_rope_cpu  # noqa: F401
     with pytest.raises(AttributeError, match="not in the sgl_kernel CPU stand-in"):
-        sk.rotate_input_ids_cpu
+        sk.rotate_input_ids_cpu  # noqa: B018 (the attribute access is what raises)
     assert "missing op sgl_kernel.fused_qk_norm_rope_cpu" in capfd.readouterr().err
     assert "rotate_input_ids_cpu" in sk.MISSING
     assert not hasattr(torch.ops.sgl_kernel, "fused_qk_norm_cpu")  # SGLang probes with hasattr
@@ -152,7 +152,7 @@ def test_tree_links_from_a_mask_follow_the_parent_lists(sk):
 def test_greedy_verify_accepts_the_path_the_target_agrees_with(sk, parents):
     n = len(parents)
     g = torch.Generator().manual_seed(n)
-    for trial in range(20):
+    for _ in range(20):
         candidates = torch.randint(0, 3, (1, n), generator=g)
         target = torch.randint(0, 3, (1, n), generator=g)
         _, ri, nt, ns = _links(sk, [parents], [5])
@@ -172,7 +172,7 @@ def test_greedy_verify_accepts_the_path_the_target_agrees_with(sk, parents):
         assert int(accepted) == len(path) - 1
         assert accept_index[0, :len(path)].tolist() == path
         assert (accept_index[0, len(path):] == -1).all()
-        for i, node in enumerate(path):  # each committed token is the target's at its node
+        for node in path:  # each committed token is the target's at its node
             assert int(predicts[node]) == int(target[0, node])
 
 

@@ -113,7 +113,7 @@ def test_bad_messages_are_rejected_by_reason_with_their_entries_counted(run_reco
     collector = Collector()
     receiver = transport.ZmqReceiver.__new__(transport.ZmqReceiver)  # the handler alone, no socket
     receiver.collector, receiver.max_bytes = collector, wire.MAX_MESSAGE_BYTES
-    for name, bad in cases.items():
+    for bad in cases.values():
         with pytest.raises(wire.WireError):
             wire.decode_batch(bad)
         receiver.handle(bad)

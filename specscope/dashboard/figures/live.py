@@ -86,7 +86,8 @@ def idle_gaps(windows: Sequence[Any]) -> tuple[list[float | None], list[float | 
     had no window (idle: other runs' turn), and its rate over its busy windows alone."""
     if not windows:
         return [], [], None
-    t0, xs, ys = windows[0].time, [], []
+    t0, xs = windows[0].time, []
+    ys: list[float | None] = []
     for prev, w in zip([None, *windows], windows):
         if prev is not None and w.time - prev.time > 1.5 * prev.window_s:
             xs.append(prev.time + prev.window_s - t0)

@@ -41,8 +41,7 @@ UNSEEN_AFTER = 4
 def _rejection_sampling() -> bool:
     for where in ("sglang.srt.runtime_context", "sglang.srt.server_args"):
         try:
-            get_spec = getattr(sys.modules.get(where) or __import__(where, fromlist=["_"]),
-                               "get_spec")
+            get_spec = (sys.modules.get(where) or __import__(where, fromlist=["_"])).get_spec
             return bool(get_spec().speculative_use_rejection_sampling)
         except Exception:
             continue
@@ -111,7 +110,7 @@ def run_fields(verify_input: Any, module: Any) -> dict[str, Any]:
     except Exception:
         pass
     try:
-        from sglang.srt.runtime_context import get_server_args  # type: ignore
+        from sglang.srt.runtime_context import get_server_args
 
         args = get_server_args()
         model = str(getattr(args, "served_model_name", "") or getattr(args, "model_path", ""))
@@ -189,7 +188,7 @@ def _rebind(original: Any, wrapper: Any) -> list[str]:
     done = []
     for name, mod in list(sys.modules.items()):
         if name.startswith("sglang.") and getattr(mod, "eagle_sample", None) is original:
-            mod.eagle_sample = wrapper
+            mod.eagle_sample = wrapper  # type: ignore[attr-defined]
             done.append(f"{name}.eagle_sample")
     return done
 
@@ -218,8 +217,8 @@ def _watch_workers(watch: _Watch, lazy: Any, make_default: Any) -> list[str]:
                 lazy.count_error()
             return _original(self, *args, **kwargs)
 
-        on_verify_complete_cpu._specscope = True
-        setattr(cls, "on_verify_complete_cpu", on_verify_complete_cpu)
+        on_verify_complete_cpu._specscope = True  # type: ignore[attr-defined]
+        cls.on_verify_complete_cpu = on_verify_complete_cpu
         done.append(f"{module_name}.{cls_name}.on_verify_complete_cpu")
     return done
 
@@ -264,8 +263,8 @@ def install(recorder: Any = None) -> list[str]:
         except Exception:
             return 0
 
-    eagle_sample._specscope = True
-    eagle_sample._specscope_recorder = lazy
+    eagle_sample._specscope = True  # type: ignore[attr-defined]
+    eagle_sample._specscope_recorder = lazy  # type: ignore[attr-defined]
     module.eagle_sample = eagle_sample
     patched = ["sglang.srt.speculative.eagle_utils.eagle_sample", *_rebind(original, eagle_sample)]
     from . import sglang_requests

@@ -90,6 +90,6 @@ def install(lazy: Any, make: Any, num_draft_tokens: Any) -> list[str]:
                 rec.run.run_id, state, recv_obj, i, num_draft_tokens())))
         return result
 
-    collect_metrics._specscope = True
+    collect_metrics._specscope = True  # type: ignore[attr-defined]
     TokenizerManager.collect_metrics = collect_metrics
     return ["sglang.srt.managers.tokenizer_manager.TokenizerManager.collect_metrics"]

@@ -61,8 +61,9 @@ def run_fields(vllm_config: Any) -> dict[str, Any]:
     model_cfg = getattr(vllm_config, "model_config", None)
     spec = getattr(vllm_config, "speculative_config", None)
     model = str(getattr(model_cfg, "served_model_name", "") or getattr(model_cfg, "model", ""))
-    if isinstance(getattr(model_cfg, "served_model_name", None), (list, tuple)):
-        model = str(model_cfg.served_model_name[0])
+    served = getattr(model_cfg, "served_model_name", None)
+    if isinstance(served, (list, tuple)):
+        model = str(served[0])
     k = int(getattr(spec, "num_speculative_tokens", 0) or 0) if spec is not None else 0
     method = str(getattr(spec, "method", "") or "") if spec is not None else ""
     labels = {"dtype": str(getattr(model_cfg, "dtype", "")).replace("torch.", "")}
@@ -273,7 +274,7 @@ def install(recorder: Any = None) -> list[str]:
             lazy.record(make, lambda rec: record_rejection(
                 rec, metadata, sampling_metadata, out.sampled_token_ids, facts, inputs))
             return out
-        forward._specscope_recorder = lazy
+        forward._specscope_recorder = lazy  # type: ignore[attr-defined]
         return forward
 
     _patch(module.RejectionSampler, "forward", wrap_forward, patched,
@@ -303,7 +304,7 @@ def install(recorder: Any = None) -> list[str]:
             finally:
                 if token is not None:
                     _BATCH.reset(token)
-        _sample._specscope_recorder = lazy
+        _sample._specscope_recorder = lazy  # type: ignore[attr-defined]
         return _sample
 
     _patch(runner_mod.GPUModelRunner, "_sample", wrap_sample, patched,

@@ -74,7 +74,7 @@ def build_tree_kernel_efficient_cpu(parent_list, selected_index, verified_seq_le
 
         def slot_of(entry: int) -> int:  # the node whose expansion entry is ``entry``
             for j in range(n - 1):
-                if sel[b][j] == entry:
+                if sel[b][j] == entry:  # noqa: B023 (called only within this iteration)
                     return j
             return n - 1
 
