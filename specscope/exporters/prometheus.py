@@ -255,11 +255,10 @@ def metric_families(snap: Snapshot) -> list[Any]:
     kin), in ``METRICS`` order; a family without samples is left out. Counter families are
     named without ``_total`` and carry no ``_created`` series, so the names they expose are
     the table's."""
-    from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
-                                        HistogramMetricFamily)
+    from prometheus_client import core
 
-    make = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily,
-            "histogram": HistogramMetricFamily}
+    make = {"counter": core.CounterMetricFamily, "gauge": core.GaugeMetricFamily,
+            "histogram": core.HistogramMetricFamily}
     out = []
     for name, samples in _samples(snap).items():
         if not samples:
