@@ -123,6 +123,8 @@ def _loop(args: argparse.Namespace, once) -> int:
     loop = ProbeLoop(args.url, once, args.every, on_round=said)
     server = None
     if args.metrics_port is not None:
+        import prometheus_client  # noqa: F401  (it writes the page: a missing extra says so now)
+
         server = MetricsServer(loop, host=args.metrics_host, port=args.metrics_port,
                                text=loop.render).start()
         print(f"probe metrics at {server.url}", flush=True)

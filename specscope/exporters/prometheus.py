@@ -1,4 +1,6 @@
-"""Prometheus exposition of a collector snapshot, built at scrape time (no global registry).
+"""Prometheus exposition of a collector snapshot, built at scrape time (no global registry):
+the /metrics page, and prometheus_client families for a registry of the user's. Never imports
+torch or dash; prometheus_client only when families are asked for.
 
 Counters, not gauges, so PromQL computes rates and ratios. Labels: the configuration
 (``algorithm``, ``num_steps``, ``topk``, ``num_draft_tokens``, ``backend``, ``model``) and
@@ -95,62 +97,89 @@ METRICS: dict[str, Metric] = {
 }
 
 
-_ESC = str.maketrans({"\\": r"\\", '"': r"\"", "\n": r"\n"})
-
-
-def _labels(base: str, extra: str = "") -> str:
-    inner = base + ("," + extra if base and extra else extra)
-    return "{" + inner + "}" if inner else ""
-
-
-def _fmt(v: float) -> str:
-    if v == int(v) and abs(v) < 1e15:
-        return str(int(v))
-    return repr(float(v))
-
-
-def _lv(**labels: Any) -> str:
-    """``name="value"`` pairs, escaped."""
-    return ",".join(f'{n}="{str(v).translate(_ESC)}"' for n, v in labels.items())
-
-
-def _base(key: tuple, node: bool = False) -> str:
-    """The label pairs of a label set; with ``node``, its node too (a collector of several)."""
-    names = LABELS + (NODE,) if node else LABELS
-    return ",".join(f'{n}="{str(v).translate(_ESC)}"' for n, v in zip(names, key))
-
-
-def _hist(lines: list[str], name: str, base: str, h: Histogram, extra: str = "") -> None:
-    cum = h.cumulative()
-    sep = "," if extra else ""
-    for bound, c in zip(h.bounds, cum):
-        lines.append(f"{name}_bucket{_labels(base, extra + sep + _lv(le=_fmt(bound)))} {c}")
-    lines.append(f"{name}_bucket{_labels(base, extra + sep + _lv(le='+Inf'))} {cum[-1]}")
-    lines.append(f"{name}_sum{_labels(base, extra)} {_fmt(h.total)}")
-    lines.append(f"{name}_count{_labels(base, extra)} {h.count}")
-
+#: label names a family adds to its label set's (``LABELS``, and ``node`` where the snapshot
+#: shows it)
+EXTRA_LABELS: dict[str, tuple[str, ...]] = {
+    "specscope_request_steps_total": ("mode_requested", "mode_used"),
+    "specscope_phase_duration_seconds": ("phase",),
+    "specscope_anomalies_total": ("kind",),
+    "specscope_anomaly_active": ("kind",),
+    "specscope_check_state": ("check", "state"),
+    "specscope_verification": ("kind",),
+    **{n: (m.label,) for n, m in METRICS.items() if m.label is not None},
+}
+#: the collector's own figures: their labels only, no label set
+OWN_LABELS: dict[str, tuple[str, ...]] = {
+    "specscope_collector_events_total": ("event",),
+    "specscope_process_cpu_seconds_total": ("role", "pid"),
+    "specscope_process_resident_memory_bytes": ("role", "pid"),
+}
 
 #: metrics written straight from a SpecStats field, in table order
 FIELD_METRICS = [(n, m) for n, m in METRICS.items() if m.field is not None]
 
 
-def _render_field(lines: list[str], name: str, m: Metric, base: str, s: Any) -> None:
+class _Sample(NamedTuple):
+    key: tuple  #: the label set (``()`` for the collector's own figures)
+    extra: tuple  #: values of the family's own labels
+    value: Any  #: a number, or a Histogram for a histogram family
+
+
+def _samples(snap: Snapshot) -> dict[str, list[_Sample]]:
+    """Every sample of the snapshot by metric name, in exposition order: the one reading of a
+    snapshot that both writers (the text and the prometheus_client families) share."""
+    out: dict[str, list[_Sample]] = {name: [] for name in METRICS}
+    for key, s in snap.totals.items():
+        steps = out["specscope_request_steps_total"]
+        for (req, used), n in sorted(s.modes.items()):
+            steps.append(_Sample(key, (req, used), n))
+        for name, m in FIELD_METRICS:
+            _field_samples(out[name], m, key, s)
+        out["specscope_draft_top1_at_one_total"].append(_Sample(key, (), s.draft_hist[-1]))
+        dp = Histogram(DRAFT_PROB_BOUNDS, list(s.draft_hist[:-2]) + [s.draft_hist[-2] + s.draft_hist[-1]],
+                       0.0, sum(s.draft_hist))
+        out["specscope_draft_top1_probability"].append(_Sample(key, (), dp))
+        al = Histogram(ACCEPT_LENGTH_BUCKETS)
+        for length, n in s.accept_len_hist.items():
+            al.observe(float(length), n)
+        out["specscope_accept_length"].append(_Sample(key, (), al))
+        for hname, h in sorted(s.hists.items()):
+            if hname.startswith("phase:"):
+                out["specscope_phase_duration_seconds"].append(_Sample(key, (hname[6:],), h))
+    for (key, kind), n in sorted(snap.anomaly_counts.items()):
+        out["specscope_anomalies_total"].append(_Sample(key, (kind,), n))
+    active = {(k, a.kind) for k, a in snap.anomalies}
+    for key, kind in sorted(snap.anomaly_counts):
+        out["specscope_anomaly_active"].append(_Sample(key, (kind,), int((key, kind) in active)))
+    for key, states in sorted(snap.checks.items()):
+        for check, state in sorted(states.items()):
+            for st in STATES:
+                out["specscope_check_state"].append(_Sample(key, (check, st), int(st == state)))
+    for key, kind in sorted(snap.verification.items()):
+        out["specscope_verification"].append(_Sample(key, (kind,), 1))
+    for event, n in sorted(snap.health.items()):
+        out["specscope_collector_events_total"].append(_Sample((), (event,), n))
+    for p in snap.processes:
+        pl = (p["role"], p["pid"])
+        out["specscope_process_cpu_seconds_total"].append(_Sample((), pl, round(p["cpu_seconds"], 3)))
+        out["specscope_process_resident_memory_bytes"].append(_Sample((), pl, p["rss_bytes"]))
+    return out
+
+
+def _field_samples(out: list[_Sample], m: Metric, key: tuple, s: Any) -> None:
     if m.field.startswith("hists."):
         h = s.hists.get(m.field[6:])
         if h is not None:
-            _hist(lines, name, base, h)
+            out.append(_Sample(key, (), h))
     elif m.field.startswith("truth."):
         attr = m.field[6:]
-        for mode, t in sorted(s.truth.items()):
-            lines.append(f"{name}{_labels(base, _lv(**{m.label: mode}))} {_fmt(getattr(t, attr))}")
+        out.extend(_Sample(key, (mode,), getattr(t, attr)) for mode, t in sorted(s.truth.items()))
     elif m.label == "position":
-        for pos, n in enumerate(_per_position(s, m.field)):
-            lines.append(f"{name}{_labels(base, _lv(position=pos))} {n}")
+        out.extend(_Sample(key, (pos,), n) for pos, n in enumerate(_per_position(s, m.field)))
     elif m.label is not None:
-        for value, n in sorted(getattr(s, m.field).items()):
-            lines.append(f"{name}{_labels(base, _lv(**{m.label: value}))} {n}")
+        out.extend(_Sample(key, (value,), n) for value, n in sorted(getattr(s, m.field).items()))
     elif getattr(s, m.field) is not None:  # a gauge with nothing to say yet stays absent
-        lines.append(f"{name}{_labels(base)} {getattr(s, m.field)}")
+        out.append(_Sample(key, (), getattr(s, m.field)))
 
 
 def _per_position(s: Any, field: str) -> list[int]:
@@ -159,77 +188,109 @@ def _per_position(s: Any, field: str) -> list[int]:
     return list(getattr(s, field)[:n])
 
 
+def _label_names(name: str, node: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A family's label names: those of its label set, and its own."""
+    if name in OWN_LABELS:
+        return (), OWN_LABELS[name]
+    return (LABELS + (NODE,) if node else LABELS), EXTRA_LABELS.get(name, ())
+
+
+_ESC = str.maketrans({"\\": r"\\", '"': r"\"", "\n": r"\n"})
+
+
+def _fmt(v: float) -> str:
+    if v == int(v) and abs(v) < 1e15:
+        return str(int(v))
+    return repr(float(v))
+
+
+def _pairs(names: tuple[str, ...], values: tuple) -> str:
+    """``name="value"`` pairs, escaped."""
+    return ",".join(f'{n}="{str(v).translate(_ESC)}"' for n, v in zip(names, values))
+
+
 def render(snap: Snapshot) -> str:
-    """The exposition text (format 0.0.4) of one snapshot."""
-    out: dict[str, list[str]] = {name: [] for name in METRICS}
-    for key, s in snap.totals.items():
-        b = _base(key, snap.node_label)
-        for (req, used), n in sorted(s.modes.items()):
-            out["specscope_request_steps_total"].append(
-                f"specscope_request_steps_total{_labels(b, _lv(mode_requested=req, mode_used=used))} {n}")
-        for name, m in FIELD_METRICS:
-            _render_field(out[name], name, m, b, s)
-        out["specscope_draft_top1_at_one_total"].append(
-            f"specscope_draft_top1_at_one_total{_labels(b)} {s.draft_hist[-1]}")
-        dp = Histogram(DRAFT_PROB_BOUNDS, list(s.draft_hist[:-2]) + [s.draft_hist[-2] + s.draft_hist[-1]],
-                       0.0, sum(s.draft_hist))
-        _hist(out["specscope_draft_top1_probability"], "specscope_draft_top1_probability", b, dp)
-        al = Histogram(ACCEPT_LENGTH_BUCKETS)
-        for length, n in s.accept_len_hist.items():
-            al.observe(float(length), n)
-        _hist(out["specscope_accept_length"], "specscope_accept_length", b, al)
-        for hname, h in sorted(s.hists.items()):
-            if hname.startswith("phase:"):
-                _hist(out["specscope_phase_duration_seconds"], "specscope_phase_duration_seconds", b, h,
-                      _lv(phase=hname[6:]))
-    for (key, kind), n in sorted(snap.anomaly_counts.items()):
-        out["specscope_anomalies_total"].append(
-            f"specscope_anomalies_total{_labels(_base(key, snap.node_label), _lv(kind=kind))} {n}")
-    active = {(k, a.kind) for k, a in snap.anomalies}
-    for key, kind in sorted(snap.anomaly_counts):
-        out["specscope_anomaly_active"].append(
-            f"specscope_anomaly_active{_labels(_base(key, snap.node_label), _lv(kind=kind))} {int((key, kind) in active)}")
-    for key, states in sorted(snap.checks.items()):
-        for check, state in sorted(states.items()):
-            for st in STATES:
-                out["specscope_check_state"].append(
-                    f"specscope_check_state{_labels(_base(key, snap.node_label), _lv(check=check, state=st))} "
-                    f"{int(st == state)}")
-    for key, kind in sorted(snap.verification.items()):
-        out["specscope_verification"].append(
-            f"specscope_verification{_labels(_base(key, snap.node_label), _lv(kind=kind))} 1")
-    for event, n in sorted(snap.health.items()):
-        out["specscope_collector_events_total"].append(
-            f"specscope_collector_events_total{{{_lv(event=event)}}} {n}")
-    for p in snap.processes:
-        pl = "{" + _lv(role=p["role"], pid=p["pid"]) + "}"
-        out["specscope_process_cpu_seconds_total"].append(
-            f"specscope_process_cpu_seconds_total{pl} {_fmt(round(p['cpu_seconds'], 3))}")
-        out["specscope_process_resident_memory_bytes"].append(
-            f"specscope_process_resident_memory_bytes{pl} {p['rss_bytes']}")
+    """The exposition text (format 0.0.4) of one snapshot: what ``/metrics`` serves.
+
+    Written here rather than by ``prometheus_client.generate_latest`` for its cost: on a
+    3,800-line page (BENCHMARKS.md) generate_latest over the same families takes about six times
+    as long, beyond the page's 20 ms target. It writes the same series as
+    :func:`metric_families` (a test holds the two equal); values are written as integers where
+    they are whole (``2`` where prometheus_client writes ``2.0``), labels in the table's order.
+    """
+    bases: dict[tuple, str] = {}
     lines: list[str] = []
-    for name, samples in out.items():
+    for name, samples in _samples(snap).items():
         if not samples:
             continue
-        kind, help_text = METRICS[name].kind, METRICS[name].help
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
-        lines.extend(samples)
+        m = METRICS[name]
+        set_names, own = _label_names(name, snap.node_label)
+        lines.append(f"# HELP {name} {m.help}")
+        lines.append(f"# TYPE {name} {m.kind}")
+        for key, extra, value in samples:
+            base = bases.get(key)
+            if base is None:
+                base = bases[key] = _pairs(set_names, key)
+            labels = base + ("," if base and extra else "") + _pairs(own, extra)
+            if m.kind == "histogram":
+                _hist_lines(lines, name, labels, value)
+            else:
+                lines.append(f"{name}{{{labels}}} {_fmt(value)}" if labels else f"{name} {_fmt(value)}")
     return "\n".join(lines) + "\n"
 
 
-def metric_families(snap: Snapshot) -> Iterator[Any]:
-    """The same metrics as prometheus_client families, for a user's own registry."""
-    from prometheus_client.parser import text_string_to_metric_families
+def _hist_lines(lines: list[str], name: str, labels: str, h: Histogram) -> None:
+    cum = h.cumulative()
+    pre = f"{name}_bucket{{{labels}{',' if labels else ''}le=\""
+    for bound, c in zip(h.bounds, cum):
+        lines.append(f'{pre}{_fmt(bound)}"}} {c}')
+    lines.append(f'{pre}+Inf"}} {cum[-1]}')
+    tail = f"{{{labels}}}" if labels else ""
+    lines.append(f"{name}_sum{tail} {_fmt(h.total)}")
+    lines.append(f"{name}_count{tail} {h.count}")
 
-    yield from text_string_to_metric_families(render(snap))
+
+def metric_families(snap: Snapshot) -> list[Any]:
+    """The snapshot's metrics as prometheus_client families (``CounterMetricFamily`` and its
+    kin), in ``METRICS`` order; a family without samples is left out. Counter families are
+    named without ``_total`` and carry no ``_created`` series, so the names they expose are
+    the table's."""
+    from prometheus_client import core
+
+    make = {"counter": core.CounterMetricFamily, "gauge": core.GaugeMetricFamily,
+            "histogram": core.HistogramMetricFamily}
+    out = []
+    for name, samples in _samples(snap).items():
+        if not samples:
+            continue
+        m = METRICS[name]
+        set_names, own = _label_names(name, snap.node_label)
+        fam = make[m.kind](name, m.help, labels=set_names + own)
+        for key, extra, value in samples:
+            labels = [str(v) for v in key[:len(set_names)] + extra]
+            if m.kind == "histogram":
+                cum = value.cumulative()
+                buckets = [(_fmt(b), c) for b, c in zip(value.bounds, cum)] + [("+Inf", cum[-1])]
+                fam.add_metric(labels, buckets, value.total)
+            else:
+                fam.add_metric(labels, value)
+        out.append(fam)
+    return out
 
 
 class PromCollector:
-    """A prometheus_client custom collector: ``registry.register(PromCollector(collector))``."""
+    """A prometheus_client custom collector over a collector, its families built from a snapshot
+    at scrape time: ``registry.register(PromCollector(collector))``."""
 
     def __init__(self, collector: Any) -> None:
         self.collector = collector
+
+    def describe(self) -> list[Any]:
+        """The families without samples, so registering takes no snapshot."""
+        from prometheus_client.core import Metric as Family
+
+        return [Family(name[:-6] if m.kind == "counter" else name, m.help, m.kind)
+                for name, m in METRICS.items()]
 
     def collect(self) -> Iterator[Any]:
         yield from metric_families(self.collector.snapshot())

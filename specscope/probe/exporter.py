@@ -1,5 +1,6 @@
 """``specscope probe --every S --metrics-port P``: the probe run periodically, its last verdict
-served as Prometheus metrics, in the spirit of Prometheus' blackbox_exporter. Stdlib only.
+served as Prometheus metrics, in the spirit of Prometheus' blackbox_exporter. The exposition is
+prometheus_client's (the ``prometheus`` extra), imported when a page is rendered.
 
 Series (label ``target``: the probed URL; ``check``: the check's name):
 
@@ -55,10 +56,6 @@ SERIES = {
     "specscope_probe_engine_errors_total": ("counter", "probe rounds in which the engine failed "
                                             "under the probe's requests (verdict ERROR)"),
 }
-
-
-def _esc(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 class ProbeLoop:
@@ -118,54 +115,89 @@ class ProbeLoop:
     def snapshot(self) -> "ProbeLoop":
         return self  # what MetricsServer asks for: render() reads it under the lock
 
+    def collect(self) -> list[Any]:
+        """prometheus_client's collector protocol: the families of the last round and the
+        counters, built at scrape time (``registry.register(loop)`` serves them)."""
+        with self._lock:
+            return probe_families(self.target, self.last, self.rounds, self.failures, self.errors,
+                                  self.last_ns, self.engine_errors)
+
     def render(self) -> str:
         """The exposition text of the last round and the counters."""
-        with self._lock:
-            return render_probe(self.target, self.last, self.rounds, self.failures, self.errors,
-                                self.last_ns, self.engine_errors)
+        return _text(self)
+
+
+def probe_families(target: str, result: Any, rounds: int, failures: int, errors: int,
+                   last_ns: int, engine_errors: int = 0) -> list[Any]:
+    """The prometheus_client families of one probed target, in ``SERIES`` order; a figure the
+    round did not have is absent (pure)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    fam = {name: (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
+        name, help_text, labels=("target", "check", "state") if name == "specscope_probe_check_state"
+        else ("target", "check") if name in _PER_CHECK else ("target",))
+        for name, (kind, help_text) in SERIES.items()}
+    t = [target]
+    fam["specscope_probe_rounds_total"].add_metric(t, rounds)
+    fam["specscope_probe_failures_total"].add_metric(t, failures)
+    fam["specscope_probe_errors_total"].add_metric(t, errors)
+    fam["specscope_probe_engine_errors_total"].add_metric(t, engine_errors)
+    if last_ns:
+        fam["specscope_probe_last_round_timestamp_seconds"].add_metric(t, round(last_ns / 1e9, 3))
+    if result is not None:
+        fam["specscope_probe_success"].add_metric(t, 0 if result.verdict in (FAIL, ERROR) else 1)
+        fam["specscope_probe_duration_seconds"].add_metric(t, round(result.seconds, 3))
+        fam["specscope_probe_output_tokens"].add_metric(t, result.tokens)
+        rate = result.acceptance["acceptance_rate"]
+        if rate is not None:
+            fam["specscope_probe_engine_acceptance_rate"].add_metric(t, _g6(rate))
+        for c in result.checks:
+            tc = [target, c.check]
+            for state in STATES:
+                fam["specscope_probe_check_state"].add_metric(tc + [state], int(c.state == state))
+            ev = c.evidence
+            fam["specscope_probe_positions"].add_metric(tc, ev.get("num_positions", 0))
+            obs = ev.get("observed_top1_rate")
+            exp = ev.get("expected_top1_rate_bound", ev.get("expected_top1_rate"))
+            if obs is not None:
+                fam["specscope_probe_observed_top1_rate"].add_metric(tc, _g6(obs))
+            if exp is not None:
+                fam["specscope_probe_expected_top1_rate"].add_metric(tc, _g6(exp))
+    return [f for f in fam.values() if f.samples]
+
+
+#: series labelled by check as well as target
+_PER_CHECK = {"specscope_probe_positions", "specscope_probe_observed_top1_rate",
+              "specscope_probe_expected_top1_rate"}
+
+
+def _g6(v: float) -> float:
+    """Six significant digits, as the page has always carried them."""
+    return float(f"{v:.6g}")
+
+
+class _Families:
+    """A collector over families already built (one page's worth)."""
+
+    def __init__(self, families: list[Any]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Any]:
+        return self.families
+
+
+def _text(collector: Any) -> str:
+    """Prometheus text (format 0.0.4) of one collector, on a registry of its own."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return generate_latest(registry).decode()
 
 
 def render_probe(target: str, result: Any, rounds: int, failures: int, errors: int,
                  last_ns: int, engine_errors: int = 0) -> str:
-    """Prometheus text for one probed target (pure)."""
-    t = f'target="{_esc(target)}"'
-    lines: dict[str, list[str]] = {name: [] for name in SERIES}
-    lines["specscope_probe_rounds_total"].append(f"specscope_probe_rounds_total{{{t}}} {rounds}")
-    lines["specscope_probe_failures_total"].append(f"specscope_probe_failures_total{{{t}}} {failures}")
-    lines["specscope_probe_errors_total"].append(f"specscope_probe_errors_total{{{t}}} {errors}")
-    lines["specscope_probe_engine_errors_total"].append(
-        f"specscope_probe_engine_errors_total{{{t}}} {engine_errors}")
-    if last_ns:
-        lines["specscope_probe_last_round_timestamp_seconds"].append(
-            f"specscope_probe_last_round_timestamp_seconds{{{t}}} {last_ns / 1e9:.3f}")
-    if result is not None:
-        lines["specscope_probe_success"].append(
-            f"specscope_probe_success{{{t}}} {0 if result.verdict in (FAIL, ERROR) else 1}")
-        lines["specscope_probe_duration_seconds"].append(
-            f"specscope_probe_duration_seconds{{{t}}} {result.seconds:.3f}")
-        lines["specscope_probe_output_tokens"].append(f"specscope_probe_output_tokens{{{t}}} {result.tokens}")
-        rate = result.acceptance["acceptance_rate"]
-        if rate is not None:
-            lines["specscope_probe_engine_acceptance_rate"].append(
-                f"specscope_probe_engine_acceptance_rate{{{t}}} {rate:.6g}")
-        for c in result.checks:
-            lc = f'{t},check="{_esc(c.check)}"'
-            for state in STATES:
-                lines["specscope_probe_check_state"].append(
-                    f'specscope_probe_check_state{{{lc},state="{state}"}} {int(c.state == state)}')
-            ev = c.evidence
-            lines["specscope_probe_positions"].append(
-                f"specscope_probe_positions{{{lc}}} {ev.get('num_positions', 0)}")
-            obs = ev.get("observed_top1_rate")
-            exp = ev.get("expected_top1_rate_bound", ev.get("expected_top1_rate"))
-            if obs is not None:
-                lines["specscope_probe_observed_top1_rate"].append(
-                    f"specscope_probe_observed_top1_rate{{{lc}}} {obs:.6g}")
-            if exp is not None:
-                lines["specscope_probe_expected_top1_rate"].append(
-                    f"specscope_probe_expected_top1_rate{{{lc}}} {exp:.6g}")
-    out = []
-    for name, (kind, help_text) in SERIES.items():
-        if lines[name]:
-            out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *lines[name]]
-    return "\n".join(out) + "\n"
+    """Prometheus text for one probed target, written by prometheus_client from
+    :func:`probe_families` (pure)."""
+    return _text(_Families(probe_families(target, result, rounds, failures, errors, last_ns,
+                                          engine_errors)))

@@ -37,8 +37,9 @@ class Phoenix:
         self.port, self.grpc_port = free_port(), free_port()
         env = dict(os.environ, PHOENIX_WORKING_DIR=str(workdir), PHOENIX_HOST="127.0.0.1",
                    PHOENIX_PORT=str(self.port), PHOENIX_GRPC_PORT=str(self.grpc_port))
+        binary = _phoenix_binary()  # before the log is opened: a skip leaves no file open
         self.log = open(workdir / "phoenix.log", "w")
-        self.proc = subprocess.Popen([str(_phoenix_binary()), "serve"], env=env, stdout=self.log,
+        self.proc = subprocess.Popen([str(binary), "serve"], env=env, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.time() + 180

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shutil
 import ssl
 import subprocess
 import urllib.error
 import urllib.request
+from types import SimpleNamespace
 
 import pytest
 
@@ -56,14 +58,32 @@ def test_exposition_text_is_exact(golden):
     assert ":" not in "".join(re.findall(r"^(specscope_\w+)", text, re.M))
 
 
-def test_prometheus_client_parses_it_and_a_registry_serves_it():
+def _parsed(text: str) -> list:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [(f.name, f.type, f.documentation,
+             sorted((s.name, sorted(s.labels.items()), s.value) for s in f.samples))
+            for f in text_string_to_metric_families(text)]
+
+
+@pytest.mark.parametrize("node", [False, True])
+def test_a_registry_serves_the_same_series_as_the_page(node):
+    """PromCollector's families, written by prometheus_client, carry exactly the page's series:
+    names (no ``_created``, ``_total`` kept), label names and values, HELP, types and values."""
     from prometheus_client import CollectorRegistry, generate_latest
 
+    c = _collector()
+    c.health.update(records_observed=7, entries_clamped=1)
+    c._pids[os.getpid()] = "collector"  # its own process facts too
+    c.node_label = node
+    snap = c.snapshot()  # one moment for both (the process facts move)
     registry = CollectorRegistry()
-    registry.register(PromCollector(_collector()))
+    registry.register(PromCollector(SimpleNamespace(snapshot=lambda: snap)))
     text = generate_latest(registry).decode()
-    assert 'specscope_accepted_tokens_total{' in text
+    assert _parsed(text) == _parsed(render(snap))
+    assert "_created" not in text and "specscope_process_cpu_seconds_total{" in text
     assert re.search(r'specscope_accepted_tokens_per_position_total\{.*position="1".*\} 2\.0', text)
+    assert ('node="' in text) == node
 
 
 def _get(url, auth=None, context=None):

@@ -16,6 +16,7 @@ from specscope.exporters.grafana import dashboard_json
 from specscope.exporters.rules import alert_rules
 from specscope.probe import ProbeResult
 from specscope.probe.checks import Semantics
+from specscope.probe.client import Answer
 from specscope.probe.exporter import SERIES, render_probe
 
 
@@ -45,6 +46,17 @@ def test_exposition_parses_one_hot_states_and_leaves_unknowns_out():
     assert "specscope_probe_engine_acceptance_rate" not in text
     before = render_probe("http://e:8000", None, rounds=0, failures=0, errors=0, last_ns=0)
     assert "specscope_probe_success" not in before and "specscope_probe_rounds_total" in before
+
+
+def test_exposition_text_is_exact(golden):
+    """prometheus_client writes the page: sorted label names, values as floats, no _created."""
+    result = _result("fail")
+    # the engine's own counts: 10 / 81 accepted, six significant digits on the page
+    result.answers = [Answer(cls="greedy", prompt="", sampling={}, drafted=81, accepted=10)]
+    text = render_probe('http://e:8000/"a"', result, rounds=3, failures=1, errors=0,
+                        last_ns=1_700_000_000_123_456_789, engine_errors=2)
+    golden("probe_exposition.txt", text)
+    assert 'specscope_probe_engine_acceptance_rate{target="http://e:8000/\\"a\\""} 0.123457' in text
 
 
 def test_rules_and_board_name_only_series_the_exporter_serves():
