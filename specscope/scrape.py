@@ -212,7 +212,8 @@ def _records(ep: Endpoint, page: str, t_ns: int, log) -> list[Any]:
         ep.families = tuple(f for f in engines.FAMILIES if engines.BY_FAMILY[f].engine in seen)
     series = ep.series
     assert series is not None  # made at the endpoint's first scrape
-    found: list[tuple[tuple, Any]] = series.feed([(x.name, x.labels, x.value) for x in samples], t_ns)
+    found: list[tuple[tuple, Any]] = series.feed([(x.name, x.labels, x.value) for x in samples],
+                                                 t_ns)
     found += series.drain_samples()  # engine gauges, beside their label set's counters
     out: list[Any] = []
     if series.engine != "prometheus":

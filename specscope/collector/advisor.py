@@ -90,7 +90,8 @@ def advise(base: dict[str, Any], measured: Sequence[dict[str, Any]] = (),
     costs = fit_costs([base, *measured])
     decode = _decode_step_s([*measured, base])
     by_k = {(s["run"] or {}).get("num_steps"): s for s in measured if s["phases"]}
-    rows, errors = [], {"al": [], "tok_s": []}
+    rows: list[dict[str, Any]] = []
+    errors: dict[str, list[float]] = {"al": [], "tok_s": []}
     if decode is not None:
         rows.append({"num_steps": 0, "num_draft_tokens": 0, "predicted_al": 1.0,
                      "predicted_tok_s": 1.0 / decode, "measured_al": None, "measured_tok_s": None,

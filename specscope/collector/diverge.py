@@ -42,7 +42,7 @@ from __future__ import annotations
 import difflib
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, cast
 
 from .. import schema
 from ..exact import TIE_MARGIN, TIE_SLACK, positions_to_rule_out
@@ -52,7 +52,7 @@ NGRAM = 4
 #: the share of greedy requests a structural fault must reach to be ruled out by a PASS
 FAULT_SHARE = 0.30
 #: greedy pairs without a structural divergence that rule such a fault out (99%)
-PAIRS_TO_PASS = positions_to_rule_out(FAULT_SHARE)
+PAIRS_TO_PASS = cast(int, positions_to_rule_out(FAULT_SHARE))  # an int: FAULT_SHARE > 0
 
 
 @dataclass
@@ -97,7 +97,9 @@ class DivergeResult:
         d = self.diverged
         return {"pairs": len(self.pairs), "identical": len(self.pairs) - len(d),
                 "share_diverging": len(d) / len(self.pairs) if self.pairs else None,
-                "median_first_index": statistics.median(p.first_index for p in d) if d else None,
+                "median_first_index": (statistics.median(p.first_index for p in d
+                                                         if p.first_index is not None)
+                                       if d else None),
                 "share_tie_flips": (sum(p.verdict == "tie-flip" for p in d) / len(d)) if d else None,
                 "structural": sum(p.verdict == "structural" for p in d),
                 "verdict": self.verdict,

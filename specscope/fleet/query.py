@@ -88,9 +88,9 @@ def figures(rows: Iterable[Sequence[Any]], by: Sequence[str]) -> list[FleetFigur
     Counts are clamped as the collector clamps them (0 <= accepted <= drafted)."""
     out: dict[tuple, FleetFigures] = {}
     for row in rows:
-        *key, d, a, n = row
+        *group, d, a, n = row
         d, a, n = int(d), int(a), int(n)
-        key = tuple("" if k is None else str(k) for k in key)
+        key = tuple("" if k is None else str(k) for k in group)
         f = out.get(key)
         if f is None:
             f = out[key] = FleetFigures(dict(zip(by, key)))

@@ -54,7 +54,8 @@ class Scheduler:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="specscope-scheduler", daemon=True)
-        self.stats: collections.Counter = collections.Counter()  #: steps, admitted, finished, cancelled, errors
+        #: steps, admitted, finished, cancelled, errors
+        self.stats: collections.Counter = collections.Counter()
         self.batch_sizes: collections.Counter = collections.Counter()  #: batch size -> steps
 
     def start(self) -> "Scheduler":
