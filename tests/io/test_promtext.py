@@ -80,10 +80,11 @@ _VALUES = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 @settings(max_examples=200, deadline=None)
 @given(values=st.lists(_VALUES, min_size=1, max_size=4), value=st.floats(allow_nan=False))
 def test_any_label_value_round_trips_through_the_exporters_escaping(values, value):
-    from specscope.exporters.prometheus import _fmt, _lv
+    from specscope.exporters.prometheus import _fmt, _pairs
 
     labels = {f"l{i}": v for i, v in enumerate(values)}
-    line = f"m_total{{{_lv(**labels)}}} {_fmt(value) if math.isfinite(value) else repr(value)}"
+    pairs = _pairs(tuple(labels), tuple(labels.values()))
+    line = f"m_total{{{pairs}}} {_fmt(value) if math.isfinite(value) else repr(value)}"
     (sample,) = promtext.parse(line).samples
     assert dict(sample.labels) == labels and sample.value == value
 
