@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..collector.counts import Acceptance
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment, state_text
 from ..exact import tie_margin
 from .checks import Semantics, greedy_check, overall, temperature_check, truncation_check
@@ -64,7 +65,8 @@ class ProbeResult:
         accepted = sum(a.accepted for a in known)
         return {"requests": len(known), "drafted": drafted if known else None,
                 "accepted": accepted if known else None,
-                "acceptance_rate": accepted / drafted if known and drafted else None}
+                "acceptance_rate": Acceptance(drafted=drafted, accepted=accepted).rate
+                if known else None}
 
     def to_json(self) -> dict[str, Any]:
         return {
