@@ -20,6 +20,7 @@ from typing import Any, Iterable, Sequence
 from .. import schema
 from ..collector.report import build_sections
 from ..collector.section import Breakdown, Section
+from ..collector.shares import split_by
 from ..collector.snapshot import snapshot_sections
 from ..schema import TraceError
 
@@ -206,12 +207,11 @@ def load_trace(p: Path, where: Any = None) -> tuple[list[RunView], list[str]]:
 def _node_views(rid: str, records: list[Any], source: str) -> list[RunView]:
     """A run recorded on several nodes: one view per node besides the pooled one (the node
     selector's), each its own report section, checked by the same detectors."""
-    nodes = sorted({r.node for r in records if getattr(r, "node", "")})
-    if len(nodes) < 2:
+    by_node = split_by(records, lambda r: getattr(r, "node", "") or None)
+    if len(by_node) < 2:
         return []
     out = []
-    for node in nodes:
-        mine = [r for r in records if getattr(r, "node", None) == node]
+    for node, mine in sorted(by_node.items()):
         (sec,) = build_sections(mine)[1] or [None]
         if sec is not None:
             out.append(RunView(f"{rid}@{node}", sec, source, mine, node=node))
