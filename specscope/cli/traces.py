@@ -58,7 +58,7 @@ def _streamed(paths: list[str], where) -> int:
     records; 0 otherwise."""
     from pathlib import Path
 
-    from ..dashboard.data import verify_entries
+    from ..io.store import verify_entries
     from ..io.trace import split_selection
 
     n = 0
@@ -75,21 +75,20 @@ def _report_streamed(args: argparse.Namespace, where) -> int:
     collector's column path (what the dashboard shows for a big trace)."""
     from pathlib import Path
 
-    from .. import schema
-    from ..collector.report import DEFINITIONS, format_report
-    from ..dashboard.data import aggregate_trace
+    from ..collector.report import format_report, report_dict
+    from ..exporters.replay import replay_sections
     from ..io.trace import split_selection
 
-    views = []
+    sections = []
     for p in args.trace:
         text, sel = split_selection(p)
-        views += aggregate_trace(Path(text), where.merge(sel) if where and sel else (sel or where))
-    report = {"schema_version": schema.SCHEMA_VERSION, "definitions": DEFINITIONS,
-              "streamed": "verify entries over the record limit: figures per configuration, rank "
-              "and node from counters; per-request figures and the eval gate left out",
-              "totals": views[0].section["totals"] if len(views) == 1 else None, "windows": [],
-              "runs": [{**v.section, "node": v.node} if v.node else v.section for v in views],
-              "problems": []}
+        sections += [sec.with_node(node) if node else sec for _, node, sec in replay_sections(
+            Path(text), where.merge(sel) if where and sel else (sel or where))]
+    report = report_dict(None, sections, streamed="verify entries over the record limit: "
+                         "figures per configuration, rank and node from counters; per-request "
+                         "figures and the eval gate left out")
+    if len(sections) == 1:
+        report["totals"] = sections[0].as_dict()["totals"]
     if args.json:
         print(json.dumps(report, indent=1, default=str))
     else:

@@ -22,6 +22,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .section import Section
+
 
 @dataclass
 class Costs:
@@ -35,18 +37,22 @@ class Costs:
         return self.extend_s + k * self.draft_per_token_s + self.verify_a_s + self.verify_b_s * (k + 1)
 
 
-def _per_step(section: dict[str, Any], *names: str) -> float:
-    steps = section["totals"]["num_verify_steps"] or 0
-    total = sum(section["phases"].get(n, {}).get("total_s", 0.0) for n in names)
+def _per_step(section: Section, *names: str) -> float:
+    steps = section.totals.num_verify_steps or 0
+    total = sum(section.phases[n].total_s or 0.0 for n in names if n in section.phases)
     return total / steps if steps else 0.0
 
 
-def _decode_step_s(sections: Sequence[dict[str, Any]]) -> float | None:
+def _depth(section: Section) -> int | None:
+    return section.run.num_steps if section.run is not None else None
+
+
+def _decode_step_s(sections: Sequence[Section]) -> float | None:
     """The mean target-only (``decode``) step of the first section that timed one."""
     for s in sections:
-        d = (s.get("phases") or {}).get("decode") or {}
-        if d.get("n") and d.get("total_s"):
-            return d["total_s"] / d["n"]
+        d = s.phases.get("decode")
+        if d is not None and d.n and d.total_s:
+            return d.total_s / d.n
     return None
 
 
@@ -61,15 +67,15 @@ def predict_al(per_position: Sequence[float], k: int) -> float | None:
     return 1.0 + sum(p) + sum(extra)
 
 
-def fit_costs(sections: Sequence[dict[str, Any]]) -> Costs | None:
+def fit_costs(sections: Sequence[Section]) -> Costs | None:
     """Phase costs from measured runs (each a report section with phases and a depth)."""
-    usable = [s for s in sections if s["phases"] and (s["run"] or {}).get("num_steps")]
+    usable = [(s, k) for s in sections if s.phases and (k := _depth(s))]
     if not usable:
         return None
-    ks = np.array([s["run"]["num_steps"] for s in usable], dtype=float)
-    draft = np.mean([_per_step(s, "draft") / s["run"]["num_steps"] for s in usable])
-    extend = float(np.mean([_per_step(s, "draft_extend") for s in usable]))
-    verify = np.array([_per_step(s, "verify_forward", "verify_sample") for s in usable])
+    ks = np.array([k for _, k in usable], dtype=float)
+    draft = np.mean([_per_step(s, "draft") / k for s, k in usable])
+    extend = float(np.mean([_per_step(s, "draft_extend") for s, _ in usable]))
+    verify = np.array([_per_step(s, "verify_forward", "verify_sample") for s, _ in usable])
     if len(set(ks)) >= 2:
         b, a = np.polyfit(ks + 1, verify, 1)
         b = max(float(b), 0.0)
@@ -79,17 +85,17 @@ def fit_costs(sections: Sequence[dict[str, Any]]) -> Costs | None:
     return Costs(extend, float(draft), a, b, tuple(sorted({int(k) for k in ks})))
 
 
-def advise(base: dict[str, Any], measured: Sequence[dict[str, Any]] = (),
+def advise(base: Section, measured: Sequence[Section] = (),
            depths: Sequence[int] = range(1, 9)) -> dict[str, Any]:
     """Predictions for ``depths`` from ``base``, beside every measured run of the same model.
 
     Returns rows (depth, predicted AL and tok/s per request, measured where a run has that
     depth) and the mean absolute percentage error of the predictions on the measured runs.
     """
-    pp = base["totals"]["per_position_acceptance"]
+    pp = base.totals.per_position_acceptance
     costs = fit_costs([base, *measured])
     decode = _decode_step_s([*measured, base])
-    by_k = {(s["run"] or {}).get("num_steps"): s for s in measured if s["phases"]}
+    by_k = {_depth(s): s for s in measured if s.phases}
     rows: list[dict[str, Any]] = []
     errors: dict[str, list[float]] = {"al": [], "tok_s": []}
     if decode is not None:
@@ -104,7 +110,7 @@ def advise(base: dict[str, Any], measured: Sequence[dict[str, Any]] = (),
                "measured_al": None, "measured_tok_s": None}
         m = by_k.get(k)
         if m is not None:
-            mal = m["totals"]["mean_acceptance_length"]
+            mal = m.totals.mean_acceptance_length
             mstep = _per_step(m, "draft_extend", "draft", "verify_forward", "verify_sample")
             row["measured_al"] = mal
             row["measured_tok_s"] = mal / mstep if mal and mstep else None

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .. import schema
-from .detectors import detectors_for, evaluate
 from .explain import batch_class
+from .shares import Share, shares
 from .stats import SpecStats
 from .verdict import FAIL, INCONCLUSIVE, PASS, Assessment
 
@@ -33,24 +33,28 @@ EXACT_CHECK = "exact match (greedy, against target-only)"
 
 
 @dataclass
-class BatchClass:
+class BatchClass(Share):
     """One run's verify steps of one batch-size class."""
 
-    run_id: str
-    size: int  #: the class: 1, 2, 4 (3-4 requests), 8 (5-8), ...
-    stats: SpecStats = field(default_factory=lambda: SpecStats(keep_samples=False))
-    checks: list[Any] = field(default_factory=list)  #: Assessments of the run's detectors
     greedy_requests: int = 0  #: greedy requests with a reference and a step here up to their divergence
     diverged: dict[str, int] = field(default_factory=dict)  #: verdict -> first divergences here
+
+    @property
+    def size(self) -> int:
+        """The class: 1, 2, 4 (3-4 requests), 8 (5-8), ..."""
+        return self.key
 
     @property
     def label(self) -> str:
         lo = self.size // 2 + 1
         return str(self.size) if self.size <= 2 else f"{self.size} ({lo}-{self.size})"
 
-    @property
-    def failed(self) -> list[Any]:
-        return [c for c in self.checks if c.state == FAIL]
+
+def _class(r: Any) -> int | None:
+    """A verify step's batch-size class (None: not a verify step, or no batch size)."""
+    if isinstance(r, schema.VerifyStepRecord) and r.batch_size > 0:
+        return batch_class(r.batch_size)
+    return None
 
 
 def batch_classes(records: Iterable[Any]) -> list[BatchClass]:
@@ -58,25 +62,16 @@ def batch_classes(records: Iterable[Any]) -> list[BatchClass]:
     detectors; ordered by run, then class."""
     from ..io.columns import expand  # a trace's columnar verify steps, as records
 
-    runs: dict[str, schema.RunRecord] = {}
-    classes: dict[tuple[str, int], BatchClass] = {}
     records = list(expand(records))
+    out = shares(records, _class, make=BatchClass)
     steps: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (run, request) -> (class, tokens)
     for r in records:
-        if isinstance(r, schema.RunRecord):
-            runs.setdefault(r.run_id, r)
-        elif isinstance(r, schema.VerifyStepRecord) and r.batch_size > 0:
-            key = (r.run_id, batch_class(r.batch_size))
-            c = classes.get(key)
-            if c is None:
-                c = classes[key] = BatchClass(r.run_id, key[1])
-            c.stats.observe(r)
+        size = _class(r)
+        if size is not None:
             for e in r.entries:
-                steps.setdefault((r.run_id, e.request_id), []).append((key[1], e.num_accepted + 1))
-    _exact_by_class(records, steps, classes)
-    out = sorted(classes.values(), key=lambda c: (c.run_id, c.size))
+                steps.setdefault((r.run_id, e.request_id), []).append((size, e.num_accepted + 1))
+    _exact_by_class(records, steps, {(c.run_id, c.size): c for c in out})
     for c in out:
-        c.checks = evaluate(c.stats, c.run_id, detectors_for(runs.get(c.run_id)))[0]
         if c.greedy_requests or c.diverged:
             c.checks.append(_exact_check(c))
     return out

@@ -20,6 +20,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import schema
+from .counts import Acceptance, clamp
 
 MIN_BUCKET = 64  #: the first bucket holds contexts below this many tokens
 
@@ -67,8 +68,7 @@ def context_buckets(records: Iterable[Any], *, n_boot: int = 1000, seed: int = 0
                 continue
             n_prompt, prompt = prompt_len[key]
             context = n_prompt + 1 + done[key]
-            drafted = max(0, e.num_drafted)
-            accepted = min(max(0, e.num_accepted), drafted)
+            drafted, accepted, _ = clamp(e.num_drafted, e.num_accepted)
             done[key] += accepted + 1
             if not drafted:
                 continue
@@ -82,16 +82,16 @@ def context_buckets(records: Iterable[Any], *, n_boot: int = 1000, seed: int = 0
     out = []
     for (run_id, lo), by_req in sorted(cells.items()):
         arr = np.array(list(by_req.values()), dtype=float)
-        drafts, drafted, accepted = arr.sum(axis=0)
+        drafts, drafted, accepted = (int(x) for x in arr.sum(axis=0))
+        counted = Acceptance(drafts, drafted, accepted)
         ci = None
         if len(arr) >= 2:
             idx = rng.integers(0, len(arr), (n_boot, len(arr)))
             boot = 1 + arr[idx, 2].sum(axis=1) / np.maximum(arr[idx, 0].sum(axis=1), 1)
             ci = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)))
         out.append(ContextBucket(
-            run_id, lo, MIN_BUCKET if lo == 0 else lo * 2, int(drafts), int(drafted), int(accepted),
-            len(arr), len(prompts[(run_id, lo)]),
-            1 + accepted / drafts if drafts else None, ci, accepted / drafted if drafted else None))
+            run_id, lo, MIN_BUCKET if lo == 0 else lo * 2, drafts, drafted, accepted,
+            len(arr), len(prompts[(run_id, lo)]), counted.length, ci, counted.rate))
     return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .detectors import DRAFT_CHECK, TRUTH_CHECK, detectors_for, evaluate
 from ..exact import PASS_ALPHA, _z, decide_rate, one_sided_excess
@@ -218,7 +218,7 @@ def check_text(c: dict[str, Any]) -> str:
                       c.get("lean"), c.get("rules_out"))
 
 
-def check_why(c: dict[str, Any]) -> str:
+def check_why(c: Mapping[str, Any]) -> str:
     """Why an INCONCLUSIVE gate check has not decided."""
     return why_text(c.get("need"), c.get("unit", "positions"), c.get("reason"), c.get("lean"))
 

@@ -9,64 +9,39 @@ fallbacks. PASS, FAIL or INCONCLUSIVE per check, with its lean and what would se
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 from .. import schema
 from .batches import LEGEND, al_rate
-from .detectors import detectors_for, evaluate
-from .stats import SpecStats
-from .verdict import FAIL, PASS
+from .shares import Share, shares
+from .verdict import PASS
 
 UNKNOWN = "(unknown)"
 
 
 @dataclass
-class NodeShare:
+class NodeShare(Share):
     """One run's records from one node."""
 
-    run_id: str
-    node: str
-    stats: SpecStats = field(default_factory=lambda: SpecStats(keep_samples=False))
-    checks: list[Any] = field(default_factory=list)
+    @property
+    def node(self) -> str:
+        return self.key
 
     @property
     def label(self) -> str:
         return self.node or UNKNOWN
 
-    @property
-    def failed(self) -> list[Any]:
-        return [c for c in self.checks if c.state == FAIL]
+
+def _node(r: Any) -> str | None:
+    """A record's node; None for one without a node, or a finding rather than data."""
+    return None if not hasattr(r, "node") or isinstance(r, schema.AnomalyRecord) else r.node
 
 
 def node_shares(records: Iterable[Any]) -> list[NodeShare]:
     """Every run's records split by node, each share checked by its run's detectors; ordered by
     run, then node. Runs labelled ``role=reference`` are left out."""
-    from ..io.columns import VerifyColumns
-
-    runs: dict[str, schema.RunRecord] = {}
-    shares: dict[tuple[str, str], NodeShare] = {}
-    for r in records:
-        if isinstance(r, schema.RunRecord):
-            runs.setdefault(r.run_id, r)
-            continue
-        if not hasattr(r, "node") or isinstance(r, schema.AnomalyRecord):
-            continue  # no node, or a finding rather than data
-        key = (r.run_id, r.node)
-        share = shares.get(key)
-        if share is None:
-            share = shares[key] = NodeShare(*key)
-        if isinstance(r, VerifyColumns):
-            from .columns import observe_columns
-
-            observe_columns(share.stats, r)
-        else:
-            share.stats.observe(r)
-    out = [s for s in sorted(shares.values(), key=lambda s: (s.run_id, s.node))
-           if runs.get(s.run_id) is None or runs[s.run_id].labels.get("role") != "reference"]
-    for s in out:
-        s.checks = evaluate(s.stats, s.run_id, detectors_for(runs.get(s.run_id)))[0]
-    return out
+    return shares(records, _node, make=NodeShare, references=False)
 
 
 def share_dict(s: NodeShare) -> dict[str, Any]:

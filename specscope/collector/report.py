@@ -1,4 +1,5 @@
-"""The report: figures of a trace as a stable JSON-ready dict, and its text form.
+"""The report: a trace's figures as typed sections (``collector.section``), the JSON document
+``report --json`` writes of them, and its text form.
 
 Never imports torch or dash. Unknown figures are None (null), never invented.
 """
@@ -17,6 +18,7 @@ from .evalgate import check_text, eval_gate, gate_text
 from ..exact import PER_REQUEST_ALPHA, fmt_p
 from . import busy as _busy
 from .configured import kind_of
+from .section import Section
 from .stats import SpecStats, TruthStats, token_times
 from .views import format_seen, seen_by_hooks
 from .verdict import Assessment
@@ -194,7 +196,7 @@ def request_truth(records: Iterable[Any], run_id: str = "",
 
 def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
                  reference: Sequence[Any] | None, window_s: float | None,
-                 baseline: SpecStats | None = None) -> dict[str, Any]:
+                 baseline: SpecStats | None = None) -> Section:
     s = SpecStats().observe_all(records)
     ref_stats = SpecStats().observe_all(reference) if reference else None
     health = schema.latest_health(records)
@@ -207,13 +209,13 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
 
         found = diverge(records, reference, run_id=run.run_id)
         divergence = found[0].summary() if found and found[0].pairs else None
-    section = stats_section(s, run, _windows(records, window_s, target_only), reference=ref_stats,
-                            baseline=baseline, health=health, per_request=per_request,
-                            divergence=divergence)
+    section = _section_dict(s, run, _windows(records, window_s, target_only),
+                            reference=ref_stats, baseline=baseline, health=health,
+                            per_request=per_request, divergence=divergence)
     if run is not None and run.labels.get("source_format") == "probe":
         section["probe"] = probe_section(run, records)
     section["engine_counts"] = seen_by_hooks(records)
-    return section
+    return Section.from_dict(section)
 
 
 def _anomaly(a: schema.AnomalyRecord) -> dict[str, Any]:
@@ -262,16 +264,21 @@ def _phases(s: SpecStats) -> dict[str, Any]:
 
 
 def stats_section(s: SpecStats, run: schema.RunRecord | None, windows: list[dict[str, Any]], *,
+                  anomalies: Sequence[schema.AnomalyRecord] | None = None) -> Section:
+    """One run's section from its pooled stats (records or a collector's aggregates alike).
+
+    ``anomalies`` None runs the detectors on ``s``; otherwise the given (live) ones are shown.
+    """
+    return Section.from_dict(_section_dict(s, run, windows, anomalies=anomalies))
+
+
+def _section_dict(s: SpecStats, run: schema.RunRecord | None, windows: list[dict[str, Any]], *,
                   reference: SpecStats | None = None, baseline: SpecStats | None = None,
                   anomalies: Sequence[schema.AnomalyRecord] | None = None,
                   health: Sequence[schema.HookHealthRecord] = (),
                   per_request: Sequence[schema.AnomalyRecord] = (),
                   divergence: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One run's section from its pooled stats (records or a collector's aggregates alike).
-
-    ``anomalies`` None runs the detectors on ``s`` (and adds ``per_request``, the findings of
-    the per-request tests); otherwise the given (live) ones are shown.
-    """
+    """A section's JSON form; ``per_request``: the findings of the per-request tests."""
     run_id = run.run_id if run else ""
     checks, raised = evaluate(s, run_id, detectors_for(run))
     if anomalies is None:
@@ -334,9 +341,9 @@ def measured_stats(records: Iterable[Any]) -> SpecStats:
     return SpecStats().observe_all(r for r in records if getattr(r, "run_id", "") not in refs)
 
 
-def build_report(records: Iterable[Any], *, window_s: float | None = None,
-                 problems: Sequence[Any] = (), baseline: Iterable[Any] | None = None) -> dict[str, Any]:
-    """The report of a trace: pooled ``totals``/``windows`` and one section per run.
+def build_sections(records: Iterable[Any], *, window_s: float | None = None,
+                   baseline: Iterable[Any] | None = None) -> tuple[Section, list[Section]]:
+    """A trace's sections: the pooled one (its ``totals``/``windows``) and one per run.
 
     Runs labelled ``role=reference`` (the same workload without speculation) are not pooled;
     they serve as the eval gate's baseline for the run named in their ``reference_for`` label.
@@ -358,16 +365,33 @@ def build_report(records: Iterable[Any], *, window_s: float | None = None,
     top = _run_section(pooled, None, None, window_s) if len(sections) != 1 else sections[0]
     if len(sections) > 1:  # over several runs only counts pool: a source's own figures (an
         # SGLang gauge, a V0 total) belong to their run and label set, never averaged across
-        for part in (top["totals"], *top["windows"]):
-            part["reported_mean_acceptance_length"] = part["reported_acceptance_rate"] = None
+        unreported = {"reported_mean_acceptance_length": None, "reported_acceptance_rate": None}
+        d = top.as_dict()
+        top = Section.from_dict({**d, "totals": {**d["totals"], **unreported},
+                                 "windows": [{**w, **unreported} for w in d["windows"]]})
+    return top, sections
+
+
+def report_dict(top: Section | None, sections: Sequence[Section],
+                problems: Sequence[Any] = (), **extra: Any) -> dict[str, Any]:
+    """The document ``report --json`` writes: ``top``'s totals and windows (None: null, none),
+    each section's JSON form, the unreadable lines; ``extra`` keys after ``definitions``."""
     return {
         "schema_version": schema.SCHEMA_VERSION,
         "definitions": DEFINITIONS,
-        "totals": top["totals"],
-        "windows": top["windows"],
-        "runs": sections,
+        **extra,
+        "totals": top.as_dict()["totals"] if top is not None else None,
+        "windows": top.as_dict()["windows"] if top is not None else [],
+        "runs": [s.as_dict() for s in sections],
         "problems": [str(p) for p in problems],
     }
+
+
+def build_report(records: Iterable[Any], *, window_s: float | None = None,
+                 problems: Sequence[Any] = (), baseline: Iterable[Any] | None = None) -> dict[str, Any]:
+    """A trace's report as ``report --json`` writes it (``build_sections``: the same, typed)."""
+    top, sections = build_sections(records, window_s=window_s, baseline=baseline)
+    return report_dict(top, sections, problems)
 
 
 def _f(v: Any, spec: str = ".3f") -> str:

@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import schema
 from .configured import configured
+from .counts import Acceptance, clamp
 from .evalgate import repetition_loop
 
 #: a request pinned at k+1 accepts (nearly) every draft: with repetition it is a loop
@@ -44,14 +45,16 @@ class RequestRow:
     flags: list[dict[str, Any]] = field(default_factory=list)  #: {"flag", "evidence"}
 
     @property
+    def acceptance(self) -> Acceptance:
+        return Acceptance(self.steps, self.drafted, self.accepted)
+
+    @property
     def acceptance_length(self) -> float | None:
-        if not self.steps or self.accepted is None:
-            return None
-        return 1 + self.accepted / self.steps
+        return self.acceptance.length
 
     @property
     def acceptance_rate(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted and self.accepted is not None else None
+        return self.acceptance.rate
 
 
 def request_rows(records: Iterable[Any]) -> list[RequestRow]:
@@ -67,7 +70,7 @@ def request_rows(records: Iterable[Any]) -> list[RequestRow]:
                 acc = per.setdefault((r.run_id, e.request_id), [0, 0, 0, 0])
                 acc[0] += 1
                 acc[1] += e.num_drafted
-                acc[2] += min(max(e.num_accepted, 0), e.num_drafted)
+                acc[2] += clamp(e.num_drafted, e.num_accepted)[1]
                 acc[3] = max(acc[3], e.num_drafted)
     loops = {(r.run_id, r.request_id): r.repetition_loop for r in records
              if isinstance(r, schema.EvalRecord)}
@@ -131,7 +134,7 @@ def distribution(rows: Sequence[RequestRow]) -> dict[str, Any]:
         "request_weighted_mean_acceptance_length":
             sum(r.acceptance_length for r in known) / len(known) if known else None,
         "token_weighted_mean_acceptance_length":
-            1 + sum(r.accepted for r in known) / steps if steps else None,
+            Acceptance(steps, accepted=sum(r.accepted for r in known)).length,
         "engine_counters_give": "token_weighted",
         "acceptance_length_percentiles": _pct([r.acceptance_length for r in known]),
         "num_flagged": sum(1 for r in rows if r.flags),
@@ -204,8 +207,8 @@ def category_rows(records: Iterable[Any], baseline: Iterable[Any] | None = None,
         drafted = sum(r.drafted for r in rated)
         timed = [r for r in rs if r.e2e_s]
         row = CategoryRow(
-            name, len(rs), 1 + sum(r.accepted for r in known) / steps if steps else None,
-            sum(r.accepted for r in rated) / drafted if drafted else None,
+            name, len(rs), Acceptance(steps, accepted=sum(r.accepted for r in known)).length,
+            Acceptance(drafted=drafted, accepted=sum(r.accepted for r in rated)).rate,
             sum(r.output_tokens for r in timed) / sum(r.e2e_s for r in timed) if timed else None)
         pairs = [(r.output_tokens, r.e2e_s, *base_speed[_key(r, prompt)]) for r in timed
                  if _key(r, prompt) in base_speed]

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from .. import schema
 from . import busy as _busy
+from .counts import Acceptance, clamp
 from .histogram import Histogram
 
 
@@ -284,8 +285,7 @@ class SpecStats:
             drafted, accepted = r.draft_tokens, r.accepted_tokens
             if drafted < 0 or accepted < 0 or accepted > drafted:
                 self.num_clamped += 1
-                drafted = max(0, drafted)
-                accepted = min(max(0, accepted), drafted)
+                drafted, accepted, _ = clamp(drafted, accepted)
             self.draft_tokens += drafted
             self.accepted_tokens += accepted
             if r.num_drafts is not None and r.num_drafts > 0:
@@ -311,8 +311,7 @@ class SpecStats:
             drafted, accepted = e.num_drafted, e.num_accepted
             if drafted < 0 or accepted < 0 or accepted > drafted:
                 self.num_clamped += 1
-                drafted = max(0, drafted)
-                accepted = min(max(0, accepted), drafted)
+                drafted, accepted, _ = clamp(drafted, accepted)
             self.modes[(e.mode_requested, e.mode_used)] += 1
             if drafted == 0:
                 self.undrafted_request_steps += 1
@@ -449,20 +448,20 @@ class SpecStats:
     @property
     def acceptance_rate(self) -> float | None:
         """Accepted / drafted draft tokens, pooled over all request-steps."""
-        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+        return Acceptance(drafted=self.draft_tokens, accepted=self.accepted_tokens).rate
 
     @property
     def mean_acceptance_length(self) -> float | None:
         """Tokens committed per request-step, INCLUDING the bonus token: (accepted + drafts) / drafts.
         None where some interval's drafts are unknown (never a figure over part of the run)."""
-        if not self.num_drafts or self.drafts_unknown:
-            return None
-        return (self.accepted_with_drafts + self.num_drafts) / self.num_drafts
+        return Acceptance(steps=None if self.drafts_unknown else self.num_drafts,
+                          accepted=self.accepted_with_drafts).length
 
     @property
     def per_position_acceptance(self) -> list[float | None]:
         """Share of request-steps that drafted position i whose token i was accepted."""
-        return [a / d if d else None for a, d in zip(self.accepted_per_pos, self.drafted_per_pos)]
+        return Acceptance(drafted_per_pos=self.drafted_per_pos,
+                          accepted_per_pos=self.accepted_per_pos).per_position
 
     @property
     def mean_draft_depth(self) -> float | None:

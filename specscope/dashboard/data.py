@@ -1,8 +1,8 @@
 """Where the dashboard's runs come from, kept server-side: trace files and directories, a live
 collector (in process), a specscope ``/metrics`` endpoint, or a Prometheus server.
 
-Every source yields ``RunView`` objects whose ``section`` has the shape of a report section
-(``specscope.collector.report``), so every page and figure works on every source. Traces are
+Every source yields ``RunView`` objects over a typed report section (``collector.section``), so
+every page and figure works on every source. Traces are
 only opened under the source's configured root directories.
 """
 
@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .. import schema
-from ..collector.report import build_report, stats_section, window_figures
-from ..collector.stats import SpecStats
+from ..collector.report import build_sections
+from ..collector.section import Breakdown, Section
+from ..collector.shares import split_by
+from ..collector.snapshot import snapshot_sections
 from ..schema import TraceError
-from .view import Breakdown, Section
 
 #: traces with more verify records than this are aggregated column-wise (no per-request samples)
 RECORDS_LIMIT = 200_000
@@ -32,17 +33,24 @@ class RunView:
     """One run as the pages see it."""
 
     run_id: str
-    section: dict[str, Any]  #: a report section as ``report --json`` writes it (``view`` types it)
+    #: a report section as ``report --json`` writes it; given a ``Section``, its JSON form is
+    #: kept here and the ``Section`` is ``view``
+    section: Any
     source: str = ""  #: the trace path or the live source's name
     records: list[Any] | None = None  #: the run's records (and its reference's), when kept
     phases: dict[str, Any] | None = None  #: phase breakdown (collector.phases), when recorded
     _sample: Any = None
     node: str = ""  #: the node of a run's share on one node ("" = the run, pooled across nodes)
 
+    def __post_init__(self) -> None:
+        if isinstance(self.section, Section):
+            self.__dict__["view"] = self.section  # the cached ``view``
+            self.section = self.section.as_dict()
+
     @functools.cached_property
     def view(self) -> Section:
         """The section, typed: what the figures read."""
-        return Section.from_report(self.section)
+        return Section.from_dict(self.section)
 
     @functools.cached_property
     def breakdown(self) -> Breakdown | None:
@@ -59,8 +67,8 @@ class RunView:
         if r is None:
             return f"{self.run_id} (?)"
         fault = f" [fault {r.fault}]" if r.fault else ""
-        kind = (self.section.get("verification") or {}).get("kind")
-        kind = {"forced": " [forced: speed-only]", "lossy": " [lossy verification]"}.get(kind, "")
+        kind = {"forced": " [forced: speed-only]", "lossy": " [lossy verification]"}.get(
+            self.view.verification, "")
         if self.node:  # a run's share on one node: "nightly@gpu-05" reads as the run on gpu-05
             base = self.run_id.removesuffix(f"@{self.node}")
             return f"{base} ({r.config_id}{fault}{kind}) on node {self.node}"
@@ -168,38 +176,26 @@ def _mtime(p: Path) -> float:
     return p.stat().st_mtime
 
 
-def verify_entries(p: Path, where: Any = None) -> int:
-    """Verify entries of a Parquet trace (of the partitions selected), from the files' footers."""
-    if p.is_dir():
-        import pyarrow.parquet as pq
-
-        from ..io.store import open_store
-
-        store = open_store(p)
-        return sum(pq.ParquetFile(store.fs.open_input_file(f)).metadata.num_rows
-                   for f in store.files("verify", where)) or sum(
-            pq.ParquetFile(f).metadata.num_rows for f in p.glob("*.parquet"))
-    return 0
-
-
 def load_trace(p: Path, where: Any = None) -> tuple[list[RunView], list[str]]:
     """A trace's runs: records kept for small traces, column-wise aggregates for big ones;
     ``where`` reads a store's selected partitions only."""
+    from ..io.store import verify_entries
+
     if is_store(p) and verify_entries(p, where) > RECORDS_LIMIT:
         return aggregate_trace(p, where), []
     from ..collector.phases import phase_breakdown
     from ..io.trace import read_trace
 
     trace = read_trace(p if not p.is_dir() or is_store(p) else shards(p), where)
-    report = build_report(trace.records, problems=trace.problems)
+    _, sections = build_sections(trace.records)
     refs = {r.labels.get("reference_for"): r.run_id for r in trace.records
             if isinstance(r, schema.RunRecord) and r.labels.get("role") == "reference"}
     by_run: dict[str, list[Any]] = {}
     for r in trace.records:
         by_run.setdefault(getattr(r, "run_id", ""), []).append(r)
     views = []
-    for sec in report["runs"]:
-        rid = (sec["run"] or {}).get("run_id", "")
+    for sec in sections:
+        rid = sec.run.run_id if sec.run else ""
         recs = by_run.get(rid, []) + by_run.get(refs.get(rid, "\0"), [])
         has_phases = any(isinstance(r, schema.PhaseRecord) for r in recs)
         views.append(RunView(rid or p.stem, sec, str(p), recs,
@@ -211,13 +207,12 @@ def load_trace(p: Path, where: Any = None) -> tuple[list[RunView], list[str]]:
 def _node_views(rid: str, records: list[Any], source: str) -> list[RunView]:
     """A run recorded on several nodes: one view per node besides the pooled one (the node
     selector's), each its own report section, checked by the same detectors."""
-    nodes = sorted({r.node for r in records if getattr(r, "node", "")})
-    if len(nodes) < 2:
+    by_node = split_by(records, lambda r: getattr(r, "node", "") or None)
+    if len(by_node) < 2:
         return []
     out = []
-    for node in nodes:
-        mine = [r for r in records if getattr(r, "node", None) == node]
-        (sec,) = build_report(mine)["runs"] or [None]
+    for node, mine in sorted(by_node.items()):
+        (sec,) = build_sections(mine)[1] or [None]
         if sec is not None:
             out.append(RunView(f"{rid}@{node}", sec, source, mine, node=node))
     return out
@@ -226,58 +221,15 @@ def _node_views(rid: str, records: list[Any], source: str) -> list[RunView]:
 def aggregate_trace(p: Path, where: Any = None) -> list[RunView]:
     """A big Parquet trace through the collector's column path; one view per label set (and
     node, where several)."""
-    from ..collector.service import Collector
-    from ..exporters.replay import replay
+    from ..exporters.replay import replay_sections
 
-    collector = Collector(window_s=1.0, num_windows=1_000_000, max_label_sets=256)
-    replay([p], collector, progress=False, where=where)
-    collector.tick()
-    return snapshot_views(collector.snapshot(), str(p), max_windows=240)
+    return [RunView(rid, sec, str(p), node=node) for rid, node, sec in replay_sections(p, where)]
 
 
 def snapshot_views(snap, source: str, max_windows: int = 240) -> list[RunView]:
     """Run views of a collector snapshot: one per label set (configuration and rank)."""
-    from ..collector.service import LABELS
-
-    views = []
-    for key, stats in sorted(snap.totals.items()):
-        labels = dict(zip(LABELS, key))
-        run = _run_for(labels, snap.runs.values())
-        windows = _coarsen(snap.windows.get(key, []), max_windows, snap.window_s)
-        anomalies = [a for k, a in snap.anomalies if k == key]
-        sec = stats_section(stats, run, windows, anomalies=anomalies)
-        rid = run.run_id if run else "/".join(f"{k}={v}" for k, v in labels.items() if v)
-        node = key[len(LABELS)] if snap.node_label and len(key) > len(LABELS) else ""
-        views.append(RunView(f"{rid}@{node}" if node else rid, sec, source, node=node))
-    return views
-
-
-def _run_for(labels: dict[str, str], runs: Iterable[schema.RunRecord]) -> schema.RunRecord | None:
-    match = [r for r in runs if r.algorithm == labels["algorithm"]
-             and str(r.num_steps) == labels["num_steps"] and str(r.topk) == labels["topk"]
-             and str(r.num_draft_tokens) == labels["num_draft_tokens"]
-             and r.model == labels["model"] and r.labels.get("role") != "reference"]
-    return max(match, key=lambda r: r.started_ns) if match else None
-
-
-def _coarsen(windows: list[tuple[int, SpecStats]], max_windows: int,
-             width_s: float | None = None) -> list[dict[str, Any]]:
-    """At most about ``max_windows`` windows, each ``group`` buckets of ``width_s`` wide by
-    time. A run that idled (between its waves) has no buckets there, and none are made up."""
-    if not windows:
-        return []
-    if not width_s:  # an old snapshot: the narrowest gap between buckets
-        gaps = [b[0] - a[0] for a, b in zip(windows, windows[1:]) if b[0] > a[0]]
-        width_s = min(gaps) / 1e9 if gaps else 1.0
-    width_ns = int(width_s * 1e9)
-    t0 = windows[0][0]
-    group = max(1, -(-((windows[-1][0] - t0) // width_ns + 1) // max_windows))
-    merged: dict[int, SpecStats] = {}
-    for t, s in windows:
-        k = (t - t0) // (width_ns * group)
-        merged[k] = merged[k].merge(s) if k in merged else s
-    return [window_figures((t0 + k * width_ns * group) / 1e9, width_s * group, merged[k])
-            for k in sorted(merged)]
+    return [RunView(rid, sec, source, node=node)
+            for rid, node, sec in snapshot_sections(snap, max_windows)]
 
 
 class LiveSource:

@@ -95,3 +95,17 @@ def replay(paths: Sequence[str | os.PathLike], collector: Any, *, speed: float |
     stats.seconds = time.perf_counter() - t_start
     stats.problems = len(problems)
     return stats
+
+
+def replay_sections(path: str | os.PathLike, where: Any = None,
+                    max_windows: int = 240) -> list[tuple[str, str, Any]]:
+    """A trace (a big Parquet store's, say) through the collector's column path, as report
+    sections: ``(run id, node, Section)`` per label set (and node, where several), at most
+    about ``max_windows`` windows each; no per-request figures."""
+    from ..collector.service import Collector
+    from ..collector.snapshot import snapshot_sections
+
+    collector = Collector(window_s=1.0, num_windows=1_000_000, max_label_sets=256)
+    replay([path], collector, progress=False, where=where)
+    collector.tick()
+    return snapshot_sections(collector.snapshot(), max_windows)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from ..collector.counts import Acceptance, clamp
 from ..io.store import Where, safe
 
 #: what a fleet query can group by: the partitions (path-safe ids, read from the folder names)
@@ -61,16 +62,22 @@ class FleetFigures:
     @property
     def mean_acceptance_length(self) -> float | None:
         """(accepted + drafts) / drafts: tokens committed per request-step that drafted."""
-        return (self.accepted_tokens + self.num_drafts) / self.num_drafts if self.num_drafts else None
+        return self.acceptance.length
 
     @property
     def acceptance_rate(self) -> float | None:
         """accepted / drafted tokens, pooled."""
-        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+        return self.acceptance.rate
 
     @property
     def per_position_acceptance(self) -> list[float | None]:
-        return [a / d if d else None for a, d in zip(self.accepted_per_pos, self.drafted_per_pos)]
+        return self.acceptance.per_position
+
+    @property
+    def acceptance(self) -> Acceptance:
+        """The group's counts, as every acceptance figure is computed from them."""
+        return Acceptance(self.num_drafts, self.draft_tokens, self.accepted_tokens,
+                          self.drafted_per_pos, self.accepted_per_pos)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.group, "request_steps": self.request_steps, "num_drafts": self.num_drafts,
@@ -94,10 +101,8 @@ def figures(rows: Iterable[Sequence[Any]], by: Sequence[str]) -> list[FleetFigur
         f = out.get(key)
         if f is None:
             f = out[key] = FleetFigures(dict(zip(by, key)))
-        if d < 0 or a < 0 or a > d:
-            f.num_clamped += n
-        d = max(d, 0)
-        a = min(max(a, 0), d)
+        d, a, clamped = clamp(d, a)
+        f.num_clamped += n if clamped else 0
         f.request_steps += n
         f.draft_tokens += n * d
         f.accepted_tokens += n * a

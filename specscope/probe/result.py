@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..collector.counts import Acceptance
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment, state_text
 from ..exact import tie_margin
 from .checks import Semantics
@@ -46,7 +47,8 @@ class ProbeResult:
         accepted = sum(a.accepted or 0 for a in known)
         return {"requests": len(known), "drafted": drafted if known else None,
                 "accepted": accepted if known else None,
-                "acceptance_rate": accepted / drafted if known and drafted else None}
+                "acceptance_rate": Acceptance(drafted=drafted, accepted=accepted).rate
+                if known else None}
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable
 
 from .. import schema
 from ..collector import evalgate
-from ..collector.report import build_report
+from ..collector.report import build_sections
 from ..io.store import _TIME_FIELDS, row_time
 from . import client as cl
 from .engines import Axis, EngineOptions, Speculation, engine_server, parse_speculation
@@ -443,27 +443,25 @@ def _gate(w: Window, recs: list[Any], refs: dict[str, tuple[list[Any], list[Any]
     if probed is not None:
         extra += [dataclasses.replace(r, run_id=w.run_id) for r in probed[1]]
     recs = recs + extra
-    report = build_report(recs)
-    sec = next(s for s in report["runs"] if (s["run"] or {}).get("run_id") == w.run_id)
-    gate = sec["eval"]["gate"]
-    verdict = gate["verdict"]
+    _, sections = build_sections(recs)
+    sec = next(s for s in sections if s.run is not None and s.run.run_id == w.run_id)
+    verdict = sec.gate
     probe_verdict = probed[0] if probed is not None else None
     if probe_verdict in ("fail", "error"):
         verdict = "fail"
     elif probe_verdict == "inconclusive" and verdict == "pass":
         verdict = "inconclusive"
-    totals = sec["totals"]
     figures = {
         "tok_s": metrics["output_throughput_tok_s"], "tok_s_ci": metrics.get("tok_s_ci95"),
         **{k: metrics[k] for k in ("ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99",
                                    "interactivity_tok_s_user_median")},
-        "acceptance_length": totals.get("mean_acceptance_length"),
-        "acceptance_rate": totals.get("acceptance_rate"),
+        "acceptance_length": sec.totals.mean_acceptance_length,
+        "acceptance_rate": sec.totals.acceptance_rate,
         "gate": verdict, "probe": probe_verdict,
-        "failed": [c["check"] for c in gate["checks"] if c["state"] == "fail"]
+        "failed": [c["check"] for c in sec.gate_checks if c["state"] == "fail"]
         + ([f"probe {probe_verdict}"] if probe_verdict in ("fail", "error") else []),
-        "anomalies": sorted({a["kind"] for a in sec["anomalies"]}),
-        "waiting": [f"{c['check']}: {evalgate.check_why(c)}" for c in gate["checks"]
+        "anomalies": sorted({a.kind for a in sec.anomalies}),
+        "waiting": [f"{c['check']}: {evalgate.check_why(c)}" for c in sec.gate_checks
                     if c["state"] == "inconclusive"]}
     # the point's gate as the sweep decided it (the report's eval gate and the probe's verdict)
     # on its run, where the dashboard's sweep page reads it

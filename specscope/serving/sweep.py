@@ -24,7 +24,7 @@ from typing import Any, Iterable
 from .. import schema
 from ..collector import evalgate
 from ..collector.evalgate import check_why
-from ..collector.report import build_report
+from ..collector.report import build_sections
 from ..io.trace import TraceWriter, read_trace
 from .harness import ServerProcess
 
@@ -245,16 +245,16 @@ def run_point(point: Point, out_dir: Path, *, model: str, draft: str, tokenizer:
     result = PointResult(point, path, run_id)
     result.figures["tokens_by_index"] = {int(k.rsplit(":", 1)[1]): tuple(v.output_token_ids)
                                          for k, v in server.items()}
-    report = build_report([*records, *extra])  # what the trace file now holds
-    sec = next(s for s in report["runs"] if (s["run"] or {}).get("run_id") == run_id)
+    _, sections = build_sections([*records, *extra])  # what the trace file now holds
+    sec = next(s for s in sections if s.run is not None and s.run.run_id == run_id)
     bench = extra[0].metrics
     result.figures.update(
-        acceptance_length=sec["totals"]["mean_acceptance_length"],
+        acceptance_length=sec.totals.mean_acceptance_length,
         tok_s=bench["output_throughput_tok_s"],
         tok_s_user=bench["interactivity_tok_s_user_median"],
-        gate=sec["eval"]["gate"]["verdict"], anomalies=[a["kind"] for a in sec["anomalies"]],
-        failed=[c["check"] for c in sec["eval"]["gate"]["checks"] if c["state"] == "fail"],
-        waiting=[f"{c['check']}: {check_why(c)}" for c in sec["eval"]["gate"]["checks"]
+        gate=sec.gate, anomalies=[a.kind for a in sec.anomalies],
+        failed=[c["check"] for c in sec.gate_checks if c["state"] == "fail"],
+        waiting=[f"{c['check']}: {check_why(c)}" for c in sec.gate_checks
                  if c["state"] == "inconclusive"])
     return result
 

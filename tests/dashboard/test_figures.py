@@ -46,6 +46,16 @@ def test_failed_gates_are_untrusted_and_drawn_hollow():
     assert fronts["3-1-4 Pareto front"] == [20]  # the untrusted point is not on any front
 
 
+def _section(k, totals, phases):
+    """A section of a run at depth ``k`` with these totals and phase times."""
+    from specscope.collector.section import Percentiles, Section, Totals
+
+    run = schema.RunRecord(run_id=f"k{k}", config_id="", algorithm="eagle", num_steps=k, topk=1,
+                           num_draft_tokens=k + 1, backend="cpu", model="m")
+    return Section(run=run, totals=Totals(**totals),
+                   phases={n: Percentiles(**p) for n, p in phases.items()})
+
+
 def test_advisor_acceptance_model_and_its_error_on_measured_runs():
     # prefix acceptance: p = P(L >= i)
     assert predict_al([0.8, 0.6, 0.4], 3) == pytest.approx(2.8)
@@ -53,12 +63,12 @@ def test_advisor_acceptance_model_and_its_error_on_measured_runs():
     assert predict_al([0.8, 0.4], 3) == pytest.approx(1 + 0.8 + 0.4 + 0.2)  # c = 0.5 held
 
     def section(k, pp, draft_ms, verify_ms, steps=100):
-        return {"run": {"num_steps": k}, "totals": {"num_verify_steps": steps,
-                "per_position_acceptance": pp, "mean_acceptance_length": 1 + sum(pp)},
-                "phases": {"draft": {"total_s": k * draft_ms * steps / 1e3},
-                           "draft_extend": {"total_s": 0.0},
-                           "verify_forward": {"total_s": verify_ms * steps / 1e3},
-                           "verify_sample": {"total_s": 0.0}}}
+        return _section(k, {"num_verify_steps": steps, "per_position_acceptance": pp,
+                            "mean_acceptance_length": 1 + sum(pp)},
+                        {"draft": {"total_s": k * draft_ms * steps / 1e3},
+                         "draft_extend": {"total_s": 0.0},
+                         "verify_forward": {"total_s": verify_ms * steps / 1e3},
+                         "verify_sample": {"total_s": 0.0}})
 
     base = section(3, [0.8, 0.6, 0.4], 2.0, 10.0 + 2 * 4)
     other = section(2, [0.8, 0.6], 2.0, 10.0 + 2 * 3)
@@ -100,12 +110,10 @@ def test_category_heatmap_cells_carry_speedup_interval_and_acceptance():
 
 
 def test_advisor_offers_no_speculation_where_a_target_only_step_was_timed():
-    base = {"run": {"num_steps": 2}, "totals": {"per_position_acceptance": [0.5, 0.3],
-                                                 "num_verify_steps": 10},
-            "phases": {"draft": {"total_s": 1.0, "n": 20}, "verify_forward": {"total_s": 1.5, "n": 10}}}
+    base = _section(2, {"per_position_acceptance": [0.5, 0.3], "num_verify_steps": 10},
+                    {"draft": {"total_s": 1.0, "n": 20}, "verify_forward": {"total_s": 1.5, "n": 10}})
     assert advise(base)["rows"][0]["num_steps"] == 1  # nothing says what a target-only step costs
-    target_only = {"run": {"num_steps": 0}, "totals": {"num_verify_steps": 0},
-                   "phases": {"decode": {"total_s": 0.8, "n": 10}}}
+    target_only = _section(0, {"num_verify_steps": 0}, {"decode": {"total_s": 0.8, "n": 10}})
     rows = advise(base, [target_only])["rows"]
     assert rows[0]["num_steps"] == 0 and rows[0]["predicted_al"] == 1.0
     assert rows[0]["predicted_tok_s"] == pytest.approx(1 / 0.08)
@@ -158,7 +166,7 @@ def test_profile_draws_target_only_beside_speculative_runs(tiny, tmp_path):
     from specscope import schema
     from specscope.collector.report import build_report
     from specscope.dashboard.figures.runs import profile_figure, profile_rows
-    from specscope.dashboard.view import Section
+    from specscope.collector.section import Section
     from tests.conftest import run_cli
 
     trace = tmp_path / "t.jsonl"
@@ -173,7 +181,7 @@ def test_profile_draws_target_only_beside_speculative_runs(tiny, tmp_path):
                if getattr(r, "run_id", "") == run.run_id]
         (sec,) = build_report(own)["runs"]
         views.append(SimpleNamespace(run_id=run.run_id, label=run.run_id, section=sec,
-                                     view=Section.from_report(sec), breakdown=None))
+                                     view=Section.from_dict(sec), breakdown=None))
     fig = profile_figure(views)
     assert len({x for bar in fig.data for x in bar.x}) == 2  # both runs drawn
     rows = profile_rows(views)

@@ -8,14 +8,14 @@ import math
 import pytest
 
 from specscope.dashboard import TraceSource
-from specscope.dashboard.view import Section
+from specscope.collector.section import Section
 
 
 def test_a_section_types_the_same_from_python_and_from_report_json(dash_traces):
     views = {v.run_id: v for v in TraceSource([dash_traces]).runs()}
     for v in views.values():
         typed = v.view
-        from_json = Section.from_report(json.loads(json.dumps(v.section)))
+        from_json = Section.from_dict(json.loads(json.dumps(v.section)))
         assert from_json == typed  # histogram keys and infinities come back as written
         assert typed.totals.num_drafts == v.section["totals"]["num_drafts"]
         assert typed.totals.accept_length_histogram  # keys are ints, not JSON's strings
@@ -35,7 +35,7 @@ def test_an_impossible_observation_keeps_its_infinite_z_and_newer_fields_are_ign
                                "num_positions": 9, "observed_top1_rate": 1.0,
                                "expected_top1_rate": 1.0, "expected_band_95": None, "z": "-inf",
                                "state": "fail"}]}
-    typed = Section.from_report(sec)
+    typed = Section.from_dict(sec)
     assert typed.run is None and typed.gate is None and typed.totals.num_drafts == 3
     assert typed.totals.mean_acceptance_length is None  # unknown stays unknown
     assert typed.sampling_truth[0].z == -math.inf and typed.sampling_truth[0].flagged

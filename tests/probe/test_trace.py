@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from specscope.collector.report import build_report, format_report
 from specscope.dashboard.figures.live import probe_rows
-from specscope.dashboard.view import Section
+from specscope.collector.section import Section
 from specscope.io.trace import read_trace, write_trace
 from specscope.probe import probe_records
 from specscope.probe.client import Answer
@@ -27,6 +27,6 @@ def test_a_probe_trace_reads_in_report_and_on_the_truth_page(tmp_path):
     assert sec["totals"]["accepted_tokens"] is None or sec["totals"]["draft_tokens"] in (None, 30)
 
     class V:
-        label, view = "probe-1", Section.from_report(sec)
+        label, view = "probe-1", Section.from_dict(sec)
     (row,) = probe_rows([V()])
     assert row["verdict"] == "FAIL" and "300 of 300" in row["failed"]

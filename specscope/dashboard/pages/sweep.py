@@ -64,11 +64,11 @@ def register(app, ctx) -> None:
         # runs of the same model, drafter and workload at other depths, and without
         # speculation (k = 0): another drafter (prompt lookup beside a draft model) has
         # acceptance and costs of its own
-        same = [v.section for v in everything if v.run and v.run.model == base.run.model
+        same = [v.view for v in everything if v.run and v.run.model == base.run.model
                 and (not v.run.num_steps or (v.run.topk == 1 and _drafter(v) == _drafter(base)))
                 and v.view.phases
                 and not v.run.fault and _workload(v) == _workload(base)]
-        advice = advise(base.section, same)
+        advice = advise(base.view, same)
         arows = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
                  for r in advice["rows"]]
         err = ("no measured run at another depth to check against" if not advice["num_measured"]

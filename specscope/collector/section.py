@@ -1,23 +1,23 @@
-"""The typed view the figures read: one report section as dataclasses.
+"""The read model: one run's report section as typed values. Never imports torch or dash.
 
-A report section (``specscope.collector.report.stats_section``) is the JSON contract of
-``report --json`` and of every dashboard source. The figures do not index it by strings: each
-``RunView`` turns its section into a ``Section`` once, and a misspelt field is an
-``AttributeError`` where it is written, not a ``KeyError`` inside a callback.
+``stats_section`` (``collector.report``) builds a ``Section``; the advisor, the sweeps, the CLI
+and the dashboard read its attributes, and ``report --json`` writes its ``as_dict()``, the JSON
+contract every source shares. A misspelt field is an ``AttributeError`` where it is written,
+not a ``KeyError`` inside a callback.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from .. import schema
-from ..collector.evalgate import gate_text
+from .evalgate import gate_text
 
 
 @dataclass(frozen=True, slots=True)
-class Acceptance:
+class AcceptanceFigures:
     """Pooled acceptance figures (the keys ``totals`` and every window share).
 
     ``mean_acceptance_length`` includes the bonus token; ``acceptance_rate`` is accepted /
@@ -36,7 +36,7 @@ class Acceptance:
 
 
 @dataclass(frozen=True, slots=True)
-class Window(Acceptance):
+class Window(AcceptanceFigures):
     """One time window of a run."""
 
     time: float | None = 0.0  #: window start, seconds since the epoch; None: the source has no times
@@ -49,7 +49,7 @@ class Window(Acceptance):
 
 
 @dataclass(frozen=True, slots=True)
-class Totals(Acceptance):
+class Totals(AcceptanceFigures):
     """A run's pooled figures."""
 
     accept_length_histogram: Mapping[int, int] = field(default_factory=dict)
@@ -131,31 +131,55 @@ class Benchmark:
 
 @dataclass(frozen=True, slots=True)
 class Section:
-    """One run's report section, typed."""
+    """One run's report section, typed; ``as_dict()`` is its ``report --json`` form."""
 
-    run: schema.RunRecord | None
-    totals: Totals
-    windows: tuple[Window, ...]
-    sampling_truth: tuple[Truth, ...]
-    fallbacks: Mapping[str, int]
-    latency: Mapping[str, Percentiles]
-    phases: Mapping[str, Percentiles]
-    eval_rates: Mapping[str, float | None]
+    run: schema.RunRecord | None = None
+    totals: Totals = field(default_factory=Totals)
+    windows: tuple[Window, ...] = ()
+    sampling_truth: tuple[Truth, ...] = ()
+    fallbacks: Mapping[str, int] = field(default_factory=dict)
+    latency: Mapping[str, Percentiles] = field(default_factory=dict)
+    phases: Mapping[str, Percentiles] = field(default_factory=dict)
+    eval_rates: Mapping[str, float | None] = field(default_factory=dict)
     #: the eval gate's verdict: "pass", "fail", "inconclusive" (too little data to fail), or
     #: None when nothing was checked
-    gate: str | None
-    benchmarks: tuple[Benchmark, ...]
-    anomalies: tuple[Anomaly, ...]
+    gate: str | None = None
+    benchmarks: tuple[Benchmark, ...] = ()
+    anomalies: tuple[Anomaly, ...] = ()
     gate_text: str = "N/A"  #: e.g. "INCONCLUSIVE (need ~12 more positions): sampling truth (...)"
+    #: the gate's checks as ``evalgate`` writes them (check, state, value, need, reason, ...)
+    gate_checks: tuple[Mapping[str, Any], ...] = ()
+    #: "measured", "forced" (acceptance is a setting: a speed-only run) or "lossy"
+    #: (verification not per-token by configuration); ``verification_why`` says why
+    verification: str = "measured"
+    verification_why: str | None = None
     #: a ``specscope probe`` trace's verdict: url, verdict, logprobs, failed [{check, message}]
     probe: Mapping[str, Any] | None = None
+    node: str = ""  #: the node of a run's share on one node ("": the run, pooled across nodes)
+    #: the JSON form this section was built from or as; ``as_dict`` returns it
+    _json: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The section as ``report --json`` writes it (shared: do not change it)."""
+        if self._json is None:
+            raise ValueError("a Section built without its JSON form has no as_dict()")
+        return self._json  # type: ignore[return-value]
+
+    def with_node(self, node: str) -> Section:
+        """This section as the share of one node: ``node`` on it and in its JSON form."""
+        return replace(self, node=node,
+                       _json={**self.as_dict(), "node": node} if self._json is not None else None)
 
     @classmethod
-    def from_report(cls, sec: Mapping[str, Any]) -> Section:
-        """The typed form of a ``stats_section`` dict."""
-        t = dict(sec["totals"])
+    def from_dict(cls, sec: Mapping[str, Any]) -> Section:
+        """The typed form of a section's JSON form (``report --json``'s ``runs``); keys a newer
+        writer added are ignored, keys an older one lacked take their defaults."""
+        t = dict(sec.get("totals") or {})
         t["accept_length_histogram"] = {int(k): n for k, n
                                         in (t.get("accept_length_histogram") or {}).items()}
+        ev = sec.get("eval") or {}
+        gate = ev.get("gate") or {}
+        ver = sec.get("verification") or {}
         return cls(
             run=_run(sec.get("run")),
             totals=_make(Totals, t),
@@ -164,20 +188,25 @@ class Section:
             fallbacks=dict(sec.get("fallbacks") or {}),
             latency={k: _make(Percentiles, v) for k, v in (sec.get("latency") or {}).items()},
             phases={k: _make(Percentiles, v) for k, v in (sec.get("phases") or {}).items()},
-            eval_rates=dict((sec.get("eval") or {}).get("rates") or {}),
-            gate=((sec.get("eval") or {}).get("gate") or {}).get("verdict"),
-            gate_text=gate_text((sec.get("eval") or {}).get("gate") or {}),
+            eval_rates=dict(ev.get("rates") or {}),
+            gate=gate.get("verdict"),
+            gate_text=gate_text(gate),
+            gate_checks=tuple(gate.get("checks") or ()),
+            verification=ver.get("kind") or "measured",
+            verification_why=ver.get("why"),
             benchmarks=tuple(Benchmark(b["source"], dict(b["metrics"]), dict(b["config"]))
                              for b in sec.get("benchmarks") or ()),
             anomalies=tuple(Anomaly(a["kind"], a["severity"], a["message"],
                                     a.get("evidence") or {}) for a in sec.get("anomalies") or ()),
             probe=sec.get("probe"),
+            node=sec.get("node") or "",
+            _json=sec,
         )
 
 
 def _make(cls: type, data: Mapping[str, Any]) -> Any:
     """``cls`` from the keys it declares (a section may carry more, from a newer writer)."""
-    names = cls.__dataclass_fields__
+    names = {f.name for f in fields(cls)}
     kwargs = {k: v for k, v in data.items() if k in names}
     if "per_position_acceptance" in kwargs:
         kwargs["per_position_acceptance"] = tuple(kwargs["per_position_acceptance"] or ())
