@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .. import schema
+from .. import sampling, schema
 from . import busy as _busy
 from .histogram import Histogram
 
@@ -24,12 +24,15 @@ def _add_lists(a: list[int], b: list[int]) -> list[int]:
 
 def truth_key(mode: str, top_p: float = 1.0, top_k: int = 0) -> str:
     """The class a request's sampling-truth counters pool in: its requested mode, and for a
-    sampled one whether it asked for top-p and top-k ("speculative-sampling+top-p"). A fault
-    that hits only the top-p requests (top-p "falling back to argmax") is then tested on their
-    positions alone instead of being diluted among honest ones."""
-    if mode == schema.GREEDY:
-        return mode
-    return mode + ("+top-p" if top_p < 1.0 else "") + ("+top-k" if top_k > 0 else "")
+    sampled one the truncations it asked for ("speculative-sampling+top-p"). A fault that hits
+    only the top-p requests (top-p "falling back to argmax") is then tested on their positions
+    alone instead of being diluted among honest ones."""
+    return truth_class(mode, sampling.code(1.0, top_p, top_k))
+
+
+def truth_class(mode: str, code: int) -> str:
+    """``truth_key`` from a sampling class's code (``specscope.sampling``)."""
+    return mode if mode == schema.GREEDY else mode + sampling.suffix(code | sampling.SAMPLED)
 
 
 def base_mode(key: str) -> str:
