@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..io.columns import VerifyColumns
-from .. import schema
-from .stats import SpecStats, TruthStats, _add_lists, truth_key
+from .. import sampling, schema
+from .stats import SpecStats, TruthStats, _add_lists, truth_class
 
 __all__ = ["VerifyColumns", "observe_columns"]
 
@@ -79,16 +79,15 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
             stats.modes[(modes[code // n_modes], modes[code % n_modes])] += n
     sampled = c.num_verified > 0 if c.num_verified is not None else None
     if sampled is not None and sampled.any():
-        # truth classes (``truth_key``): the requested mode, and top-p / top-k where asked for
-        req = c.mode_requested.astype(np.int64) * 4
-        cp = c
-        greedy = c.mode_requested == modes.index(schema.GREEDY) if schema.GREEDY in modes else None
-        if cp.top_p is not None and len(cp.top_p) == len(req):
-            extra = (cp.top_p < 1.0).astype(np.int64) + 2 * (cp.top_k > 0).astype(np.int64) \
-                if cp.top_k is not None else (cp.top_p < 1.0).astype(np.int64)
-            if greedy is not None:
-                extra = np.where(greedy, 0, extra)
-            req = req + extra
+        # truth classes (``truth_class``): the requested mode, and its sampling class's
+        # truncations where asked for (``specscope.sampling``), as mode * 16 + class
+        width = 16
+        req = c.mode_requested.astype(np.int64) * width
+        if c.top_p is not None and len(c.top_p) == len(req):
+            cls = np.asarray(sampling.code(1.0, c.top_p, c.top_k), dtype=np.int64)
+            if schema.GREEDY in modes:
+                cls = np.where(c.mode_requested == modes.index(schema.GREEDY), 0, cls)
+            req = req + cls
         if req.min() == req.max():  # the usual batch: one class, no grouping needed
             all_rows = bool(sampled.all())
             sums = [(w if all_rows else w[sampled]).sum()
@@ -96,11 +95,11 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
             groups = [(int(req[0]), sums)]
         else:
             r = req[sampled]
-            per = [np.bincount(r, weights=w[sampled], minlength=n_modes * 4)
+            per = [np.bincount(r, weights=w[sampled], minlength=n_modes * width)
                    for w in (c.num_verified, c.num_top1, c.expected_top1, c.var_top1)]
             groups = [(code, [p[code] for p in per]) for code in np.flatnonzero(per[0]).tolist()]
         for code, (nv, nt, ex, var) in groups:
-            key = truth_key(modes[code // 4], 0.5 if code & 1 else 1.0, 1 if code & 2 else 0)
+            key = truth_class(modes[code // width], code % width)
             t = stats.truth.setdefault(key, TruthStats())
             t.num_verified += int(nv)
             t.num_top1 += int(nt)

@@ -1,36 +1,38 @@
 """Mergeable aggregates of records: the collector's state. Never imports torch or dash.
 
 ``SpecStats.merge`` is associative with ``SpecStats()`` as identity, so per-rank, per-process and
-per-window aggregates combine. Rates are pooled from counters (accepted / drafted), never
-averaged from ratios.
+per-window aggregates combine; each field declares how it merges (``_merge.by``: summed, per
+position, joined, earliest, ...), and a field without a rule cannot merge. Rates are pooled
+from counters (accepted / drafted), never averaged from ratios.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .. import schema
+from .. import sampling, schema
 from . import busy as _busy
+from ._merge import (by, by_whole, earliest, every, joined, keyed, latest, merged, method,
+                     per_position, total)
+from ._merge import per_position as _add_lists
 from .counts import Acceptance, clamp
 from .histogram import Histogram
 
 
-def _add_lists(a: list[int], b: list[int]) -> list[int]:
-    n = max(len(a), len(b))
-    return [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)]
-
-
 def truth_key(mode: str, top_p: float = 1.0, top_k: int = 0) -> str:
     """The class a request's sampling-truth counters pool in: its requested mode, and for a
-    sampled one whether it asked for top-p and top-k ("speculative-sampling+top-p"). A fault
-    that hits only the top-p requests (top-p "falling back to argmax") is then tested on their
-    positions alone instead of being diluted among honest ones."""
-    if mode == schema.GREEDY:
-        return mode
-    return mode + ("+top-p" if top_p < 1.0 else "") + ("+top-k" if top_k > 0 else "")
+    sampled one the truncations it asked for ("speculative-sampling+top-p"). A fault that hits
+    only the top-p requests (top-p "falling back to argmax") is then tested on their positions
+    alone instead of being diluted among honest ones."""
+    return truth_class(mode, sampling.code(1.0, top_p, top_k))
+
+
+def truth_class(mode: str, code: int) -> str:
+    """``truth_key`` from a sampling class's code (``specscope.sampling``)."""
+    return mode if mode == schema.GREEDY else mode + sampling.suffix(code | sampling.SAMPLED)
 
 
 def base_mode(key: str) -> str:
@@ -42,14 +44,13 @@ def base_mode(key: str) -> str:
 class TruthStats:
     """Sampling-truth counters for one (requested mode): see VerifyEntry."""
 
-    num_verified: int = 0
-    num_top1: int = 0
-    expected_top1: float = 0.0
-    var_top1: float = 0.0
+    num_verified: int = by(total, default=0)
+    num_top1: int = by(total, default=0)
+    expected_top1: float = by(total, default=0.0)
+    var_top1: float = by(total, default=0.0)
 
     def merge(self, other: "TruthStats") -> "TruthStats":
-        return TruthStats(self.num_verified + other.num_verified, self.num_top1 + other.num_top1,
-                          self.expected_top1 + other.expected_top1, self.var_top1 + other.var_top1)
+        return merged(self, other)
 
     @property
     def observed_rate(self) -> float | None:
@@ -94,6 +95,43 @@ def _later(a: tuple[int, float] | None, b: tuple[int, float] | None) -> tuple[in
     return a
 
 
+def _busy_union(a: tuple, b: tuple) -> tuple:
+    return _busy.union(a + b)
+
+
+# the draft depth over time: b's steps follow a's (totals and windows fold batches in order)
+def _joined_off(a: "SpecStats", b: "SpecStats") -> bool:
+    """a ended with speculation off and b starts off: one off period, not two."""
+    return a.last_depth == 0 and b.first_depth == 0
+
+
+def _off_periods(a: "SpecStats", b: "SpecStats") -> int:
+    return a.off_periods + b.off_periods - _joined_off(a, b)
+
+
+def _first(name: str):
+    def rule(a: "SpecStats", b: "SpecStats") -> Any:
+        """a's first depth (or its time), else b's."""
+        return getattr(a if a.first_depth is not None else b, name)
+    return rule
+
+
+def _latest(name: str):
+    def rule(a: "SpecStats", b: "SpecStats") -> Any:
+        """b's latest depth (or its time), else a's."""
+        return getattr(b if b.last_depth is not None else a, name)
+    return rule
+
+
+def _off_since(a: "SpecStats", b: "SpecStats") -> int | None:
+    """Where the latest off period started: a's where b only continued it."""
+    if b.last_depth is None:
+        return a.off_since_ns
+    if _joined_off(a, b) and b.off_since_ns == b.first_depth_ns:
+        return a.off_since_ns
+    return b.off_since_ns
+
+
 def token_times(r: schema.RequestRecord) -> list[tuple[int, int]]:
     """(time, tokens) of a request's output as it was emitted: its chunks, else all of its
     tokens at its finish; a target-only run's committed tokens, one decode step each."""
@@ -107,82 +145,84 @@ def token_times(r: schema.RequestRecord) -> list[tuple[int, int]]:
 class SpecStats:
     """Cumulative counters of verify steps, requests, phases, fallbacks and evals."""
 
-    num_steps: int = 0  #: verify-step records
-    num_drafts: int = 0  #: request-steps that drafted at least one token
-    draft_tokens: int = 0  #: drafted positions (chain length / tree depth), summed
-    draft_tokens_scored: int = 0  #: draft tokens verified (tree nodes), summed
-    accepted_tokens: int = 0  #: accepted draft tokens, bonus excluded
+    num_steps: int = by(total, default=0)  #: verify-step records
+    num_drafts: int = by(total, default=0)  #: request-steps that drafted at least one token
+    draft_tokens: int = by(total, default=0)  #: drafted positions (chain length / tree depth), summed
+    draft_tokens_scored: int = by(total, default=0)  #: draft tokens verified (tree nodes), summed
+    accepted_tokens: int = by(total, default=0)  #: accepted draft tokens, bonus excluded
     #: accepted tokens of the request-steps counted in num_drafts (imported counters may give
     #: tokens without the number of drafts; acceptance length uses only complete counts)
-    accepted_with_drafts: int = 0
-    drafted_per_pos: list[int] = field(default_factory=list)
-    accepted_per_pos: list[int] = field(default_factory=list)
-    accept_len_hist: Counter = field(default_factory=Counter)  #: accepted + 1 (bonus) -> count
-    truth: dict[str, TruthStats] = field(default_factory=dict)  #: by requested mode
-    modes: Counter = field(default_factory=Counter)  #: (requested, used) -> request-steps
-    draft_hist: list[int] = field(default_factory=lambda: [0] * schema.DRAFT_HIST_BINS)
-    fallbacks: Counter = field(default_factory=Counter)  #: reason -> count
+    accepted_with_drafts: int = by(total, default=0)
+    drafted_per_pos: list[int] = by(per_position, default_factory=list)
+    accepted_per_pos: list[int] = by(per_position, default_factory=list)
+    accept_len_hist: Counter = by(total, default_factory=Counter)  #: accepted + 1 (bonus) -> count
+    truth: dict[str, TruthStats] = by(keyed(method), default_factory=dict)  #: by requested mode
+    modes: Counter = by(total, default_factory=Counter)  #: (requested, used) -> request-steps
+    draft_hist: list[int] = by(per_position, default_factory=lambda: [0] * schema.DRAFT_HIST_BINS)
+    fallbacks: Counter = by(total, default_factory=Counter)  #: reason -> count
     #: greedy requests' committed tokens that were not their position's argmax (MismatchRecord),
     #: the MAX_MISMATCHES widest by margin: (margin nats, request id, step, position, rank)
-    mismatches: list[tuple] = field(default_factory=list)
-    num_mismatches: int = 0  #: mismatching request-steps seen, all of them
-    num_clamped: int = 0  #: impossible entries (accepted > drafted, negatives) clamped
+    mismatches: list[tuple] = by(_widest, default_factory=list)
+    num_mismatches: int = by(total, default=0)  #: mismatching request-steps seen, all of them
+    #: impossible entries (accepted > drafted, negatives) clamped
+    num_clamped: int = by(total, default=0)
     # latency samples, seconds
-    ttft_s: list[float] = field(default_factory=list)
-    tpot_s: list[float] = field(default_factory=list)
-    itl_chunk_s: list[float] = field(default_factory=list)
-    itl_token_s: list[float] = field(default_factory=list)
-    e2e_s: list[float] = field(default_factory=list)
-    num_requests: int = 0
-    output_tokens: int = 0
-    t_first_ns: int | None = None
-    t_last_ns: int | None = None
+    ttft_s: list[float] = by(joined, default_factory=list)
+    tpot_s: list[float] = by(joined, default_factory=list)
+    itl_chunk_s: list[float] = by(joined, default_factory=list)
+    itl_token_s: list[float] = by(joined, default_factory=list)
+    e2e_s: list[float] = by(joined, default_factory=list)
+    num_requests: int = by(total, default=0)
+    output_tokens: int = by(total, default=0)
+    t_first_ns: int | None = by(earliest, default=None)
+    t_last_ns: int | None = by(latest, default=None)
     #: disjoint (start, end) ns with a request in flight (collector/busy.py): the run's busy time
-    busy: tuple[tuple[int, int], ...] = ()
-    phase_ns: dict[str, list[int]] = field(default_factory=dict)
+    busy: tuple[tuple[int, int], ...] = by(_busy_union, default=())
+    phase_ns: dict[str, list[int]] = by(keyed(joined, list), default_factory=dict)
     # evals: name -> [hits, applicable]
-    evals: dict[str, list[int]] = field(default_factory=dict)
+    evals: dict[str, list[int]] = by(keyed(per_position, list), default_factory=dict)
     #: bounded distributions (seconds) for exporters: ttft_s, tpot_s, itl_chunk_s, itl_token_s,
     #: e2e_s and phase:<name>
-    hists: dict[str, Histogram] = field(default_factory=dict)
+    hists: dict[str, Histogram] = by(keyed(method), default_factory=dict)
     #: keep raw latency samples for exact percentiles (reports); a long-running collector
     #: keeps only the histograms
-    keep_samples: bool = True
+    keep_samples: bool = by(every, default=True)
     #: records that gave draft/accepted counts without verify steps (imported counters); with
     #: ``num_steps`` it says whether a count of 0 is measured or merely unknown
-    num_counted: int = 0
+    num_counted: int = by(total, default=0)
     #: sources that report only a mean acceptance length: the sum of the reported values times
     #: their weights (``reported_weight``, else 1) and the sum of the weights
-    reported_al_sum: float = 0.0
-    reported_al_n: float = 0
+    reported_al_sum: float = by(total, default=0.0)
+    reported_al_n: float = by(total, default=0)
     #: drafts / drafted tokens a source gave without the accepted count (shown, never in a rate)
-    drafts_unmatched: int = 0
+    drafts_unmatched: int = by(total, default=0)
     #: intervals that gave drafted and accepted tokens but not their number of drafts (a log
     #: whose draft depth varied): the pooled drafts and acceptance length are then unknown
-    drafts_unknown: int = 0
-    draft_tokens_unmatched: int = 0
+    drafts_unknown: int = by(total, default=0)
+    draft_tokens_unmatched: int = by(total, default=0)
     #: sources that report an acceptance rate of their own (SGLang gauges, V0, benchmarks)
-    reported_rate_sum: float = 0.0
-    reported_rate_n: float = 0
+    reported_rate_sum: float = by(total, default=0.0)
+    reported_rate_n: float = by(total, default=0)
     #: a cumulative source's (CUMULATIVE_SOURCES) latest reported figures, (t_ns, value): its
     #: own total since the engine started, never averaged with its earlier values
-    reported_al_last: tuple[int, float] | None = None
-    reported_rate_last: tuple[int, float] | None = None
+    reported_al_last: tuple[int, float] | None = by(_later, default=None)
+    reported_rate_last: tuple[int, float] | None = by(_later, default=None)
     #: engine gauges (SampleRecord): name -> [sum, count]
-    gauges: dict[str, list[float]] = field(default_factory=dict)
-    benchmarks: list[Any] = field(default_factory=list)
+    gauges: dict[str, list[float]] = by(keyed(per_position, list), default_factory=dict)
+    benchmarks: list[Any] = by(joined, default_factory=list)
     #: draft depth per step (a speculation policy moves it): k -> steps (k = 0: speculation
     #: off); steps that carried a reason; entries into k = 0; the first and latest k and times
-    depth_steps: Counter = field(default_factory=Counter)
-    depth_changes: int = 0
-    off_periods: int = 0
-    first_depth: int | None = None
-    first_depth_ns: int | None = None
-    last_depth: int | None = None
-    last_depth_ns: int | None = None
-    off_since_ns: int | None = None  #: start of the current off period (latest k is 0)
+    depth_steps: Counter = by(total, default_factory=Counter)
+    depth_changes: int = by(total, default=0)
+    off_periods: int = by_whole(_off_periods, default=0)
+    first_depth: int | None = by_whole(_first("first_depth"), default=None)
+    first_depth_ns: int | None = by_whole(_first("first_depth_ns"), default=None)
+    last_depth: int | None = by_whole(_latest("last_depth"), default=None)
+    last_depth_ns: int | None = by_whole(_latest("last_depth_ns"), default=None)
+    #: start of the current off period (latest k is 0)
+    off_since_ns: int | None = by_whole(_off_since, default=None)
     #: request-steps that drafted nothing (speculation off): one token each, no verify
-    undrafted_request_steps: int = 0
+    undrafted_request_steps: int = by(total, default=0)
 
     # ------------------------------------------------------------------ observe
     def observe(self, record: Any) -> None:
@@ -376,73 +416,9 @@ class SpecStats:
 
     # ------------------------------------------------------------------ merge
     def merge(self, other: "SpecStats") -> "SpecStats":
-        """A new SpecStats holding both (associative; SpecStats() is the identity)."""
-        truth = dict(self.truth)
-        for k, v in other.truth.items():
-            truth[k] = truth[k].merge(v) if k in truth else v
-        phases = {k: list(v) for k, v in self.phase_ns.items()}
-        for k, v in other.phase_ns.items():
-            phases.setdefault(k, []).extend(v)
-        evals = {k: list(v) for k, v in self.evals.items()}
-        for k, v in other.evals.items():
-            evals[k] = _add_lists(evals.get(k, [0, 0]), v)
-        gauges = {k: list(v) for k, v in self.gauges.items()}
-        for k, v in other.gauges.items():
-            g = gauges.setdefault(k, [0.0, 0])
-            g[0] += v[0]
-            g[1] += v[1]
-        hists = dict(self.hists)
-        for k, v in other.hists.items():
-            hists[k] = hists[k].merge(v) if k in hists else v
-        firsts = [t for t in (self.t_first_ns, other.t_first_ns) if t is not None]
-        lasts = [t for t in (self.t_last_ns, other.t_last_ns) if t is not None]
-        a, b = self, other  # b follows a in time (totals and windows fold batches in order)
-        joined_off = a.last_depth == 0 and b.first_depth == 0  # one off period, not two
-        later = b if b.last_depth is not None else a
-        off_since = later.off_since_ns
-        if later is b and joined_off and b.off_since_ns == b.first_depth_ns:
-            off_since = a.off_since_ns
-        first = a if a.first_depth is not None else b
-        return SpecStats(
-            depth_steps=a.depth_steps + b.depth_steps, depth_changes=a.depth_changes + b.depth_changes,
-            undrafted_request_steps=a.undrafted_request_steps + b.undrafted_request_steps,
-            off_periods=a.off_periods + b.off_periods - joined_off,
-            first_depth=first.first_depth, first_depth_ns=first.first_depth_ns,
-            last_depth=later.last_depth, last_depth_ns=later.last_depth_ns, off_since_ns=off_since,
-            num_steps=self.num_steps + other.num_steps,
-            num_drafts=self.num_drafts + other.num_drafts,
-            draft_tokens=self.draft_tokens + other.draft_tokens,
-            draft_tokens_scored=self.draft_tokens_scored + other.draft_tokens_scored,
-            accepted_tokens=self.accepted_tokens + other.accepted_tokens,
-            accepted_with_drafts=self.accepted_with_drafts + other.accepted_with_drafts,
-            drafted_per_pos=_add_lists(self.drafted_per_pos, other.drafted_per_pos),
-            accepted_per_pos=_add_lists(self.accepted_per_pos, other.accepted_per_pos),
-            accept_len_hist=self.accept_len_hist + other.accept_len_hist,
-            truth=truth, modes=self.modes + other.modes,
-            draft_hist=_add_lists(self.draft_hist, other.draft_hist),
-            fallbacks=self.fallbacks + other.fallbacks,
-            mismatches=_widest(self.mismatches, other.mismatches),
-            num_mismatches=self.num_mismatches + other.num_mismatches,
-            num_clamped=self.num_clamped + other.num_clamped,
-            ttft_s=self.ttft_s + other.ttft_s, tpot_s=self.tpot_s + other.tpot_s,
-            itl_chunk_s=self.itl_chunk_s + other.itl_chunk_s,
-            itl_token_s=self.itl_token_s + other.itl_token_s, e2e_s=self.e2e_s + other.e2e_s,
-            num_requests=self.num_requests + other.num_requests,
-            output_tokens=self.output_tokens + other.output_tokens,
-            t_first_ns=min(firsts) if firsts else None, t_last_ns=max(lasts) if lasts else None,
-            busy=_busy.union(self.busy + other.busy), phase_ns=phases, evals=evals, hists=hists,
-            keep_samples=self.keep_samples and other.keep_samples,
-            reported_al_sum=self.reported_al_sum + other.reported_al_sum,
-            reported_al_n=self.reported_al_n + other.reported_al_n,
-            drafts_unmatched=self.drafts_unmatched + other.drafts_unmatched,
-            drafts_unknown=self.drafts_unknown + other.drafts_unknown,
-            draft_tokens_unmatched=self.draft_tokens_unmatched + other.draft_tokens_unmatched,
-            reported_rate_sum=self.reported_rate_sum + other.reported_rate_sum,
-            reported_rate_n=self.reported_rate_n + other.reported_rate_n, gauges=gauges,
-            reported_al_last=_later(self.reported_al_last, other.reported_al_last),
-            reported_rate_last=_later(self.reported_rate_last, other.reported_rate_last),
-            num_counted=self.num_counted + other.num_counted,
-            benchmarks=self.benchmarks + other.benchmarks)
+        """A new SpecStats holding both, every field by the rule it declares (associative;
+        SpecStats() is the identity; ``other`` follows ``self`` in time)."""
+        return merged(self, other)
 
     # ------------------------------------------------------------------ figures
     @property

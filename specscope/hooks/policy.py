@@ -16,11 +16,9 @@ from typing import Any, Sequence, cast
 
 import numpy as np
 
+from .. import sampling
 from ..exact import (ALPHA, INCONCLUSIVE, PASS_ALPHA, decide_rate, positions_to_detect,
                      tie_margin, truth_state)
-
-#: sampling classes, as bits: sampled (temperature > 0), top-p < 1, top-k > 0; greedy is 0
-SAMPLED, TOP_P, TOP_K = 1, 2, 4
 #: drafted positions after which a draft-probability check is decided (the half-precision
 #: ceiling's sample, ``exact.positions_to_detect(0.75)``)
 DRAFT_POSITIONS = cast(int, positions_to_detect(0.75))  # an int: 0.75 < 1
@@ -28,14 +26,13 @@ DRAFT = -1  #: the draft-health "class"
 
 
 def class_codes(temperature: Any, top_p: Any = None, top_k: Any = None) -> np.ndarray:
-    """Each row's sampling class as a code (a few array operations, no per-row Python where the
-    engine hands numpy arrays)."""
-    code = (np.asarray(temperature, dtype=np.float64) > 0).astype(np.int64)
-    if top_p is not None:
-        code |= (np.asarray(top_p, dtype=np.float64) < 1.0).astype(np.int64) * TOP_P
-    if top_k is not None:
-        code |= (np.asarray(top_k, dtype=np.int64) > 0).astype(np.int64) * TOP_K
-    return np.where(code & SAMPLED, code, 0)
+    """Each row's sampling class as a code (``specscope.sampling.code`` on the host arrays, in
+    specscope's terms: top_k 0 and top_p 1.0 are off; a few array operations, no per-row
+    Python where the engine hands numpy arrays)."""
+    return np.asarray(sampling.code(
+        np.asarray(temperature, dtype=np.float64),
+        None if top_p is None else np.asarray(top_p, dtype=np.float64),
+        None if top_k is None else np.asarray(top_k, dtype=np.int64)), dtype=np.int64)
 
 
 def classes(temperature: Any, top_p: Any = None, top_k: Any = None) -> set[int]:

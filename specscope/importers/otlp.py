@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from .. import schema
+from .. import sampling, schema
 from ._common import ImportResult, run_record
 
 FORMAT = "otlp-json"
@@ -164,6 +164,13 @@ def parse(path: Path, run_id: str) -> ImportResult:
     return res
 
 
+def _top_k(value: Any) -> int:
+    """A span's requested top-k in the records' terms (0 = off): SGLang writes its request's
+    own "off" there (-1), as the request gave it."""
+    k = int(value or 0)
+    return k if sampling.code(1.0, None, k) & sampling.TOP_K else 0
+
+
 def _request(run_id: str, span: dict[str, Any], a: dict[str, Any], per_step: list[int]) -> schema.RequestRecord:
     start, end = _ns(span, "startTimeUnixNano"), _ns(span, "endTimeUnixNano")
     ttft = a.get("gen_ai.latency.time_to_first_token", a.get("specscope.latency.ttft_s"))
@@ -183,7 +190,7 @@ def _request(run_id: str, span: dict[str, Any], a: dict[str, Any], per_step: lis
         num_prompt_tokens=int(a.get("gen_ai.usage.prompt_tokens", a.get("gen_ai.usage.input_tokens", 0)) or 0),
         num_output_tokens=int(a.get("gen_ai.usage.completion_tokens", a.get("gen_ai.usage.output_tokens", 0)) or 0),
         temperature=float(a.get("gen_ai.request.temperature", 0.0) or 0.0),
-        top_p=float(a.get("gen_ai.request.top_p", 1.0) or 1.0), top_k=int(a.get("gen_ai.request.top_k", 0) or 0),
+        top_p=float(a.get("gen_ai.request.top_p", 1.0) or 1.0), top_k=_top_k(a.get("gen_ai.request.top_k")),
         finish_reason=str(reasons[0]) if isinstance(reasons, list) and reasons else str(reasons or ""),
         num_verify_steps=int(steps) if steps is not None else None,
         num_draft_tokens=(int(a["specscope.spec.draft_tokens"]) if "specscope.spec.draft_tokens" in a else None),

@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from .. import sampling
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
 from ..exact import tie_margin
 from .checks import Semantics, greedy_check, overall, temperature_check, truncation_check
@@ -141,12 +142,13 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
         if not mine:
             continue
         positions = [p for a in mine for p in a.positions]
-        if cls == "greedy":
+        code = sampling.of_name(cls)
+        if code == sampling.GREEDY:
             found = [greedy_check(positions, tie_margin(dtype))]
         else:
             sel = select(mine, silent_drafted_nothing=sem.engine == "llamacpp")
             found = [guard(temperature_check(sel.positions, sem, label=cls), sel, sem)]
-            if cls in ("top-p", "top-k"):
+            if code & (sampling.TOP_P | sampling.TOP_K):
                 found.append(truncation_check(positions, sem, label=cls, margin=tie_margin(dtype)))
         checks += [replace(c, evidence={**c.evidence, "probe_class": cls}) for c in found]
     return checks

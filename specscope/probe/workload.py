@@ -11,15 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import sampling
 from .ngram import NgramSettings
 
-#: the sampling classes the probe sends, by name: each class's request fields
+#: the sampling classes the probe sends, by name (``specscope.sampling``): each class's request
+#: fields (temperature 0.8, top-p 0.9, top-k 20 where the class holds them)
 CLASSES: dict[str, dict[str, Any]] = {
-    "greedy": {"temperature": 0.0},
-    "temperature": {"temperature": 0.8},
-    "top-p": {"temperature": 0.8, "top_p": 0.9},
-    "top-k": {"temperature": 0.8, "top_k": 20},
-}
+    sampling.name(c): sampling.fields(c, temperature=0.8, top_p=0.9, top_k=20)
+    for c in (sampling.GREEDY, sampling.SAMPLED, sampling.SAMPLED | sampling.TOP_P,
+              sampling.SAMPLED | sampling.TOP_K)}
 #: the classes most likely to bring an engine down, sent after every other class's requests
 #: (vLLM 0.32's CPU build crashes its engine core on top-k under speculation, every later
 #: request answered HTTP 500): what the other classes show is in before the risk is taken

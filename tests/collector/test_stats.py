@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -95,3 +98,123 @@ def test_a_cumulative_sources_figure_is_its_latest_value_and_runs_never_average_
     assert [s["totals"]["reported_mean_acceptance_length"] for s in rep["runs"]] == [2.5, 3.0]
     assert rep["totals"]["reported_mean_acceptance_length"] is None
     assert all(w["reported_mean_acceptance_length"] is None for w in rep["windows"])
+
+
+def _random_records(rng: random.Random, t0: int) -> list:
+    """A valid mix of every record SpecStats folds, from ``t0`` on (times increase)."""
+    t, out = t0, []
+    for step in range(rng.randint(1, 6)):
+        t += rng.randint(1, 10**6)
+        entries = []
+        for i in range(rng.randint(1, 4)):
+            d = rng.randint(0, 4)
+            a = rng.randint(0, d + (rng.random() < 0.1))  # now and then an impossible count
+            temp = rng.choice([0.0, 0.8])
+            mode = schema.GREEDY if temp == 0 else schema.SPECULATIVE_SAMPLING
+            n = rng.randint(0, 3)
+            entries.append(schema.VerifyEntry(
+                request_id=f"q{i}", num_drafted=d, num_draft_tokens=d + rng.randint(0, 2),
+                num_accepted=a, accepted_per_pos=(), temperature=temp,
+                top_p=rng.choice([1.0, 0.9]), top_k=rng.choice([0, 20]), mode_requested=mode,
+                mode_used=rng.choice([mode, schema.FALLBACK_ARGMAX]), num_verified=n,
+                num_top1=rng.randint(0, n), expected_top1=rng.random() * n,
+                var_top1=rng.random() * n / 4,
+                draft_top1_hist=tuple(rng.randint(0, 2) for _ in range(schema.DRAFT_HIST_BINS))
+                if rng.random() < 0.5 else ()))
+        out.append(schema.VerifyStepRecord(
+            run_id="r", config_id="c", rank=0, step=step, t_ns=t, batch_size=len(entries),
+            entries=tuple(entries), draft_depth=rng.choice([None, 0, 0, 2, 3]),
+            depth_reason=rng.choice(["", "", "acceptance fell"])))
+        chunks = tuple(t + 10**5 * (j + 1) for j in range(rng.randint(0, 3)))
+        out += [
+            schema.RequestRecord(
+                run_id="r", rank=0, request_id=f"req{t}", t_arrival_ns=t - 10**6,
+                t_first_token_ns=t, t_finish_ns=t + 10**6, num_prompt_tokens=5,
+                num_output_tokens=rng.randint(1, 9), chunk_times_ns=chunks,
+                chunk_num_tokens=tuple(rng.randint(1, 3) for _ in chunks)),
+            schema.PhaseRecord(run_id="r", rank=0, step=step, phase=rng.choice(["draft", "verify"]),
+                               device="cpu", t_start_ns=t, duration_ns=rng.randint(1, 10**6)),
+            schema.FallbackRecord(run_id="r", rank=0, step=step, t_ns=t,
+                                  reason=rng.choice(["top_p_unsupported", "x"]), count=rng.randint(1, 2)),
+            schema.MismatchRecord(run_id="r", step=step, t_ns=t, request_id="q0", position=0,
+                                  margin=rng.random() * 3),
+            schema.SpecCountsRecord(
+                run_id="r", t_ns=t, source=rng.choice(["", "vllm-v0"]),
+                num_drafts=rng.choice([None, 3]), draft_tokens=rng.choice([None, 9, 12]),
+                accepted_tokens=rng.choice([None, 4]), accepted_per_pos=(2, 1, 1),
+                reported_mean_acceptance_length=rng.choice([None, 1.9]),
+                reported_acceptance_rate=rng.choice([None, 0.4]), reported_weight=rng.choice([None, 2.0])),
+            schema.SampleRecord(run_id="r", t_ns=t, values={"kv": rng.random(), "q": float(step)}),
+            schema.EvalRecord(run_id="r", request_id=f"req{t}", exact_match=rng.random() < 0.5,
+                              invalid=rng.choice([None, True, False])),
+        ]
+    out.append(schema.BenchmarkRecord(run_id="r", t_ns=t, metrics={"tok_s": rng.random()}))
+    return out
+
+
+def _same(x, y) -> bool:
+    """Equal, floats to rounding (sums taken in another grouping)."""
+    if isinstance(x, float) or isinstance(y, float):
+        return x == pytest.approx(y, rel=1e-9, abs=1e-12)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return type(x) is type(y) and all(_same(getattr(x, f.name), getattr(y, f.name))
+                                           for f in dataclasses.fields(x))
+    if isinstance(x, dict):
+        return isinstance(y, dict) and x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
+    if isinstance(x, (list, tuple)):
+        return isinstance(y, (list, tuple)) and len(x) == len(y) and \
+            all(_same(a, b) for a, b in zip(x, y))
+    return x == y
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_merge_is_associative_on_every_field(seed):
+    """Three random, valid aggregates in time order: both groupings and the identity agree on
+    every field SpecStats has, so a field added without a merge rule (or with one that is not
+    associative) fails here."""
+    rng = random.Random(seed)
+    a, b, c = (SpecStats(keep_samples=rng.random() < 0.8).observe_all(
+        _random_records(rng, t0)) for t0 in (10**9, 2 * 10**9, 3 * 10**9))
+    left, right = a.merge(b).merge(c), a.merge(b.merge(c))
+    for f in dataclasses.fields(SpecStats):
+        assert _same(getattr(left, f.name), getattr(right, f.name)), f.name
+        assert _same(getattr(a.merge(SpecStats()), f.name), getattr(a, f.name)), f.name
+        assert _same(getattr(SpecStats().merge(a), f.name), getattr(a, f.name)), f.name
+
+
+def test_the_random_aggregates_reach_every_field():
+    """The generator above sets every field somewhere (else the associativity test would
+    compare a field's default with itself)."""
+    rng = random.Random(0)
+    made = [SpecStats(keep_samples=rng.random() < 0.8).observe_all(_random_records(rng, 10**9))
+            for _ in range(40)]
+    empty = SpecStats()
+    for f in dataclasses.fields(SpecStats):
+        assert any(not _same(getattr(s, f.name), getattr(empty, f.name)) for s in made), f.name
+
+
+def test_a_field_without_a_merge_rule_cannot_merge():
+    from specscope.collector._merge import by, merged, total
+
+    @dataclasses.dataclass
+    class Partial:
+        counted: int = by(total, default=0)
+        forgotten: int = 0
+
+    with pytest.raises(TypeError, match="Partial.forgotten declares no merge rule"):
+        merged(Partial(), Partial())
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_merged_batches_hold_what_one_aggregate_of_all_their_records_holds(seed):
+    """Batches folded apart and merged give every field that folding all the records at once
+    gives (a rule that is associative but wrong, such as off periods summed where one batch
+    continues the last one's, fails here)."""
+    rng = random.Random(seed)
+    parts = [_random_records(rng, t0) for t0 in (10**9, 2 * 10**9, 3 * 10**9)]
+    whole = SpecStats().observe_all(r for part in parts for r in part)
+    merged = SpecStats()
+    for part in parts:
+        merged = merged.merge(SpecStats().observe_all(part))
+    for f in dataclasses.fields(SpecStats):
+        assert _same(getattr(merged, f.name), getattr(whole, f.name)), f.name

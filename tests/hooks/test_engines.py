@@ -94,6 +94,44 @@ def test_the_fields_the_adapters_read_exist_in_the_releases(vllm_release):
     assert ast.literal_eval(placeholder.value) == -1
 
 
+def _defaults(tree: ast.Module, qualname: str, names: tuple[str, ...]) -> dict:
+    """Class-level defaults of ``names`` in a released class, module constants resolved."""
+    consts = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign)
+              for t in n.targets if isinstance(t, ast.Name)}
+    body = _find(tree, qualname).body
+    out = {}
+    for n in body:
+        if isinstance(n, ast.AnnAssign) and getattr(n.target, "id", "") in names:
+            value = n.value
+            if isinstance(value, ast.Name):
+                value = consts[value.id]
+            out[n.target.id] = eval(compile(ast.Expression(value), "<default>", "eval"))
+    return out
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_released_engines_default_sampling_params_are_plain_temperature(engine):
+    """Each engine's own ``SamplingParams()`` as released, its "off" values as they are: a
+    request that asked for nothing but a temperature is the temperature class, never top-k
+    (SGLang's default top_k is ``1 << 30``, the whole vocabulary)."""
+    from specscope import sampling
+
+    release = CONTRACT_RELEASES[engine][-1]
+    module = "sglang.srt.sampling.sampling_params" if engine == "sglang" else "vllm.sampling_params"
+    tree = _source(_wheel(release), module)
+    params = _defaults(tree, "SamplingParams", ("temperature", "top_p", "top_k", "min_p"))
+    assert set(params) == {"temperature", "top_p", "top_k", "min_p"}, params
+    if engine == "sglang":
+        assert params["top_k"] == sampling.TOP_K_ALL
+    assert sampling.name(sampling.code(engine=engine, **params)) == "temperature"
+    assert sampling.name(sampling.code(engine=engine, **{**params, "temperature": 0.7})) \
+        == "temperature"
+    if engine == "sglang":  # and the hook reads them so
+        from specscope.hooks.engines.sglang import requested
+
+        assert requested(SimpleNamespace(**{**params, "temperature": 0.7})) == (0.7, 1.0, 0)
+
+
 # ------------------------------------------------------------------ functional, on fake modules
 @pytest.fixture
 def fake_sglang(monkeypatch):

@@ -50,7 +50,8 @@ def _request(trace, rid, per_step, *, events_only=False):
     root = _span(trace, "r" + trace[:15], "", f"Req {rid[:8]}", 0, 400, {
         "rid": rid, "module": "sglang::request", "gen_ai.request.temperature": 0.7,
         "gen_ai.request.top_p": 0.9, "gen_ai.request.max_tokens": 64,
-        "gen_ai.response.model": "qwen3-8b", "gen_ai.response.finish_reasons": ["length"],
+        # SGLang writes the OpenAI request's own "top_k off" (-1) where the request left it out
+        "gen_ai.request.top_k": -1, "gen_ai.response.model": "qwen3-8b", "gen_ai.response.finish_reasons": ["length"],
         "gen_ai.usage.prompt_tokens": 21, "gen_ai.usage.completion_tokens": 3 * len(per_step) + 1,
         "gen_ai.latency.time_to_first_token": 0.05, "gen_ai.latency.e2e": 0.4})
     thread = _span(trace, "t" + trace[:15], root["spanId"], "Scheduler", 1, 399,
@@ -89,6 +90,7 @@ def test_sglang_speculative_spans_import_to_the_acceptance_they_carry(tmp_path):
     assert one.acceptance_length == (5 + 3) / 3 and one.accept_len_hist == (0, 1, 0, 1, 1)
     assert (two.num_verify_steps, two.num_accepted_tokens) == (2, 2)  # from spec_accept events
     assert one.ttft_s == 0.05 and one.e2e_s == 0.4 and one.temperature == 0.7 and one.top_p == 0.9
+    assert one.top_k == 0  # off, in the records' terms
     assert (one.num_prompt_tokens, one.num_output_tokens, one.finish_reason) == (21, 10, "length")
     (counts,) = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
     assert (counts.num_drafts, counts.accepted_tokens, counts.draft_tokens) == (5, 7, None)

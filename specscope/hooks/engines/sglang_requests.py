@@ -11,25 +11,22 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from ... import schema
-
-#: SGLang's "top_k off": the whole vocabulary (``sampling_params.TOP_K_ALL``)
-TOP_K_ALL = 1 << 30
+from ... import sampling, schema
+from ...sampling import TOP_K_ALL  # noqa: F401 (SGLang's "top_k off", re-exported)
 
 
 def requested(params: Any) -> tuple[float, float, int]:
     """(temperature, top_p, top_k) a request asked for, in specscope's terms (temperature 0 =
-    greedy, top_k 0 = off), from SGLang's normalised ``SamplingParams``."""
-    temperature = float(getattr(params, "temperature", 1.0) if
-                        getattr(params, "temperature", None) is not None else 1.0)
+    greedy, top_k 0 = off), from SGLang's ``SamplingParams`` (normalised or not: its top_k 1 is
+    greedy, -1 and ``TOP_K_ALL`` are off), classed by ``specscope.sampling``."""
+    temperature = getattr(params, "temperature", None)
+    temperature = 1.0 if temperature is None else float(temperature)
     top_p = float(getattr(params, "top_p", None) or 1.0)
     top_k = getattr(params, "top_k", None)
-    top_k = -1 if top_k is None else int(top_k)
-    if top_k == 1 or temperature <= 0.0:
+    c = sampling.code(temperature, top_p, None if top_k is None else int(top_k), engine="sglang")
+    if not c & sampling.SAMPLED:
         return 0.0, 1.0, 0
-    if top_k < 1 or top_k >= TOP_K_ALL:
-        top_k = 0
-    return temperature, top_p, top_k
+    return temperature, top_p, int(top_k) if top_k is not None and c & sampling.TOP_K else 0
 
 
 def _at(ns_now: int, pc_now: float, pc: float) -> int:

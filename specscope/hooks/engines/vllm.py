@@ -34,7 +34,7 @@ import os
 import time
 from typing import Any
 
-from ... import schema
+from ... import sampling, schema
 
 PLACEHOLDER_TOKEN_ID = -1
 #: speculative_config.method -> specscope's algorithm label
@@ -135,9 +135,10 @@ def batch_facts(input_batch: Any, num_reqs: int) -> dict | None:
             if arr is not None:  # host arrays: copied as arrays, no per-request Python work
                 facts[key] = np.array(arr[:num_reqs], dtype=dtype)
         vocab = getattr(input_batch, "vocab_size", None)
-        if "top_k" in facts:  # vLLM stores "no top-k" as the vocabulary size
+        if "top_k" in facts:  # vLLM stores "no top-k" as the vocabulary size: off is 0 here
             k = facts["top_k"]
-            facts["top_k"] = np.where((k <= 0) | ((k >= vocab) if vocab else False), 0, k)
+            on = sampling.code(1.0, None, k, engine="vllm", vocab_size=vocab) & sampling.TOP_K
+            facts["top_k"] = np.where(on, k, 0)
         return facts if len(ids) == num_reqs else None
     except Exception:
         return None
