@@ -72,8 +72,9 @@ def _drafted_per_step(settings: dict[str, int]) -> int | None:
 
 def _counts(values: dict[str, float], drafted: int | None) -> dict[str, Any]:
     running, length = values.get("running_req"), values.get("accept_len")
-    if drafted is None or running is None or length is None or not 0 < running < EXACT_BELOW:
-        return {}
+    if (drafted is None or running is None or length is None or not 0 < running < EXACT_BELOW
+            or running != int(running)):
+        return {}  # a count of requests that is not a whole number counts nothing
     running = int(running)
     return {"num_drafts": running, "draft_tokens": running * drafted,
             "accepted_tokens": round(length * running) - running}
@@ -177,7 +178,7 @@ def _dense(res: ImportResult, run_id: str, stamps: dict[str, int], settings: dic
     drafted = _drafted_per_step(settings)
     if drafted is not None and "running_req" in keys:
         running = values[:, keys.index("running_req")]
-        if not ((running > 0) & (running < EXACT_BELOW)).all():
+        if not ((running > 0) & (running < EXACT_BELOW) & (running == np.floor(running))).all():
             return False  # the line path gives these lines their counts one by one
         steps = running.astype(np.int64)
         counts = {"num_drafts": steps, "draft_tokens": steps * drafted,
