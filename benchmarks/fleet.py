@@ -88,7 +88,7 @@ SPARK = """
 import time, json
 from specscope.fleet import fleet_figures
 from specscope.fleet import spark as sp
-from specscope.fleet.cluster import LocalCluster
+from tests.fleet.cluster import LocalCluster  # run from the repository root, as make bench does
 t = time.perf_counter()
 with LocalCluster(workers=2, memory="2g") as cluster:
     session = sp.session(cluster.master, conf={{"spark.executor.memory": "2g"}})

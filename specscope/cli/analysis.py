@@ -107,7 +107,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def add_parsers(sub) -> None:
+def register(sub) -> None:
     ex = sub.add_parser("explain", help="why speculation is faster or slower: the speedup "
                         "decomposed into measured factors, with a verdict per batch size",
                         description="For each speculative run and its baseline (its reference "

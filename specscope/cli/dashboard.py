@@ -39,7 +39,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                                 trace_refresh_s=args.trace_refresh))
 
 
-def add_parsers(sub) -> None:
+def register(sub) -> None:
     d = sub.add_parser("dashboard", help="the Dash dashboard over traces, a live /metrics "
                        "endpoint or a Prometheus server",
                        description="Pages: live overview, sampling truth, compare (bootstrap "

@@ -1,5 +1,6 @@
-"""One or two example invocations per command, set as each command's ``--help`` epilog (and read
-by the generated CLI reference); ``import --help`` also lists the formats it knows."""
+"""A few example invocations per command (one at least), set as each command's ``--help``
+epilog (and read by the generated CLI reference); ``import --help`` also lists the formats it
+knows. Every command's examples live here, in one table."""
 
 from __future__ import annotations
 
@@ -44,7 +45,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "demo": ("specscope demo --duration 120",
              "specscope demo --engine vllm"),
     "probe": ("specscope probe http://127.0.0.1:8000",
-              "specscope probe http://127.0.0.1:8000 --every 600 --metrics-port 9410"),
+              "specscope probe http://127.0.0.1:8000 --every 600 --metrics-port 9410"
+              "   # an exporter",
+              "specscope probe http://127.0.0.1:8080 --classes greedy,temperature,top-p --json "
+              "-o probe.jsonl",
+              "specscope probe http://127.0.0.1:8000 --ngram 4:2:5     # vLLM with prompt lookup"),
 }
 
 
@@ -76,9 +81,5 @@ def add_examples(sub: argparse._SubParsersAction) -> None:
             extra = "formats (detected from the content; --format forces one):\n" + \
                 import_formats() + "\n\n"
         if lines or extra:
-            if parser.formatter_class is argparse.HelpFormatter:
-                parser.formatter_class = Formatter
-            own = parser.epilog
-            if own and "examples:" in own:  # a command that writes its own (probe)
-                continue
+            parser.formatter_class = Formatter
             parser.epilog = extra + "examples:\n" + "\n".join(lines)

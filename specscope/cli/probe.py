@@ -63,15 +63,6 @@ Verdicts and exit statuses:
 #: the exit status of an ERROR verdict (the engine failed under the probe)
 EXIT_ERROR = 3
 
-EXAMPLES = """\
-examples:
-  specscope probe http://127.0.0.1:8000
-  specscope probe http://127.0.0.1:8000 --every 600 --metrics-port 9410   # an exporter
-  specscope probe http://127.0.0.1:8080 --classes greedy,temperature,top-p --json -o probe.jsonl
-  specscope probe http://127.0.0.1:8000 --ngram 4:2:5     # vLLM with prompt lookup
-"""
-
-
 def _cmd_probe(args: argparse.Namespace) -> int:
     from ..probe import ERROR, ProbeError, ProbePlan, format_probe, probe, probe_records
     from ..probe.ngram import NgramSettings
@@ -150,11 +141,10 @@ def _loop(args: argparse.Namespace, once) -> int:
     return EXIT_ERROR if loop.engine_errors else 1 if loop.failures else 0
 
 
-def add_parser(sub) -> None:
+def register(sub) -> None:
     p = sub.add_parser("probe", help="check verify through an OpenAI-compatible endpoint from "
                        "the log-probabilities it returns (exit 1 on FAIL)",
-                       description=DESCRIPTION, epilog=EXAMPLES,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=DESCRIPTION)
     p.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", help="the model name to send (default: the first of /v1/models)")
     p.add_argument("--engine", choices=("vllm", "sglang", "llamacpp", "unknown"),

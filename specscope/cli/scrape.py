@@ -81,7 +81,7 @@ def _cmd_scrape(args: argparse.Namespace) -> int:
     return 0 if any(ep.scrapes > ep.failures for ep in res.endpoints) else 1
 
 
-def add_parser(sub) -> None:
+def register(sub) -> None:
     p = sub.add_parser(
         "scrape", help="poll running engines' Prometheus /metrics pages and record a trace",
         description="Poll engines' Prometheus pages (vLLM and SGLang /metrics, TensorRT-LLM "

@@ -4,22 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-
-def _spec_config(args: argparse.Namespace):
-    from ..engine.decoder import SpecConfig
-
-    steps = 0 if args.spec_draft_tokens == 0 else args.spec_steps
-    return SpecConfig(algorithm=args.spec_algorithm, num_steps=steps, topk=args.spec_topk,
-                      num_draft_tokens=args.spec_draft_tokens or 0,
-                      verify_mode=args.verify_mode, fault=args.fault or "",
-                      policy=args.spec_policy if steps else "fixed")
+from .spec import add_model_flags, spec_config
 
 
 def _cmd_serve_engine(args: argparse.Namespace) -> int:
     from ..serving.server import EngineOptions, serve_engine
 
     opts = EngineOptions(model=args.model, draft=args.draft, tokenizer=args.tokenizer,
-                         config=_spec_config(args), max_batch=args.max_batch,
+                         config=spec_config(args), max_batch=args.max_batch,
                          max_queue=args.max_queue, seed=args.seed, stats_every=args.stats_every,
                          hooks=not args.no_hooks, trace=args.trace, trace_roll_s=args.trace_roll_s, run_id=args.run_id or "",
                          collector_url=args.collector,
@@ -94,7 +86,7 @@ def _engine_sweep(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
-def add_parsers(sub, add_model_flags) -> None:
+def register(sub) -> None:
     se = sub.add_parser(
         "serve-engine", help="the reference decoder behind an OpenAI-compatible streaming API",
         description="Serve /v1/completions and /v1/chat/completions (SSE streaming, "

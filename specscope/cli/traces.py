@@ -217,7 +217,7 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub) -> None:
+def register(sub) -> None:
     rep = sub.add_parser("report", help="figures of a trace, as text or --json",
                          description="Acceptance length and rate, per-position acceptance, "
                          "sampling truth, fallbacks, draft health, latency, phases, eval gate "

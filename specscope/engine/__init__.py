@@ -1,5 +1,6 @@
 """The reference speculative decoder (torch + transformers, the ``engine`` extra), hooks inside."""
 
-from .decoder import FAULTS, Output, Request, SpecConfig, SpeculativeDecoder
+from .config import FAULTS, SpecConfig
+from .decoder import Output, Request, SpeculativeDecoder
 
 __all__ = ["FAULTS", "Output", "Request", "SpecConfig", "SpeculativeDecoder"]

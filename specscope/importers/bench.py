@@ -253,7 +253,7 @@ def _value(m: dict, key: str) -> float | None:
 def parse_aiperf_records(path: str | os.PathLike, run_id: str) -> ImportResult:
     """AIPerf per-request ``profile_export.jsonl``: each line a RequestRecord, with its
     ``spec_decode_*`` figures where the engine gave them."""
-    from .responses import Req, check_request, pooled
+    from ._requests import Req, check_request, pooled
 
     res = ImportResult("aiperf-records")
     res.add(run_record(run_id, "aiperf", "aiperf-records", path))

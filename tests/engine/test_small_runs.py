@@ -74,3 +74,14 @@ def test_report_compare_and_regress_say_inconclusive_on_a_run_too_small_to_fail(
     regress = run_cli("regress", str(trace), "--bootstrap", "100").stdout
     (row,) = [line for line in regress.splitlines()[1:] if line.strip() and not line.startswith(("[", "run "))]
     assert "inconclusive" in row and "good" not in row and "bad" not in row
+
+
+def test_record_report_prints_what_report_prints_of_the_trace_it_wrote(tmp_path):
+    trace = tmp_path / "r.jsonl"
+    rec = run_cli("record", "--model", "tiny", "--requests", "2", "--max-new-tokens", "4",
+                  "--quiet", "--report", "-o", str(trace))
+    assert rec.returncode == 0, rec.stderr
+    report = run_cli("report", str(trace))
+    assert report.returncode == 0 and "== run " in report.stdout
+    assert rec.stdout.endswith(report.stdout)
+    assert rec.stdout.startswith(f"trace written to {trace}\n")

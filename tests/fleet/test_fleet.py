@@ -102,7 +102,7 @@ def test_duckdb_fleet_figures_equal_the_records_own(fleet):
 
 def test_a_spark_cluster_gives_duckdbs_figures_exactly(fleet, tmp_path, spark_ready):
     from specscope.fleet import spark as sp
-    from specscope.fleet.cluster import LocalCluster
+    from tests.fleet.cluster import LocalCluster
 
     queries = [(("config", "node"), Where()),
                (("date", "node"), Where(nodes=("gpu-05", "gpu-06"), configs=("eagle-s3-k1-d4",),

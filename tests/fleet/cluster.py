@@ -1,7 +1,7 @@
-"""A Spark standalone cluster on this machine: a master and N workers, each its own JVM process
-started from pyspark's own launcher, bound to 127.0.0.1 and stopped by PID. For trying the
-cluster path, for the tests and for the benchmark; a real deployment points ``--master`` at the
-cluster it already has."""
+"""A Spark standalone cluster on this machine for the tests and the benchmark (``make bench``
+imports it from here): a master and N workers, each its own JVM process started from pyspark's
+own launcher, bound to 127.0.0.1 and stopped by PID. Not part of the package: a deployment
+points ``--master`` at the cluster it already has."""
 
 from __future__ import annotations
 

@@ -1,0 +1,81 @@
+"""A speculative-decoding configuration as engines name theirs (``SpecConfig``), checked when
+made, and the faults the reference decoder can seed. Plain values: no torch here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import schema
+from .policy import parse_policy
+
+#: silent_greedy_batch_gt2: silent greedy only when more than two requests verify together (a
+#: fault confined to large batches, diluted in any per-run figure)
+#: greedy_second_choice: at temperature 0, every 8th verify step commits the target's second
+#: choice where it should commit its argmax (a structural divergence, not a numerical tie)
+FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
+          "greedy_second_choice")
+
+
+@dataclass
+class SpecConfig:
+    """A speculative-decoding configuration, named as engines name theirs."""
+
+    #: "ngram" drafts by prompt lookup (engine/ngram.py, no draft model, depth varies per
+    #: request); any other name ("eagle", "mtp", "draft-model") is a label on the draft model
+    algorithm: str = "draft-model"
+    num_steps: int = 3  #: draft depth (0 = no speculation)
+    topk: int = 1  #: draft branching (1 = chain)
+    #: tokens in one verify pass, the root (last committed token) included, as SGLang counts
+    #: them: num_steps + 1 for a chain; a tree verifies num_draft_tokens - 1 draft nodes
+    num_draft_tokens: int = 0
+    verify_mode: str = ""  #: for temperature > 0; default speculative sampling (chain) / target-only (tree)
+    renorm_kernels: bool = True  #: False mirrors a backend without top-p/top-k renorm kernels
+    fault: str = ""  #: one of FAULTS, or ""
+    #: k per step: "fixed", "batch:B1=K1,B2=K2,..." or "adaptive" (engine/policy.py)
+    policy: str = "fixed"
+
+    def __post_init__(self) -> None:
+        if self.fault and self.fault not in FAULTS:
+            raise ValueError(f"unknown fault {self.fault!r}; known: {', '.join(FAULTS)}")
+        if self.num_steps < 0 or self.topk < 1:
+            raise ValueError("num_steps must be >= 0 and topk >= 1")
+        if self.topk == 1 or not self.num_draft_tokens:
+            self.num_draft_tokens = self.num_steps * self.topk + 1 if self.num_steps else 0
+        if self.num_steps and self.num_draft_tokens < 2:
+            raise ValueError("num_draft_tokens must be >= 2 (root plus one draft token)")
+        if not self.verify_mode:
+            self.verify_mode = (schema.SPECULATIVE_SAMPLING if self.topk == 1
+                                else schema.TARGET_TEMPERATURE)
+        if self.verify_mode not in (schema.SPECULATIVE_SAMPLING, schema.TARGET_TEMPERATURE):
+            raise ValueError(f"verify_mode must be {schema.SPECULATIVE_SAMPLING} or "
+                             f"{schema.TARGET_TEMPERATURE}")
+        if self.topk > 1 and self.verify_mode == schema.SPECULATIVE_SAMPLING:
+            raise ValueError("speculative sampling needs a chain (topk 1); trees verify with "
+                             "target-only temperature sampling")
+        if self.algorithm == "ngram" and (self.topk != 1 or self.fault == "draft_prob_shortcut"):
+            raise ValueError("an n-gram draft is a chain of looked-up tokens: --spec-topk 1, "
+                             "and it has no draft probabilities to shortcut")
+        if self.fault == "topk_fallback":
+            self.renorm_kernels = False
+        self.policy = self.policy or "fixed"
+        if self.policy != "fixed":
+            parse_policy(self.policy, self.num_steps)  # a clear error now, not at the first step
+            if self.topk != 1 or not self.num_steps:
+                raise ValueError(f"--spec-policy {self.policy} needs a chain draft "
+                                 "(--spec-topk 1, --spec-steps >= 1)")
+
+    @property
+    def config_id(self) -> str:
+        if self.num_steps == 0:
+            return "no-spec"
+        tail = "" if self.policy == "fixed" else "-" + self.policy.replace(":", "").replace(",", "_").replace("=", "k")
+        return f"{self.algorithm}-s{self.num_steps}-k{self.topk}-d{self.num_draft_tokens}{tail}"
+
+    @property
+    def uses_draft_model(self) -> bool:
+        return bool(self.num_steps) and self.algorithm != "ngram"
+
+    @property
+    def budget(self) -> int:
+        """Draft tokens verified per step (root excluded)."""
+        return max(0, self.num_draft_tokens - 1)
