@@ -9,6 +9,7 @@ built from columns (Arrow for Parquet traces, numpy arrays otherwise), never row
     t = specscope.open("nightly.parquet")
     t.steps().groupby("run_id").num_accepted.mean()
     t.requests().sort_values("acceptance_length").head()
+    specscope.open("fleet/", where="node=rack 3/gpu 5,since=2026-12-01").steps()
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from . import schema
 
-STEP_COLUMNS = ["run_id", "config_id", "rank", "step", "t_ns", "batch_size", "request_id",
+STEP_COLUMNS = ["run_id", "config_id", "node", "rank", "step", "t_ns", "batch_size", "request_id",
                 "num_drafted", "num_draft_tokens", "num_accepted", "mode_requested", "mode_used"]
 
 
@@ -33,28 +34,41 @@ def _pd():
     return pd
 
 
-def _expand(paths: tuple[str | os.PathLike, ...]) -> list[Path]:
-    out: list[Path] = []
-    for p in map(Path, paths):
+def _expand(paths: tuple[str | os.PathLike, ...], where: Any) -> list[tuple[Path, Any]]:
+    """Each source with its selection: ``where`` and a path's own (after ``#``), merged."""
+    from .io.trace import split_selection
+
+    out: list[tuple[Path, Any]] = []
+    for text, sel in map(split_selection, paths):
+        sel = where.merge(sel) if where and sel else (sel or where)
+        p = Path(text)
         if p.is_dir() and not any(p.rglob("*.parquet")):  # a sweep directory of JSONL traces
-            out.extend(sorted(p.glob("*.jsonl")))
+            out.extend((q, sel) for q in sorted(p.glob("*.jsonl")))
         else:
-            out.append(p)
+            out.append((p, sel))
     if not out:
         raise ValueError(f"nothing to open in {', '.join(map(str, paths))}")
     return out
 
 
-def open(*paths: str | os.PathLike) -> "Traces":  # noqa: A001 - the public name
-    """Traces, sweep directories or importable files as one object (see ``Traces``)."""
-    return Traces(_expand(paths))
+def open(*paths: str | os.PathLike, where: Any = None) -> "Traces":  # noqa: A001 - the public name
+    """Traces, sweep directories or importable files as one object (see ``Traces``).
+
+    ``where`` selects as the fleet query does: an ``io.store.Where`` or its text
+    (``node=gpu-07|gpu-08,since=2026-12-01``); a store reads only the partitions it admits, other
+    sources keep the records it admits. A selection after ``#`` in a path adds to it."""
+    from .io.store import Where
+
+    sel = Where.parse(where) if isinstance(where, str) else where
+    return Traces(_expand(paths, sel or None))
 
 
 class Traces:
     """Records of one or more sources and the frames and analyses over them."""
 
-    def __init__(self, paths: list[Path]) -> None:
-        self.paths = paths
+    def __init__(self, sources: list[tuple[Path, Any]]) -> None:
+        self.sources = sources  #: (path, its io.store.Where or None)
+        self.paths = [p for p, _ in sources]
         self.problems: list[Any] = []
 
     @cached_property
@@ -63,25 +77,26 @@ class Traces:
         from .io.trace import read_trace
 
         out: list[Any] = []
-        for p in self.paths:
+        for p, where in self.sources:
             if _is_trace(p):
-                trace = read_trace(p)
+                trace = read_trace(p, where)
                 out.extend(trace.records)
                 self.problems.extend(trace.problems)
             else:  # a log, benchmark output or per-request file: imported on the fly
                 res = import_file(p)
-                out.extend(res.records)
+                runs = {r.run_id: r for r in res.records if isinstance(r, schema.RunRecord)}
+                out.extend(r for r in res.records if not where or where.admits_record(r, runs))
                 self.problems.extend(res.problems)
         return out
 
     # ------------------------------------------------------------------ frames
     def steps(self) -> Any:
-        """One row per verify entry (request-step): the columns of STEP_COLUMNS."""
+        """One row per verify entry (request-step): the columns of STEP_COLUMNS (``node`` the
+        recording node's name, "" where unknown)."""
         pd = _pd()
-        parquet = [p for p in self.paths if p.is_dir()]
-        frames = [_parquet_steps(p) for p in parquet]
-        files = [p for p in self.paths if not p.is_dir()]
-        source = self if len(files) == len(self.paths) else Traces(files) if files else None
+        frames = [_parquet_steps(p, where) for p, where in self.sources if p.is_dir()]
+        files = [(p, where) for p, where in self.sources if not p.is_dir()]
+        source = self if len(files) == len(self.sources) else Traces(files) if files else None
         rest = [r for r in (source.records if source else []) if isinstance(r, schema.VerifyStepRecord)]
         if rest:
             frames.append(_record_steps(rest, pd))
@@ -168,15 +183,21 @@ def _first_measured(records: list[Any]) -> str:
     return runs[0]
 
 
-def _parquet_steps(path: Path) -> Any:
-    """Verify entries of a Parquet trace straight from Arrow (partition columns restored)."""
-    import pyarrow.dataset as ds
+def _parquet_steps(path: Path, where: Any = None) -> Any:
+    """Verify entries of a Parquet trace straight from Arrow (partition columns restored), the
+    partitions ``where`` admits only."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    folder = path / "verify"
-    if not folder.is_dir():
+    from .io.store import UNKNOWN, open_store
+
+    dataset = open_store(path).dataset("verify")
+    if dataset is None:
         return None
-    table = ds.dataset(folder, format="parquet", partitioning="hive").to_table(
-        columns=STEP_COLUMNS)
+    table = dataset.to_table(columns=STEP_COLUMNS, filter=where.expression() if where else None)
+    node = pc.fill_null(table.column("node"), UNKNOWN)
+    node = pc.if_else(pc.equal(node, UNKNOWN), pa.scalar(""), node)
+    table = table.set_column(STEP_COLUMNS.index("node"), "node", pc.dictionary_encode(node))
     return table.to_pandas()
 
 
@@ -188,7 +209,8 @@ def _record_steps(records: list[schema.VerifyStepRecord], pd: Any) -> Any:
         names = list(c.mode_names)
         assert c.request_ids is not None  # detail=True
         frames.append(pd.DataFrame({
-            "run_id": c.run_id, "config_id": c.config_id, "rank": c.rank, "step": c.step,
+            "run_id": c.run_id, "config_id": c.config_id, "node": pd.Categorical([c.node] * len(c)),
+            "rank": c.rank, "step": c.step,
             "t_ns": c.t_ns, "batch_size": c.batch_size, "request_id": c.request_ids.tolist(),
             "num_drafted": c.num_drafted, "num_draft_tokens": c.num_draft_tokens,
             "num_accepted": c.num_accepted,

@@ -38,7 +38,7 @@ def _batches(paths: Sequence[str | os.PathLike], batch: int,
             from ..io.parquet import _files, iter_verify_columns, read_parquet
 
             store, files = _files(p, where)
-            others = [r for f in files if f[len(store.root):].strip("/").split("/")[0] != "verify"
+            others = [r for f, _ in files if f[len(store.root):].strip("/").split("/")[0] != "verify"
                       for r in read_parquet(f)]
             runs = [r for r in others if type(r).__name__ == "RunRecord"]
             if runs:

@@ -1,4 +1,5 @@
-"""The fleet query on DuckDB, embedded: SQL over the store's hive layout, the filters pruning
+"""The fleet query on DuckDB, embedded: SQL over the store's hive layout (``io.store``'s glob),
+the filters pruning
 partitions before a file is opened, two integer columns read from the rest, nothing of the
 trace held in memory but the histogram it returns."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from ..io.store import Where, open_store
+from ..io.store import Where, layout_glob, open_store
 from .query import FleetFigures, figures, histogram_sql
 
 
@@ -23,7 +24,7 @@ def _source(uri: str, con: Any) -> str:
         con.register_filesystem(fs)
         proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         root = f"{proto}://{root.lstrip('/')}" if proto != "file" else root
-    glob = f"{root.rstrip('/')}/verify/date=*/config=*/run=*/node=*/*.parquet"
+    glob = f"{root.rstrip('/')}/{layout_glob('verify')}"  # DuckDB decodes the %XX in node
     return (f"read_parquet('{glob}', hive_partitioning = true, hive_types_autocast = false, "
             "union_by_name = true)")
 

@@ -7,15 +7,14 @@ import os
 from typing import Any, Sequence
 
 from ..collector.nodes import NodeShare, node_shares
-from ..io.store import Where, open_store, partition_values
+from ..io.store import UNKNOWN, Where, open_store
 from ..io.trace import read_trace, sniff, split_selection
 
 
 def store_nodes(uri: str, where: Where | None = None) -> list[str]:
-    """The node partitions of a store (path-safe names), under ``where``."""
-    store = open_store(uri)
-    return sorted({partition_values(f[len(store.root):]).get("node", "")
-                   for f in store.files(where=where)})
+    """The node names of a store's partitions under ``where`` ("" where unknown)."""
+    nodes = {values.get("node", "") for _, values in open_store(uri).parts(where=where)}
+    return sorted("" if n == UNKNOWN else n for n in nodes)
 
 
 def _is_store(text: str) -> bool:

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from ..collector.counts import Acceptance, clamp
-from ..io.store import Where, safe
+from ..io.store import Where
 
-#: what a fleet query can group by: the partitions (path-safe ids, read from the folder names)
+#: what a fleet query can group by: the partitions, read from the folder names (path-safe
+#: copies of configuration and run ids; node names whole, "_" where unknown)
 GROUPS = {"config": "config", "node": "node", "run": "run", "date": "date"}
 
 
@@ -32,9 +33,8 @@ def where_sql(where: Where) -> str:
         cond.append(f"date >= {_lit(where.since)}")
     if where.until:
         cond.append(f"date <= {_lit(where.until)}")
-    for col, values in (("config", where.configs), ("run", where.runs), ("node", where.nodes)):
-        if values:
-            cond.append(f"{col} IN ({', '.join(_lit(safe(v)) for v in values)})")
+    for col, values in where.values().items():
+        cond.append(f"{col} IN ({', '.join(_lit(v) for v in sorted(values))})")
     return " AND ".join(cond) or "TRUE"
 
 

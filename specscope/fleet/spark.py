@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from ..io.store import Where
+from ..io.store import Where, layout_glob
 from .query import FleetFigures, figures, histogram_sql
 
 
@@ -50,7 +50,7 @@ def histogram(uri: str | os.PathLike, by: Sequence[str], where: Where = Where(),
         root = _root(os.fspath(uri))
         try:
             df = (spark.read.option("basePath", f"{root}/verify")
-                  .parquet(f"{root}/verify/date=*/config=*/run=*/node=*/*.parquet"))
+                  .parquet(f"{root}/{layout_glob('verify')}"))  # Spark decodes the %XX in node
         except Exception as exc:  # pyspark's AnalysisException: nothing matched the layout
             if "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc):
                 return []

@@ -4,8 +4,10 @@ in the fleet store's layout (``verify/date=D/config=C/run=R/node=N/part-<unique>
 
 Imports pyarrow (the ``parquet`` extra). The schema version travels in each file's metadata.
 The partition columns ``config`` and ``run`` are path-safe copies of ``config_id``/``run_id``,
-which stay in the data unchanged; the node is in the path only and restored on reading. Traces
-written before the fleet layout (``verify/config=C/run=R/part-0.parquet``) read as before.
+which stay in the data unchanged; the node is in the path only (percent-encoded, whole) and
+restored on reading. Every read goes through ``Store.parts`` (``pyarrow.dataset``, pruned by
+one filter expression). Traces written before the fleet layout
+(``verify/config=C/run=R/part-0.parquet``) read as before.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from .. import schema
 from ..schema import TraceError
 from .columns import HAS_HIST, HAS_TRUTH, VerifyColumns, expand
 from .intervals import BATCHES
-from .store import Store, Where, day, open_store, partition_path, partition_values, row_time
+from .store import (UNKNOWN, Store, Where, day, open_store, partition_path, partition_values,
+                    row_time)
 
 _VERSION_KEY = b"specscope_schema_version"
 _STEP_FIELDS = ("run_id", "config_id", "rank", "step", "t_ns", "batch_size", "draft_depth",
@@ -229,25 +232,25 @@ class ParquetTraceWriter:
         self.close()
 
 
-def _files(path: str | os.PathLike, where: Where | None = None) -> tuple[Store, list[str]]:
-    """The store and its parts (pruned by ``where``), or one file."""
+def _files(path: str | os.PathLike, where: Where | None = None) -> tuple[Store, list[tuple[str, str]]]:
+    """The store and its parts (pruned by ``where``) with each part's node, or one file."""
     text = os.fspath(path)
     if "://" not in text and Path(text).is_file():
         store = open_store(Path(text).parent)
-        return store, [str(Path(text).resolve()).replace(os.sep, "/")]
+        f = str(Path(text).resolve()).replace(os.sep, "/")
+        return store, [(f, _node_of(partition_values(f)))]
     store = open_store(text)
-    files = store.files(where=where)
+    parts = store.parts(where=where)
     if where and (where.since or where.until):  # a run's record is kept whatever its start day
-        runs = store.files("run", Where(configs=where.configs, runs=where.runs, nodes=where.nodes))
-        files = sorted(set(files) | set(runs))
-    if not files and not where:
+        parts = sorted({f: v for f, v in parts + store.parts("run", where, dates=False)}.items())
+    if not parts and not where:
         raise TraceError(f"{text}: no .parquet files")
-    return store, files
+    return store, [(f, _node_of(values)) for f, values in parts]
 
 
-def _node_of(f: str) -> str:
-    node = partition_values(f).get("node", "")
-    return "" if node == "_" else node
+def _node_of(values: dict[str, str]) -> str:
+    node = values.get("node", "")
+    return "" if node == UNKNOWN else node
 
 
 def _check(f: str, meta: dict) -> str:
@@ -265,11 +268,10 @@ def read_parquet(path: str | os.PathLike, where: Where | None = None) -> list[An
     pa, pq = _pa()
     records: list[Any] = []
     store, files = _files(path, where)
-    for f in files:
+    for f, node in files:
         table = pq.read_table(f, partitioning=None, filesystem=store.fs)
         kind = _check(f, table.schema.metadata or {})
         rows = table.to_pylist()
-        node = _node_of(f)
         if node and "node" in schema.RECORD_TYPES[kind].__dataclass_fields__:
             for row in rows:
                 row["node"] = node
@@ -295,7 +297,7 @@ def iter_verify_columns(path: str | os.PathLike, where: Where | None = None):
             "num_accepted", "mode_requested", "mode_used", "num_verified", "num_top1",
             "expected_top1", "var_top1", "draft_top1_hist"]
     depth_cols = [_SEQ, "draft_depth", "depth_reason"]  #: the steps' k (traces since they had it)
-    for f in files:
+    for f, node in files:
         file_schema = pq.read_schema(f, filesystem=store.fs)
         meta = file_schema.metadata or {}
         if _check(f, meta) != "verify":
@@ -304,7 +306,6 @@ def iter_verify_columns(path: str | os.PathLike, where: Where | None = None):
         # strings arrive dictionary-encoded: no per-row string objects on the fast path
         pf = pq.ParquetFile(store.fs.open_input_file(f),
                             read_dictionary=["run_id", "config_id", "mode_requested", "mode_used"])
-        node = _node_of(f)
         for group in range(pf.metadata.num_row_groups):  # one row group in memory at a time
             names = cols + depth_cols if has_depth else cols
             batch = pf.read_row_group(group, columns=names)

@@ -5,9 +5,12 @@ Layout (hive partitions, one dataset per record kind)::
     ROOT/verify/date=2026-12-04/config=C/run=R/node=N/part-<time>-<node>-<pid>-<uuid>.parquet
 
 - ``date`` is the UTC day of the part's records (their own times; the write time where a
-  record has none), ``config``, ``run`` and ``node`` path-safe copies of ``config_id``,
-  ``run_id`` and ``node``. The node lives in the path only (a data column of the same name
-  would clash with the partition in Spark); readers restore it from there.
+  record has none), ``config`` and ``run`` path-safe copies of ``config_id`` and ``run_id``
+  (which stay in the data unchanged), ``node`` the node name itself, percent-encoded as hive
+  partitioning does (``encode_node``), "_" where unknown. The node lives in the path only (a
+  data column of the same name would clash with the partition in Spark); pyarrow, DuckDB and
+  Spark decode it back to the name. Stores written before the encoding hold sanitised node
+  names (``safe``), which hold no ``%`` and so read back as the sanitised name they are.
 - Part names hold the write time, the node, the process id and a random suffix: writers on
   any number of hosts never pick the same name, and nobody lists a folder to choose one.
 - A local part is written under a dot-name and renamed when complete (a reader or a writer
@@ -15,8 +18,12 @@ Layout (hive partitions, one dataset per record kind)::
 - ROOT is a local path or any filesystem URI pyarrow opens (``s3://``, ``gs://``, ``hdfs://``)
   or fsspec does (``memory://``, ``abfs://``, ...): one code path, the filesystem resolved here.
 
-Stdlib plus pyarrow (lazily). Filters on date, configuration, run and node prune folders before
-any file is opened.
+The layout (partition keys, their order, the glob) is written here once; the Parquet reader
+and writer, DuckDB and Spark all take it from here. Every read goes through
+``pyarrow.dataset`` with hive partitioning and one filter expression built from a ``Where``
+(``Store.parts``): the dataset prunes partitions before any file is opened.
+
+Stdlib plus pyarrow (lazily).
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-PARTITIONS = ("date", "config", "run", "node")
+PARTITIONS = ("date", "config", "run", "node")  #: the hive partition keys, outermost first
+UNKNOWN = "_"  #: a partition value that is not known (a record without a node or configuration)
 ROW_GROUP = 1 << 15  #: rows per row group: what a reader holds in memory at once
 _TIME_FIELDS = ("t_ns", "t_start_ns", "t_finish_ns", "t_arrival_ns", "started_ns")
 
@@ -37,6 +45,28 @@ def safe(value: Any) -> str:
     """A path-safe copy of a partition value ("" becomes "_")."""
     text = str(value or "_")
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:120] or "_"
+
+
+#: ASCII a node's partition value keeps as it is; every other ASCII character is written as
+#: %XX. Non-ASCII stays as it is (UTF-8 on the filesystem): Spark decodes %XX one byte to one
+#: character, so percent-encoded UTF-8 would come back garbled there.
+_NODE_KEEP = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
+_MAX_SEGMENT = 200  #: bytes of an encoded partition value (filesystems allow 255 per folder)
+
+
+def encode_node(node: str) -> str:
+    """A node name as its partition value, reversibly: ``rack 3/gpu 5`` -> ``rack%203%2Fgpu%205``
+    (pyarrow, DuckDB and Spark decode it on reading). "" is "_"; a name whose encoding is longer
+    than a folder name may be is stored sanitised and cut (``safe``), as stores used to."""
+    if not node:
+        return UNKNOWN
+    out = "".join(c if c in _NODE_KEEP or ord(c) > 127 else f"%{ord(c):02X}" for c in node)
+    return out if len(out.encode("utf-8")) <= _MAX_SEGMENT else safe(node)
+
+
+def node_value(node: str) -> str:
+    """What a reader sees in the (decoded) node partition for a node name: the name, "_" for ""."""
+    return node or UNKNOWN
 
 
 def day(t_ns: int | None) -> str:
@@ -57,7 +87,9 @@ def row_time(row: dict[str, Any]) -> int | None:
 @dataclass(frozen=True)
 class Where:
     """Which partitions a query reads: a date range (inclusive, ``YYYY-MM-DD``) and any of
-    configurations, runs, nodes (raw ids or their path-safe copies). Empty = no limit."""
+    configurations, runs (raw ids or their path-safe copies) and nodes (the names as recorded;
+    a store written before node names were kept whole holds their sanitised copies, and is
+    selected by those). Empty = no limit."""
 
     since: str | None = None
     until: str | None = None
@@ -90,16 +122,43 @@ class Where:
     def merge(self, other: "Where") -> "Where":
         """Both selections at once: the narrower date range, and per list the values both
         name (one side's list where the other names none)."""
-        def both(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+        def both(a: tuple[str, ...], b: tuple[str, ...], key) -> tuple[str, ...]:
             if not a or not b:
                 return a or b
-            keep = tuple(v for v in b if safe(v) in {safe(x) for x in a})
+            keep = tuple(v for v in b if key(v) in {key(x) for x in a})
             return keep or ("\0none",)  # nothing in common: admits nothing
 
         return Where(since=max(filter(None, (self.since, other.since)), default=None),
                      until=min(filter(None, (self.until, other.until)), default=None),
-                     configs=both(self.configs, other.configs), runs=both(self.runs, other.runs),
-                     nodes=both(self.nodes, other.nodes))
+                     configs=both(self.configs, other.configs, safe),
+                     runs=both(self.runs, other.runs, safe),
+                     nodes=both(self.nodes, other.nodes, node_value))
+
+    def values(self) -> dict[str, set[str]]:
+        """Per partition key, the (decoded) partition values admitted; keys without a limit left out."""
+        out = {}
+        for name, wanted, key in (("config", self.configs, safe), ("run", self.runs, safe),
+                                  ("node", self.nodes, node_value)):
+            if wanted:
+                out[name] = {key(w) for w in wanted}
+        return out
+
+    def expression(self, *, dates: bool = True) -> Any:
+        """The selection as one ``pyarrow.dataset`` filter on the partition keys (None: all);
+        ``dates=False`` leaves the date range out (a run's record is kept whatever its day)."""
+        import pyarrow.dataset as ds
+
+        cond = []
+        if dates and self.since:
+            cond.append(ds.field("date") >= self.since)
+        if dates and self.until:
+            cond.append(ds.field("date") <= self.until)
+        for name, values in self.values().items():
+            cond.append(ds.field(name).isin(sorted(values)))
+        out = None
+        for c in cond:
+            out = c if out is None else out & c
+        return out
 
     def admits_record(self, r: Any, runs: dict[str, Any]) -> bool:
         """The same selection over a record (JSONL traces): its node, run, configuration (a
@@ -107,7 +166,7 @@ class Where:
         run = getattr(r, "run_id", "")
         rr = runs.get(run)
         node = getattr(r, "node", None)
-        parts = {"run": safe(run), "node": safe(node if node is not None else getattr(rr, "node", "")),
+        parts = {"run": safe(run), "node": node_value(node if node is not None else getattr(rr, "node", "")),
                  "config": safe(getattr(r, "config_id", None) or getattr(rr, "config_id", ""))}
         t = row_time({f: getattr(r, f, None) for f in _TIME_FIELDS})
         if t:
@@ -117,8 +176,8 @@ class Where:
         return self.admits(parts)
 
     def admits(self, parts: dict[str, str]) -> bool:
-        """Whether a part with these partition values passes (a value the path lacks passes
-        the filters on it only where there is none)."""
+        """Whether a part with these (decoded) partition values passes (a value the path lacks
+        passes the filters on it only where there is none)."""
         d = parts.get("date")
         if (self.since or self.until) and d is None:
             return False
@@ -126,8 +185,8 @@ class Where:
             return False
         if self.until and d > self.until:
             return False
-        for name, wanted in (("config", self.configs), ("run", self.runs), ("node", self.nodes)):
-            if wanted and parts.get(name) not in {safe(w) for w in wanted}:
+        for name, values in self.values().items():
+            if parts.get(name) not in values:
                 return False
         return True
 
@@ -141,18 +200,37 @@ def check_date(value: str) -> None:
 
 
 def partition_values(path: str) -> dict[str, str]:
-    """``{"date": ..., "node": ...}`` from a part's path (hive ``key=value`` folders)."""
+    """``{"date": ..., "node": ...}`` from a part's path (hive ``key=value`` folders), decoded."""
+    from urllib.parse import unquote
+
     out = {}
     for seg in path.replace("\\", "/").split("/"):
         key, eq, value = seg.partition("=")
         if eq and key in PARTITIONS:
-            out[key] = value
+            out[key] = unquote(value)
     return out
 
 
 def partition_path(kind: str, date: str, config: str, run: str, node: str) -> str:
-    return "/".join((kind, f"date={date}", f"config={safe(config)}", f"run={safe(run)}",
-                     f"node={safe(node)}"))
+    """The folder of a part, relative to the root: ``kind/date=D/config=C/run=R/node=N``."""
+    values = {"date": date, "config": safe(config), "run": safe(run), "node": encode_node(node)}
+    return "/".join([kind] + [f"{k}={values[k]}" for k in PARTITIONS])
+
+
+def layout_glob(kind: str = "verify") -> str:
+    """The parts of one kind in the fleet layout, as a glob relative to the root (DuckDB's and
+    Spark's source): ``verify/date=*/config=*/run=*/node=*/*.parquet``."""
+    return "/".join([kind] + [f"{k}=*" for k in PARTITIONS] + ["*.parquet"])
+
+
+def partitioning() -> Any:
+    """The layout's hive partitioning for ``pyarrow.dataset``: every key a string, values
+    percent-decoded; a trace written before the fleet layout lacks some keys (null there)."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    return ds.HivePartitioning(pa.schema([(k, pa.string()) for k in PARTITIONS]),
+                               segment_encoding="uri")
 
 
 def part_name() -> str:
@@ -195,31 +273,55 @@ class Store:
         self.fs.move(tmp, final)
         return final
 
-    def files(self, kind: str | None = None, where: Where | None = None) -> list[str]:
-        """Every part (of one kind), pruned by ``where`` on the folder names, sorted."""
-        from pyarrow.fs import FileSelector, FileType
+    def dataset(self, kind: str) -> Any:
+        """The parts of one kind as a ``pyarrow.dataset`` (hive partitioning), None where none."""
+        import pyarrow.dataset as ds
+        from pyarrow.fs import FileType
 
-        base = self.join(kind) if kind else self.root
-        try:
-            infos = self.fs.get_file_info(FileSelector(base, recursive=True, allow_not_found=True))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
+        base = self.join(kind)
+        if self.fs.get_file_info(base).type != FileType.Directory:
+            return None
+        return ds.dataset(base, format="parquet", filesystem=self.fs, partitioning=partitioning(),
+                          exclude_invalid_files=False)
+
+    def parts(self, kind: str | None = None, where: Where | None = None, *,
+              dates: bool = True) -> list[tuple[str, dict[str, str]]]:
+        """Every part (of one kind) the selection admits, with its decoded partition values,
+        sorted by path; the dataset prunes partitions by ``where.expression()``."""
+        import pyarrow.dataset as ds
+
         out = []
-        for info in infos:
-            name = info.path.rsplit("/", 1)[-1]
-            if info.type != FileType.File or not name.endswith(".parquet") or name.startswith("."):
+        expr = where.expression(dates=dates) if where else None
+        for k in [kind] if kind else self.kinds():
+            dataset = self.dataset(k)
+            if dataset is None:
                 continue
-            if where and not where.admits(partition_values(info.path[len(self.root):])):
-                continue
-            out.append(info.path)
+            for frag in dataset.get_fragments(filter=expr):
+                if not frag.path.endswith(".parquet"):
+                    continue
+                keys = ds.get_partition_keys(frag.partition_expression)
+                out.append((frag.path, {p: keys[p] for p in PARTITIONS if keys.get(p) is not None}))
+        if not kind and not where:
+            out.extend((path, {}) for path in self.loose_parts())
         return sorted(out)
 
-    def kinds(self) -> list[str]:
-        from pyarrow.fs import FileSelector, FileType
+    def files(self, kind: str | None = None, where: Where | None = None) -> list[str]:
+        """Every part (of one kind) the selection admits, sorted (see ``parts``)."""
+        return [path for path, _ in self.parts(kind, where)]
 
-        infos = self.fs.get_file_info(FileSelector(self.root, allow_not_found=True))
-        return sorted(i.base_name for i in infos if i.type == FileType.Directory
+    def kinds(self) -> list[str]:
+        return sorted(i.base_name for i in self._top() if i.type.name == "Directory"
                       and not i.base_name.startswith("."))
+
+    def _top(self) -> list[Any]:
+        from pyarrow.fs import FileSelector
+
+        return self.fs.get_file_info(FileSelector(self.root, allow_not_found=True))
+
+    def loose_parts(self) -> list[str]:
+        """Parts directly under the root (traces older than the per-kind folders; no partitions)."""
+        return sorted(i.path for i in self._top() if i.type.name == "File"
+                      and i.base_name.endswith(".parquet") and not i.base_name.startswith("."))
 
 
 def open_store(uri: str | os.PathLike, *, create: bool = False) -> Store:
