@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 from .. import schema
 from ..exact import (ALPHA, PASS_ALPHA, decide_rate, fmt_p, greedy_positions_needed,
@@ -69,7 +70,7 @@ class SamplingTruthDetector:
         return greedy_positions_needed(self.greedy_tie_rate, self.min_excess, self.alpha)
 
     def assess_greedy(self, t: TruthStats, run_id: str = "", scope: str = "",
-                      mismatches: list[tuple] = ()) -> Assessment:
+                      mismatches: Sequence[tuple] = ()) -> Assessment:
         """Greedy requests' counters: every committed token should be the target argmax.
 
         A mismatch whose margin exceeds ``tie_margin`` (``mismatches``: (margin, request, step,
@@ -156,7 +157,7 @@ class SamplingTruthDetector:
         check = f"{TRUTH_CHECK} ({mode})"
         if kind is not None:
             return Assessment(check, FAIL, evidence, anomaly=schema.AnomalyRecord(
-                run_id=run_id, kind=kind, severity="critical", message=message,
+                run_id=run_id, kind=kind, severity="critical", message=message or check,
                 evidence=evidence))
         if 1.0 - exp <= delta:
             evidence.update(lean="honest" if obs < 1.0 else "fault", reason=(
@@ -168,7 +169,7 @@ class SamplingTruthDetector:
         side = hi if obs >= exp else lo
         open_sides = [d for d in (hi, lo) if d.state != PASS]
         needs = [d.need for d in open_sides]
-        need = None if None in needs else max(needs)
+        need = max(n for n in needs if n is not None) if needs and None not in needs else None
         evidence["lean"] = "fault" if any(d.lean == "fault" for d in (hi, lo)) else side.lean
         if need is None:
             evidence["reason"] = (f"the observed rate sits at the fault's size ({obs:.1%} "

@@ -121,9 +121,8 @@ class Collector:
                     self._observe_hook_health(r)
                     continue
                 run_id = getattr(r, "run_id", "")
-                node = getattr(r, "node", None)  # a kind without one (eval) is its run's
-                if node is None:
-                    node = getattr(self._runs.get(run_id), "node", "")
+                own = getattr(r, "node", None)  # a kind without one (eval) is its run's
+                node: str = own if own is not None else getattr(self._runs.get(run_id), "node", "")
                 stats = self._stats_for(self._key(run_id, getattr(r, "rank", 0), node))
                 stats.observe(r)
                 t_ns = getattr(r, "t_ns", None) or getattr(r, "t_finish_ns", None) \
@@ -231,7 +230,8 @@ class Collector:
             totals = {k: SpecStats(keep_samples=self.keep_samples).merge(v)
                       for k, v in self._totals.items()}
             windows = {k: [s for _, s in sorted(b.items())] for k, b in self._windows.items()}
-        active, checks = [], {}
+        active: list[Any] = []
+        checks: dict[Any, Any] = {}
         for key, stats in totals.items():
             run = self._run_of(key)
             detectors = detectors_for(run) if self.detectors is DEFAULT_DETECTORS else self.detectors

@@ -212,8 +212,7 @@ def _node_views(rid: str, records: list[Any], source: str) -> list[RunView]:
         return []
     out = []
     for node, mine in sorted(by_node.items()):
-        (sec,) = build_sections(mine)[1] or [None]
-        if sec is not None:
+        for sec in build_sections(mine)[1][:1]:
             out.append(RunView(f"{rid}@{node}", sec, source, mine, node=node))
     return out
 

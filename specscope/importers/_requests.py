@@ -100,7 +100,7 @@ def _per_pos_from_hist(reqs: list[Req]) -> tuple[tuple[int, ...], tuple[int, ...
             for p in range(a):
                 accepted[p] += n
         for p in range(d):
-            reached[p] += r.steps
+            reached[p] += r.steps or 0  # every request here gave its steps (checked above)
     return tuple(accepted), tuple(reached)
 
 
@@ -108,25 +108,29 @@ def pooled(reqs: list[Req], run_id: str, fmt: str) -> schema.SpecCountsRecord | 
     """The sum over requests that gave drafted and accepted counts (steps only if all gave them)."""
     counted = [r for r in reqs if r.drafted is not None and r.accepted is not None]
     with_steps = [r for r in reqs if r.steps is not None and r.accepted is not None]
+
+    def total(rs: list[Req], name: str) -> int:  # over requests that gave the figure (filtered)
+        return sum(getattr(r, name) or 0 for r in rs)
+
     if not counted and not with_steps:
         return None
     all_steps = bool(counted) and all(r.steps is not None for r in counted)
     per_pos, reached = _per_pos_from_steps(counted) if all_steps else ((), ())
     if not per_pos and all_steps and counted and all(r.per_pos for r in counted) and \
             len({len(r.per_pos) for r in counted}) == 1:
-        per_pos = tuple(sum(round(r.per_pos[i] * r.steps) for r in counted)
+        per_pos = tuple(sum(round(r.per_pos[i] * (r.steps or 0)) for r in counted)
                         for i in range(len(counted[0].per_pos)))
     if not per_pos and all_steps and counted and all(r.hist for r in counted):
         per_pos, reached = _per_pos_from_hist(counted)
     if counted:
         return schema.SpecCountsRecord(
-            run_id=run_id, t_ns=0, num_drafts=sum(r.steps for r in counted) if all_steps else None,
-            draft_tokens=sum(r.drafted for r in counted), accepted_tokens=sum(r.accepted for r in counted),
+            run_id=run_id, t_ns=0, num_drafts=total(counted, "steps") if all_steps else None,
+            draft_tokens=total(counted, "drafted"), accepted_tokens=total(counted, "accepted"),
             accepted_per_pos=per_pos, drafted_per_pos=reached if len(reached) == len(per_pos) else (),
             source=f"{fmt}: sum over {len(counted)} of {len(reqs)} requests")
     return schema.SpecCountsRecord(
-        run_id=run_id, t_ns=0, num_drafts=sum(r.steps for r in with_steps),
-        accepted_tokens=sum(r.accepted for r in with_steps),
+        run_id=run_id, t_ns=0, num_drafts=total(with_steps, "steps"),
+        accepted_tokens=total(with_steps, "accepted"),
         source=f"{fmt}: sum over {len(with_steps)} of {len(reqs)} requests (drafted not given)")
 
 

@@ -181,9 +181,9 @@ class Where:
         d = parts.get("date")
         if (self.since or self.until) and d is None:
             return False
-        if self.since and d < self.since:
+        if self.since and d is not None and d < self.since:
             return False
-        if self.until and d > self.until:
+        if self.until and d is not None and d > self.until:
             return False
         for name, values in self.values().items():
             if parts.get(name) not in values:
