@@ -168,8 +168,9 @@ def body(plan: Any, engine: str, cls: str, prompt: str, sampling: dict[str, Any]
          top_logprobs: int, seed: int) -> tuple[str, dict[str, Any]]:
     """(path, request body) for one probe request."""
     fields = dict(sampling)
-    if engine == "llamacpp":  # its defaults truncate: off unless the class asks
-        fields.setdefault("top_k", 0)
+    if engine == "llamacpp":  # its defaults truncate (top-k 40, top-p 0.95, min-p 0.05):
+        fields.setdefault("top_k", 0)  # off unless the class asks
+        fields.setdefault("top_p", 1.0)
         fields.setdefault("min_p", 0.0)
     if plan.endpoint == "generate":  # SGLang's native API
         params = {"max_new_tokens": plan.max_tokens, **fields}

@@ -222,3 +222,18 @@ def test_the_reference_is_asked_over_the_same_transport():
     assert [b["messages"] for b in engines["reference"].received] == greedy and len(greedy) == 6
     (check,) = [c for c in result.checks if c.check == "greedy against target-only"]
     assert check.evidence["pairs"] == 6 and check.evidence["structural"] == 0, check.evidence
+
+
+@pytest.mark.parametrize("cls", ["greedy", "temperature", "top-p", "top-k"])
+def test_llamacpp_requests_switch_off_every_truncation_the_class_does_not_ask_for(cls):
+    """llama-server truncates by default (top-k 40, top-p 0.95, min-p 0.05): a probe request
+    that did not say otherwise would test a class it never asked for."""
+    from specscope import sampling
+    from specscope.probe.client import body
+    from specscope.probe.workload import CLASSES
+
+    _, sent = body(ProbePlan(), "llamacpp", cls, "p", dict(CLASSES[cls]), "m", 5, 0)
+    code = sampling.of_name(cls)
+    assert sent["top_p"] == (CLASSES[cls]["top_p"] if code & sampling.TOP_P else 1.0)
+    assert sent["top_k"] == (CLASSES[cls]["top_k"] if code & sampling.TOP_K else 0)
+    assert sent["min_p"] == 0.0
