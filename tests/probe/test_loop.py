@@ -148,7 +148,8 @@ def test_an_engine_that_dies_mid_probe_is_an_error_never_a_pass(failure, words, 
     assert result.verdict == ERROR, text
     assert "pass" not in {c.state for c in result.checks}, text
     e = result.engine_error
-    assert e["first_failed"] >= 7 and e["error"].startswith(words), e
+    # with c requests in flight, one sent earlier may reach the engine up to c - 1 places late
+    assert e["first_failed"] >= 7 - (concurrency - 1) and e["error"].startswith(words), e
     assert e["status"] == (500 if "HTTP" in words else None)
     # requests in flight when it failed may be answered after that
     assert e["answered_before"] == 7 if concurrency == 1 else 0 < e["answered_before"] <= 7
