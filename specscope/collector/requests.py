@@ -81,7 +81,7 @@ def request_rows(records: Iterable[Any]) -> list[RequestRow]:
         v = per.get((r.run_id, r.request_id))
         steps = r.num_verify_steps if r.num_verify_steps is not None else (v[0] if v else None)
         drafted = r.num_draft_tokens if r.num_draft_tokens is not None else (v[1] if v else None)
-        accepted = r.num_accepted_tokens if r.num_accepted_tokens is not None else (v[2] if v else None)
+        accepted = r.num_accepted if r.num_accepted is not None else (v[2] if v else None)
         run = runs.get(r.run_id)
         k = v[3] if v else (run.num_steps if run and run.num_steps else None)
         rep = loops.get((r.run_id, r.request_id))

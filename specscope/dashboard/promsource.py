@@ -202,7 +202,7 @@ def _run_of(labels: dict[str, str]) -> schema.RunRecord:
         config_id=(f"{labels['algorithm']}-s{labels['num_steps']}-k{labels['topk']}-"
                    f"d{labels['num_draft_tokens']}" if labels["num_steps"] else labels["algorithm"]),
         algorithm=labels["algorithm"], num_steps=num("num_steps"), topk=num("topk") or 1,
-        num_draft_tokens=num("num_draft_tokens"), backend=labels["backend"], model=labels["model"])
+        num_verify_tokens=num("num_draft_tokens"), backend=labels["backend"], model=labels["model"])
 
 
 def _is_counter(name: str) -> bool:

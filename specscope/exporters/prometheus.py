@@ -4,7 +4,8 @@ torch or dash; prometheus_client only when families are asked for.
 
 Counters, not gauges, so PromQL computes rates and ratios. Labels: the configuration
 (``algorithm``, ``num_steps``, ``topk``, ``num_draft_tokens``, ``backend``, ``model``) and
-``rank``; request ids are never labels, and the collector caps the number of label sets.
+``rank`` (``num_draft_tokens``: the run's ``num_verify_tokens``, under SGLang's name for it);
+request ids are never labels, and the collector caps the number of label sets.
 
 PromQL recipes:
 
