@@ -168,19 +168,22 @@ def _samples(snap: Snapshot) -> dict[str, list[_Sample]]:
 
 
 def _field_samples(out: list[_Sample], m: Metric, key: tuple, s: Any) -> None:
-    if m.field.startswith("hists."):
-        h = s.hists.get(m.field[6:])
+    name = m.field
+    if name is None:  # a metric computed elsewhere (process, collector figures)
+        return
+    if name.startswith("hists."):
+        h = s.hists.get(name[6:])
         if h is not None:
             out.append(_Sample(key, (), h))
-    elif m.field.startswith("truth."):
-        attr = m.field[6:]
+    elif name.startswith("truth."):
+        attr = name[6:]
         out.extend(_Sample(key, (mode,), getattr(t, attr)) for mode, t in sorted(s.truth.items()))
     elif m.label == "position":
-        out.extend(_Sample(key, (pos,), n) for pos, n in enumerate(_per_position(s, m.field)))
+        out.extend(_Sample(key, (pos,), n) for pos, n in enumerate(_per_position(s, name)))
     elif m.label is not None:
-        out.extend(_Sample(key, (value,), n) for value, n in sorted(getattr(s, m.field).items()))
-    elif getattr(s, m.field) is not None:  # a gauge with nothing to say yet stays absent
-        out.append(_Sample(key, (), getattr(s, m.field)))
+        out.extend(_Sample(key, (value,), n) for value, n in sorted(getattr(s, name).items()))
+    elif getattr(s, name) is not None:  # a gauge with nothing to say yet stays absent
+        out.append(_Sample(key, (), getattr(s, name)))
 
 
 def _per_position(s: Any, field: str) -> list[int]:
