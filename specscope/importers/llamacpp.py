@@ -209,8 +209,9 @@ def _pooled(res: ImportResult, log: _Log, run_id: str, stats: list) -> None:
         return
     if stats:
         windows = coalesce(stats)
-        if _disagree(res, log, "statistics lines", sum(w.num_draft_tokens for w in windows),
-                     sum(w.num_accepted for w in windows), log.stats_lines):
+        # a statistics line gives both counts, so every window knows them
+        if _disagree(res, log, "statistics lines", sum(w.num_draft_tokens or 0 for w in windows),
+                     sum(w.num_accepted or 0 for w in windows), log.stats_lines):
             return
         for rec in windows:
             res.add(rec)
@@ -230,17 +231,18 @@ def _pooled(res: ImportResult, log: _Log, run_id: str, stats: list) -> None:
             source="llama-speculative"))
         log.k_seen = max(log.k_seen, int(summary.get("n_draft", 0)))
     elif requests:  # only per-request lines: the run's counts are their sum
-        all_steps = all(r.num_verify_steps for r in requests)
-        rates = [log.task_rates.get(i) for i in range(len(requests))]
-        per_pos: tuple[int, ...] = ()
-        if all_steps and all(rates) and len({len(r) for r in rates}) == 1:
-            per_pos = tuple(sum(round(r[i] * q.num_verify_steps) for r, q in zip(rates, requests))
-                            for i in range(len(rates[0])))
+        req_steps = [r.num_verify_steps for r in requests if r.num_verify_steps]
+        all_steps = len(req_steps) == len(requests)
+        rates = [x for x in (log.task_rates.get(i) for i in range(len(requests))) if x]
+        pp: tuple[int, ...] = ()
+        if all_steps and len(rates) == len(requests) and len({len(r) for r in rates}) == 1:
+            pp = tuple(sum(round(r[i] * n) for r, n in zip(rates, req_steps))
+                       for i in range(len(rates[0])))
         res.add(schema.SpecCountsRecord(
             run_id=run_id, t_ns=0, num_draft_tokens=sum(r.num_draft_tokens or 0 for r in requests),
             num_accepted=sum(r.num_accepted or 0 for r in requests),
-            num_drafts=sum(r.num_verify_steps for r in requests) if all_steps else None,
-            accepted_per_pos=per_pos,
+            num_drafts=sum(req_steps) if all_steps else None,
+            accepted_per_pos=pp,
             source=f"llamacpp-log: sum over {len(requests)} requests"))
 
 
@@ -276,11 +278,12 @@ def _disagree(res: ImportResult, log: _Log, kind: str, drafted: int, accepted: i
     counters, which the server's /metrics counters also sum). If so, a trap names both figures
     and the lines, the run's counts come from the per-request lines, and True is returned."""
     requests = log.requests
-    if not requests or any(r.num_draft_tokens is None or r.num_accepted is None
-                           for r in requests):
+    counts = [(r.num_draft_tokens, r.num_accepted) for r in requests
+              if r.num_draft_tokens is not None and r.num_accepted is not None]
+    if not requests or len(counts) < len(requests):
         return False
-    req_d = sum(r.num_draft_tokens for r in requests)
-    req_a = sum(r.num_accepted for r in requests)
+    req_d = sum(d for d, _ in counts)
+    req_a = sum(a for _, a in counts)
     if (req_d, req_a) == (drafted, accepted):
         return False
     where = f" (lines {', '.join(map(str, lines[-3:]))})" if lines else ""
@@ -290,10 +293,10 @@ def _disagree(res: ImportResult, log: _Log, kind: str, drafted: int, accepted: i
              f"{', '.join(map(str, log.request_lines[:3]))}{' ...' if len(requests) > 3 else ''}) "
              f"sum to {req_d} and {req_a}: the run's counts are the per-request lines', the "
              "slots' own counters that the server's /metrics counters sum")
-    all_steps = all(r.num_verify_steps for r in requests)
+    steps = [r.num_verify_steps for r in requests if r.num_verify_steps]
     res.add(schema.SpecCountsRecord(
         run_id=requests[0].run_id, t_ns=0, num_draft_tokens=req_d, num_accepted=req_a,
-        num_drafts=sum(r.num_verify_steps for r in requests) if all_steps else None,
+        num_drafts=sum(steps) if len(steps) == len(requests) else None,
         source=f"llamacpp-log: sum over {len(requests)} requests"))
     return True
 
