@@ -41,7 +41,7 @@ def bench_collector(reps: int) -> list[Row]:
 
     batches = [cols.select(np.arange(n) // batch == i) for i in range(n // batch)]
     run = schema.RunRecord(run_id="bench", config_id="bench", algorithm="eagle", num_steps=4,
-                           topk=1, num_draft_tokens=5, backend="cpu", model="m")
+                           topk=1, num_verify_tokens=5, backend="cpu", model="m")
 
     def ours():
         c = Collector()
@@ -96,7 +96,7 @@ def bench_collector(reps: int) -> list[Row]:
     big = Collector(max_label_sets=64)
     for cfg in range(20):
         r = schema.RunRecord(run_id=f"r{cfg}", config_id=f"c{cfg}", algorithm="eagle",
-                             num_steps=8, topk=1, num_draft_tokens=9, backend="cuda", model=f"m{cfg}")
+                             num_steps=8, topk=1, num_verify_tokens=9, backend="cuda", model=f"m{cfg}")
         big.observe([r])
         c8 = _synthetic_columns(4096, seed=cfg)
         c8.run_id = f"r{cfg}"

@@ -75,7 +75,7 @@ def ratio_verdict(ci: tuple[float, float], limit: float) -> str:
 
 def _run_record() -> schema.RunRecord:
     return schema.RunRecord(run_id="bench", config_id="bench", algorithm="eagle", num_steps=4,
-                            topk=1, num_draft_tokens=5, backend="cpu", model="bench")
+                            topk=1, num_verify_tokens=5, backend="cpu", model="bench")
 
 
 # ------------------------------------------------------------------------ hooks (issue 2)

@@ -47,7 +47,7 @@ def soak(seconds: float, rate: int = RATED_ENTRIES_PER_S, batch: int = 20_000) -
     rng = np.random.default_rng(0)
     collector = Collector(window_s=1.0, num_windows=60)
     collector.observe([schema.RunRecord(run_id="soak", config_id="soak", algorithm="eagle",
-                                        num_steps=4, topk=1, num_draft_tokens=5, backend="cpu",
+                                        num_steps=4, topk=1, num_verify_tokens=5, backend="cpu",
                                         model="soak")])
     template = _batch(batch, 0, rng)
     t0 = time.perf_counter()

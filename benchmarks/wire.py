@@ -36,7 +36,7 @@ from specscope.io.transport import ZmqSink
 endpoint, fmt, steps, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(1)
 run = schema.RunRecord(run_id=f"wire-{fmt}-{time.time_ns()}", config_id=f"wire-{fmt}",
-                       algorithm="eagle", num_steps=3, topk=1, num_draft_tokens=4,
+                       algorithm="eagle", num_steps=3, topk=1, num_verify_tokens=4,
                        backend="cpu", model="bench", verify_mode=schema.SPECULATIVE_SAMPLING)
 drain_ns = [0]
 

@@ -11,15 +11,16 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 #: Written into every trace file; readers refuse any version not in READABLE_VERSIONS.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 #: 2 added spec_counts, sample and benchmark records; 3 added per-request speculative figures
 #: and categories on request records, and the draft depth each verify step used; 4 added the
 #: weight of a source's reported figures on spec_counts records (``reported_weight``); 5 added
 #: the drafts that reached each position on spec_counts records (``drafted_per_pos``) and each
 #: output token's top-2 logit margin and second choice on request records; 6 added mismatch
 #: records (a greedy request's committed token that is not its position's argmax, with the margin);
-#: 7 added the node (host) a record's process ran on (``node``, "" where unknown).
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+#: 7 added the node (host) a record's process ran on (``node``, "" where unknown); 8 named each
+#: count by what it means, one spelling on every record (``RENAMED``: older traces still read).
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 #: what the ``node`` field means, said once for every record that has one
 NODE_DOC = "the node (host) the recording process ran on: $SPECSCOPE_NODE, else the hostname"
 
@@ -63,8 +64,9 @@ class RunRecord:
     algorithm: str  #: "eagle", "mtp", "draft-model", "none", ...
     num_steps: int  #: draft depth per verify step (0 = no speculation)
     topk: int  #: draft branching factor (1 = chain)
-    #: tokens in one verify pass, root included, as SGLang counts them (num_steps + 1 for a chain)
-    num_draft_tokens: int
+    #: tokens in one verify pass, root included: SGLang's ``speculative_num_draft_tokens``
+    #: (num_steps + 1 for a chain); the only count here that includes the root
+    num_verify_tokens: int
     backend: str  #: "cuda", "hip", "cpu"
     model: str
     draft_model: str = ""
@@ -85,12 +87,15 @@ class VerifyEntry:
     """One request's part of one verify step.
 
     ``num_accepted`` counts accepted draft tokens and EXCLUDES the bonus token the target always
-    commits; the acceptance length of the step is ``num_accepted + 1``.
+    commits; the acceptance length of the step is ``num_accepted + 1``. The same three names
+    mean the same on every record: ``num_drafts`` request-steps that drafted, ``num_draft_tokens``
+    draft tokens proposed (and scored by verify; never the root), ``num_accepted`` of those,
+    accepted (never the bonus token).
     """
 
     request_id: str
     num_drafted: int  #: draft positions along a path (chain length / tree depth)
-    num_draft_tokens: int  #: draft tokens scored by verify, root excluded (tree nodes; = num_drafted for chains)
+    num_draft_tokens: int  #: draft tokens proposed and scored by verify, root excluded (tree nodes; = num_drafted for chains)
     num_accepted: int  #: accepted draft tokens, bonus excluded
     accepted_per_pos: tuple[int, ...]  #: 1 where the draft token at that depth was accepted
     temperature: float
@@ -154,8 +159,8 @@ class RequestRecord:
     category: str = ""  #: workload category ("math", "translation", "code", ...); "" = unknown
     #: The request's own speculative-decoding figures; None where the source does not give them.
     num_verify_steps: int | None = None  #: verify steps this request took part in
-    num_draft_tokens: int | None = None  #: draft tokens proposed for it
-    num_accepted_tokens: int | None = None  #: of those, accepted (bonus token excluded)
+    num_draft_tokens: int | None = None  #: draft tokens proposed for it, over all its steps
+    num_accepted: int | None = None  #: of those, accepted (bonus token excluded)
     #: steps by acceptance length (index = tokens committed in the step, bonus included)
     accept_len_hist: tuple[int, ...] = ()
     #: per output token, where the source records them (a target-only reference run): the
@@ -190,9 +195,9 @@ class RequestRecord:
     @property
     def acceptance_length(self) -> float | None:
         """Tokens committed per verify step, bonus token included; None when unknown."""
-        if not self.num_verify_steps or self.num_accepted_tokens is None:
+        if not self.num_verify_steps or self.num_accepted is None:
             return None
-        return (self.num_accepted_tokens + self.num_verify_steps) / self.num_verify_steps
+        return (self.num_accepted + self.num_verify_steps) / self.num_verify_steps
     node: str = ""  #: see NODE_DOC
 
 
@@ -331,8 +336,8 @@ class EngineCountsRecord:
     run_id: str
     engine: str
     num_drafts: int  #: request-steps that drafted
-    draft_tokens: int
-    accepted_tokens: int  #: bonus token excluded
+    num_draft_tokens: int  #: draft tokens proposed
+    num_accepted: int  #: of those, accepted (bonus token excluded)
     accepted_per_pos: tuple[int, ...] = ()
     node: str = ""  #: see NODE_DOC
     pid: int = 0
@@ -353,8 +358,8 @@ class SpecCountsRecord:
     t_ns: int  #: end of the interval, ns since the epoch (0 when the source has no time)
     interval_s: float | None = None
     num_drafts: int | None = None  #: request-steps that drafted
-    draft_tokens: int | None = None
-    accepted_tokens: int | None = None  #: bonus token excluded
+    num_draft_tokens: int | None = None  #: draft tokens proposed
+    num_accepted: int | None = None  #: of those, accepted (bonus token excluded)
     accepted_per_pos: tuple[int, ...] = ()  #: accepted count per draft position
     reported_mean_acceptance_length: float | None = None  #: the source's figure (see its docs)
     reported_acceptance_rate: float | None = None  #: the source's figure, as a fraction
@@ -410,6 +415,15 @@ RECORD_TYPES: dict[str, type] = {
     "benchmark": BenchmarkRecord,
 }
 KIND_OF = {cls: kind for kind, cls in RECORD_TYPES.items()}
+_COUNTS_RENAMED = {"draft_tokens": "num_draft_tokens", "accepted_tokens": "num_accepted"}
+#: fields schema 8 renamed, old name -> new, by record kind: a record of an older trace reads
+#: under the new names (no old name is a field of schema 8, so no version needs consulting)
+RENAMED: dict[str, dict[str, str]] = {
+    "run": {"num_draft_tokens": "num_verify_tokens"},
+    "request": {"num_accepted_tokens": "num_accepted"},
+    "spec_counts": _COUNTS_RENAMED,
+    "engine_counts": _COUNTS_RENAMED,
+}
 
 
 class SchemaError(ValueError):
@@ -460,6 +474,9 @@ def from_dict(data: Mapping[str, Any]) -> Any:
     if cls is None:
         raise SchemaError(f"unknown record kind {kind!r}; known: {', '.join(RECORD_TYPES)}")
     kwargs: dict[str, Any] = {}
+    renamed = RENAMED.get(KIND_OF[cls], {})
+    if renamed.keys() & data.keys():
+        data = {renamed.get(k, k): v for k, v in data.items()}
     if FIELD_KIND in data:
         data = {k: v for k, v in data.items() if k not in ("kind", FIELD_KIND)} | \
             {"kind": kind, "_field_kind": data[FIELD_KIND]}

@@ -25,7 +25,7 @@ def run_record():
     from specscope import schema
 
     return schema.RunRecord(run_id="run-1", config_id="eagle-s3-k1-d4", algorithm="eagle",
-                            num_steps=3, topk=1, num_draft_tokens=4, backend="cpu", model="m",
+                            num_steps=3, topk=1, num_verify_tokens=4, backend="cpu", model="m",
                             verify_mode=schema.SPECULATIVE_SAMPLING)
 
 

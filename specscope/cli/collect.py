@@ -52,7 +52,8 @@ def _cmd_record(args: argparse.Namespace) -> int:
         time.sleep(args.linger)
         server.close()
     if args.report:
-        from ..collector.report import build_report, format_report
+        from ..collector.report import build_report
+        from ..collector.text import format_report
         from ..io.trace import read_trace
 
         trace = read_trace(path)

@@ -75,7 +75,8 @@ def _report_streamed(args: argparse.Namespace, where) -> int:
     collector's column path (what the dashboard shows for a big trace)."""
     from pathlib import Path
 
-    from ..collector.report import format_report, report_dict
+    from ..collector.report import report_dict
+    from ..collector.text import format_sections
     from ..exporters.replay import replay_sections
     from ..io.trace import split_selection
 
@@ -93,7 +94,7 @@ def _report_streamed(args: argparse.Namespace, where) -> int:
         print(json.dumps(report, indent=1, default=str))
     else:
         print(f"(streamed: {report['streamed']})")
-        print(format_report(report))
+        print(format_sections(sections))
     return 0
 
 
@@ -158,7 +159,8 @@ def _cmd_regress(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from ..collector.report import build_report, format_report
+    from ..collector.report import build_report
+    from ..collector.text import format_report
     from ..io.trace import read_trace
 
     where = where_of(args)

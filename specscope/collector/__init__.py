@@ -3,7 +3,8 @@
 from .detectors import (DraftHealthDetector, FallbackDetector, SamplingTruthDetector,
                         run_detectors)
 from .evalgate import eval_gate
-from .report import build_report, format_report
+from .report import build_report
+from .text import format_report
 from .stats import SpecStats, TruthStats
 
 __all__ = ["DraftHealthDetector", "FallbackDetector", "SamplingTruthDetector", "SpecStats",

@@ -67,7 +67,7 @@ class AcceptanceRegressionDetector:
         m0, v0, n0 = _mean_var_n(base.accept_len_hist)
         needed = self.drafts_to_detect()
         check = "acceptance vs baseline"
-        evidence = {"num_drafts": stats.num_drafts, "drafts_needed": needed,
+        evidence: dict[str, Any] = {"num_drafts": stats.num_drafts, "drafts_needed": needed,
                     "baseline_mean_acceptance_length": m0, "mean_acceptance_length": m1}
         # counters (an engine's /metrics, imported logs) give per-position counts without the
         # accept-length histogram: then the per-position tests alone run
@@ -116,7 +116,8 @@ class AcceptanceRegressionDetector:
         if not means:
             evidence["reason"] = "no drafted position in both the run and the baseline"
             return Assessment(check, INCONCLUSIVE, evidence, None, "drafts")
-        needs, lean, bounds = [], "honest", []
+        needs: list[int | None] = []
+        lean, bounds = "honest", []
         for m1, v1, n1, m0, v0, n0 in means:
             gap = m1 - m0 + drop * m0
             se = math.sqrt(v1 / n1 + v0 / n0)
@@ -137,7 +138,8 @@ class AcceptanceRegressionDetector:
                                   if lean == "fault" else "the baseline is too small to rule a "
                                   f"{drop:.0%} fall out at any run size")
             return Assessment(check, INCONCLUSIVE, evidence, None, "drafts")
-        return Assessment(check, INCONCLUSIVE, evidence, max(needs), "drafts")
+        return Assessment(check, INCONCLUSIVE, evidence, max(n for n in needs if n is not None),
+                          "drafts")
 
     def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
         return [a.anomaly for a in self.assess(stats, run_id) if a.anomaly is not None]

@@ -38,10 +38,11 @@ def _observe_depths(stats: SpecStats, c: VerifyColumns) -> None:
     given = depth >= 0
     if given.any():
         reasons = c.depth_reasons or {}
+        n_reasons = len(reasons)
         if reasons and c.seq is not None:  # a selection of steps: only the reasons of its own
             present = set(np.unique(c.seq).tolist())
-            reasons = [s for s in reasons if s in present]
-        stats.observe_depths(depth[given].tolist(), t[given].tolist(), len(reasons))
+            n_reasons = sum(1 for s in reasons if s in present)
+        stats.observe_depths(depth[given].tolist(), t[given].tolist(), n_reasons)
 
 
 def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
@@ -77,7 +78,9 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
     for code, n in enumerate(np.bincount(pair, minlength=n_modes * n_modes).tolist()):
         if n:
             stats.modes[(modes[code // n_modes], modes[code % n_modes])] += n
-    sampled = c.num_verified > 0 if c.num_verified is not None else None
+    truth = (c.num_verified, c.num_top1, c.expected_top1, c.var_top1)
+    cols = [w for w in truth if w is not None]  # the four travel together: all or none
+    sampled = cols[0] > 0 if len(cols) == len(truth) else None
     if sampled is not None and sampled.any():
         # truth classes (``truth_class``): the requested mode, and its sampling class's
         # truncations where asked for (``specscope.sampling``), as mode * 16 + class
@@ -90,13 +93,11 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
             req = req + cls
         if req.min() == req.max():  # the usual batch: one class, no grouping needed
             all_rows = bool(sampled.all())
-            sums = [(w if all_rows else w[sampled]).sum()
-                    for w in (c.num_verified, c.num_top1, c.expected_top1, c.var_top1)]
+            sums = [(w if all_rows else w[sampled]).sum() for w in cols]
             groups = [(int(req[0]), sums)]
         else:
             r = req[sampled]
-            per = [np.bincount(r, weights=w[sampled], minlength=n_modes * width)
-                   for w in (c.num_verified, c.num_top1, c.expected_top1, c.var_top1)]
+            per = [np.bincount(r, weights=w[sampled], minlength=n_modes * width) for w in cols]
             groups = [(code, [p[code] for p in per]) for code in np.flatnonzero(per[0]).tolist()]
         for code, (nv, nt, ex, var) in groups:
             key = truth_class(modes[code // width], code % width)

@@ -18,6 +18,7 @@ import numpy as np
 from .. import schema
 from .busy import busy_seconds
 from .configured import kind_of
+from .counts import Acceptance, clamp
 from .evalgate import eval_gate, gate_text
 from .detectors import detectors_for, evaluate
 from .stats import SpecStats
@@ -67,8 +68,8 @@ def run_sample(records: Iterable[Any], run_id: str) -> RunSample:
         if isinstance(r, schema.VerifyStepRecord):
             for e in r.entries:
                 a = acc.setdefault(e.request_id, [0, 0, 0])
-                d = max(0, e.num_drafted)
-                a[0] += min(max(0, e.num_accepted), d)
+                d, accepted, _ = clamp(e.num_drafted, e.num_accepted)
+                a[0] += accepted
                 a[1] += d
                 a[2] += 1 if d > 0 else 0
     reqs = [r for r in records if isinstance(r, schema.RequestRecord)]
@@ -101,9 +102,9 @@ def _or_nan(v: float | None) -> float:
 
 
 def _figures(s: RunSample, idx: np.ndarray) -> dict[str, float]:
-    def ratio(num: np.ndarray, den: np.ndarray) -> float:
-        d = den[idx].sum()
-        return float(num[idx].sum() / d) if d else math.nan
+    # the draw's pooled counts; the convention (bonus token, pooling, unknowns) is Acceptance's
+    acc = Acceptance(steps=int(s.drafts[idx].sum()), drafted=int(s.drafted[idx].sum()),
+                     accepted=int(s.accepted[idx].sum()))
 
     def mean(x: np.ndarray) -> float:
         v = x[idx]
@@ -115,8 +116,8 @@ def _figures(s: RunSample, idx: np.ndarray) -> dict[str, float]:
         # a resample of the requests over the same wall time: tokens scale with the draw
         "output_tok_s": float(np.nansum(s.tokens[idx]) / (s.span_s * scale)) if s.span_s and scale else math.nan,
         "tok_s_per_user": mean(s.tokens / s.e2e_s) if len(s.tokens) else math.nan,
-        "mean_acceptance_length": 1.0 + ratio(s.accepted, s.drafts),
-        "acceptance_rate": ratio(s.accepted, s.drafted),
+        "mean_acceptance_length": _or_nan(acc.length),
+        "acceptance_rate": _or_nan(acc.rate),
         "ttft_ms": mean(s.ttft_s) * 1e3, "tpot_ms": mean(s.tpot_s) * 1e3, "itl_ms": mean(s.itl_s) * 1e3,
     }
 

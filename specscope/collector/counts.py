@@ -17,7 +17,7 @@ request, a probe's engine counts) is an ``Acceptance`` built from what was count
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,19 @@ class Acceptance:
     def per_position(self) -> list[float | None]:
         """Position i's acceptance rate (None where no step drafted position i)."""
         return [a / d if d else None for a, d in zip(self.accepted_per_pos, self.drafted_per_pos)]
+
+
+def pool(parts: Iterable[Acceptance]) -> Acceptance:
+    """Several counts added up (requests into a run, runs into a group): a count that any part
+    does not know is unknown in the sum."""
+    parts = list(parts)
+
+    def total(values: list[int | None]) -> int | None:
+        known = [v for v in values if v is not None]
+        return sum(known) if len(known) == len(values) else None
+
+    return Acceptance(total([a.steps for a in parts]), total([a.drafted for a in parts]),
+                      total([a.accepted for a in parts]))
 
 
 def clamp(drafted: int, accepted: int) -> tuple[int, int, bool]:

@@ -14,13 +14,13 @@ import numpy as np
 from .. import schema
 from .detectors import (DRAFT_CHECK, TRUTH_CHECK, AcceptanceRegressionDetector, QualityDetector,
                         SamplingTruthDetector, detectors_for, evaluate)
-from .evalgate import check_text, eval_gate, gate_text
-from ..exact import PER_REQUEST_ALPHA, fmt_p
+from .evalgate import eval_gate
+from ..exact import PER_REQUEST_ALPHA
 from . import busy as _busy
 from .configured import kind_of
 from .section import Section
 from .stats import SpecStats, TruthStats, token_times
-from .views import format_seen, seen_by_hooks
+from .views import seen_by_hooks
 from .verdict import Assessment
 
 #: Definitions printed with the figures (and reused by the dashboard's hovers).
@@ -93,7 +93,8 @@ def window_figures(t_s: float | None, window_s: float | None, s: SpecStats) -> d
 
 def _windows(records: Sequence[Any], window_s: float | None,
              target_only: bool = False) -> list[dict[str, Any]]:
-    timed = [(r.t_ns, r) for r in records if isinstance(r, _WINDOWED) and r.t_ns]
+    timed: list[tuple[int, Any]] = [(r.t_ns, r) for r in records
+                                    if isinstance(r, _WINDOWED) and r.t_ns]
     if not timed and target_only:  # no verify steps: each emitted token is one decode step
         timed = [(t, n) for r in records if isinstance(r, schema.RequestRecord)
                  for t, n in token_times(r)]
@@ -135,12 +136,18 @@ def _truth(s: SpecStats, checks: Sequence[Assessment]) -> list[dict[str, Any]]:
             "observed_top1_rate": t.observed_rate if t else None,
             "expected_top1_rate": t.expected_rate if t else None,
             #: where honest sampling puts the observed rate 95% of the time (expected +- 1.96 sd)
-            "expected_band_95": ([t.expected_rate - 1.96 * math.sqrt(t.var_top1) / t.num_verified,
-                                  t.expected_rate + 1.96 * math.sqrt(t.var_top1) / t.num_verified]
-                                 if t and t.num_verified else None),
+            "expected_band_95": _band(t),
             "z": (z if z is None or math.isfinite(z) else ("inf" if z > 0 else "-inf")),
         })
     return out
+
+
+def _band(t: Any) -> list[float] | None:
+    """Where honest sampling puts the observed rate 95% of the time (expected +- 1.96 sd)."""
+    if not t or not t.num_verified or t.expected_rate is None:
+        return None
+    half = 1.96 * math.sqrt(t.var_top1) / t.num_verified
+    return [t.expected_rate - half, t.expected_rate + half]
 
 
 def _draft_health(s: SpecStats, checks: Sequence[Assessment]) -> dict[str, Any]:
@@ -289,8 +296,10 @@ def _section_dict(s: SpecStats, run: schema.RunRecord | None, windows: list[dict
             anomalies += QualityDetector(baseline).check(s, run_id)
     anomalies = list(anomalies)
     kind, kind_why = kind_of(run, s)
-    span_s = ((s.t_last_ns - s.t_first_ns) / 1e9) if s.t_first_ns is not None else None
+    span_s = ((s.t_last_ns - s.t_first_ns) / 1e9
+              if s.t_first_ns is not None and s.t_last_ns is not None else None)
     busy_s = _busy.seconds(s.busy) if s.busy else None
+    elapsed_s = busy_s or span_s
     return {
         "run": schema.to_dict(run) if run else None,
         #: "measured", "forced" (acceptance is a setting: a speed-only run) or "lossy"
@@ -302,8 +311,8 @@ def _section_dict(s: SpecStats, run: schema.RunRecord | None, windows: list[dict
                    "output_tokens": s.output_tokens,
                    #: output tokens over the run's busy time (some request in flight), else
                    #: over its span: runs that take turns are not charged for their idle time
-                   "output_tokens_per_s": (s.output_tokens / (busy_s or span_s))
-                   if (busy_s or span_s) and s.num_requests else None,
+                   "output_tokens_per_s": (s.output_tokens / elapsed_s)
+                   if elapsed_s and s.num_requests else None,
                    "busy_s": busy_s, "span_s": span_s,
                    "num_clamped": s.num_clamped,
                    #: steps by the draft depth k they ran with (0: speculation off, as a
@@ -392,112 +401,3 @@ def build_report(records: Iterable[Any], *, window_s: float | None = None,
     """A trace's report as ``report --json`` writes it (``build_sections``: the same, typed)."""
     top, sections = build_sections(records, window_s=window_s, baseline=baseline)
     return report_dict(top, sections, problems)
-
-
-def _f(v: Any, spec: str = ".3f") -> str:
-    return "n/a" if v is None else format(v, spec)
-
-
-def _n(v: Any) -> str:
-    return "n/a" if v is None else str(v)
-
-
-def format_report(report: dict[str, Any]) -> str:
-    """A human-readable report."""
-    lines: list[str] = []
-    for sec in report["runs"]:
-        run = sec["run"] or {}
-        t = sec["totals"]
-        lines.append(f"== run {run.get('run_id', '?')}  config {run.get('config_id', '?')}  "
-                     f"model {run.get('model', '?')}  fault {run.get('fault') or 'none'}"
-                     + (f"  node {sec['node']}" if sec.get("node") else ""))
-        ver = sec.get("verification") or {}
-        if ver.get("kind") == "forced":
-            lines.append(f"  SPEED-ONLY RUN: {ver['why']}; acceptance below is as set, not measured")
-        elif ver.get("kind") == "lossy":
-            lines.append(f"  {ver['why']}: sampling truth does not apply; output quality decides")
-        lines.append(f"  acceptance length  {_f(t['mean_acceptance_length'])}  "
-                     "(tokens per request-step, bonus token included)")
-        lines.append(f"  acceptance rate    {_f(t['acceptance_rate'])}  "
-                     f"({_n(t['accepted_tokens'])} accepted / {_n(t['draft_tokens'])} drafted)")
-        per_pos = ", ".join(_f(v, ".2f") for v in t["per_position_acceptance"])
-        lines.append(f"  per position       [{per_pos}]")
-        hist = "  ".join(f"{k}:{v}" for k, v in t["accept_length_histogram"].items())
-        lines.append(f"  accept-length hist {hist}")
-        lines.append(f"  requests {t['num_requests']}  output tokens {t['output_tokens']}  "
-                     f"tok/s {_f(t['output_tokens_per_s'], '.1f')}")
-        if sec.get("probe"):
-            pr = sec["probe"]
-            lines.append(f"  black-box probe of {pr['url']}: {str(pr['verdict']).upper()} "
-                         f"({pr['logprobs']} log-probabilities)")
-            lines += [f"    [FAIL] {f['check']}: {f['message']}" for f in pr["failed"]]
-        lines.append("  sampling truth (committed == target argmax):")
-        for row in sec["sampling_truth"]:
-            p = f"  p {fmt_p(row['p_value'])}" if row.get("p_value") is not None else ""
-            lines.append(f"    {row['mode_requested']:<22} used {row['modes_used']}  "
-                         f"observed {_f(row['observed_top1_rate'])} expected "
-                         f"{_f(row['expected_top1_rate'])}  z {row['z'] if isinstance(row['z'], str) else _f(row['z'], '.1f')}"
-                         f"{p}  n {row['num_positions']}"
-                         + (f"  99% {_f(row['bounds_99'][0])}-{_f(row['bounds_99'][1])}"
-                            if row.get("bounds_99") and None not in row["bounds_99"] else "")
-                         + (f"  {row['state_text']}" if row.get("state_text") else ""))
-        flagged = sec.get("requests_flagged", [])
-        for r in flagged[:5]:
-            lines.append(f"    request {r['request_id']}: observed {_f(r['observed_top1_rate'])} "
-                         f"expected {_f(r['expected_top1_rate'])} p {fmt_p(r['p_value'])} "
-                         f"n {r['num_positions']}  FAIL")
-        if len(flagged) > 5:
-            lines.append(f"    ... and {len(flagged) - 5} more request(s) failing on their own "
-                         "(report --json lists them all)")
-        fb = ", ".join(f"{k}: {v}" for k, v in sec["fallbacks"].items()) or "none"
-        lines.append(f"  fallbacks          {fb}")
-        dh = sec["draft_health"]
-        lines.append(f"  draft top-1 prob   at exactly 1.0: {_f(dh['share_at_exactly_one'])} "
-                     f"(honest at most {_f(dh.get('honest_share_at_one'), '.2f')})  "
-                     f"hist {dh['histogram']}"
-                     + (f"  {dh['state_text']}" if dh.get("state_text") else ""))
-        for k, v in sec["latency"].items():
-            if v["n"]:
-                lines.append(f"  {k:<18} p50 {v['p50'] * 1e3:.2f} ms  p90 {v['p90'] * 1e3:.2f} ms  "
-                             f"p99 {v['p99'] * 1e3:.2f} ms  (n {v['n']})")
-        for k, v in sec["phases"].items():
-            lines.append(f"  phase {k:<12} total {v['total_s']:.3f} s  mean {v['mean'] * 1e3:.2f} ms"
-                         f"  p99 {v['p99'] * 1e3:.2f} ms  (n {v['n']})")
-        if t.get("reported_mean_acceptance_length") is not None:
-            lines.append(f"  reported acceptance length (mean of source's values) "
-                         f"{_f(t['reported_mean_acceptance_length'])}")
-        if t.get("reported_acceptance_rate") is not None:
-            lines.append(f"  reported acceptance rate (mean of source's values) "
-                         f"{_f(t['reported_acceptance_rate'])}")
-        for k, v in sec["engine_gauges"].items():
-            lines.append(f"  engine {k:<28} mean {_f(v, '.2f')}")
-        for b in sec["benchmarks"]:
-            figures = ", ".join(f"{k} {_f(v, '.4g')}" for k, v in list(b["metrics"].items())[:24])
-            lines.append(f"  benchmark [{b['source']}] {figures}")
-        ev = sec["eval"]
-        rates = ", ".join(f"{k} {_f(v)}" for k, v in ev["rates"].items()) or "none"
-        lines.append(f"  eval               {rates}")
-        if ev["reference_rates"]:
-            ref = ", ".join(f"{k} {_f(v)}" for k, v in ev["reference_rates"].items())
-            lines.append(f"  reference (no speculation) {ref}")
-        gate = ev["gate"]
-        lines.append(f"  EVAL GATE          {gate_text(gate)}")
-        for c in gate["checks"]:
-            value = c["value"] if isinstance(c["value"], (str, list)) else _f(c["value"])
-            why = f" ({c['reason']})" if c.get("reason") and c["check"].startswith("greedy exact") else ""
-            lines.append(f"    [{check_text(c)}] {c['check']}: {value}{why}")
-        for a in sec["anomalies"]:
-            lines.append(f"  ANOMALY {a['kind']} ({a['severity']}): {a['message']}")
-        for h in sec["hooks"]:
-            lines.append(f"  hooks: recorded {h['num_recorded']}, dropped "
-                         f"{h['num_dropped_ring_full'] + h['num_dropped_batch_too_large'] + h['num_dropped_queue_full']}"
-                         f", hook errors {h['num_hook_errors']}, sink errors {h['num_sink_errors']}"
-                         + ("" if h.get("final", True) else
-                            " (as of its last snapshot: the process stopped without closing)"))
-        if sec.get("engine_counts"):
-            lines.append(f"  {'SEEN' if sec['engine_counts']['not_seen'] is None else 'NOT SEEN'}: "
-                         + format_seen(sec["engine_counts"]))
-    if report["problems"]:
-        lines.append(f"{len(report['problems'])} unreadable line(s) skipped:")
-        lines.extend(f"  {p}" for p in report["problems"][:20])
-    return "\n".join(lines)

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import schema
 from .configured import configured
-from .counts import Acceptance, clamp
+from .counts import Acceptance, clamp, pool
 from .evalgate import repetition_loop
 
 #: a request pinned at k+1 accepts (nearly) every draft: with repetition it is a loop
@@ -81,7 +81,7 @@ def request_rows(records: Iterable[Any]) -> list[RequestRow]:
         v = per.get((r.run_id, r.request_id))
         steps = r.num_verify_steps if r.num_verify_steps is not None else (v[0] if v else None)
         drafted = r.num_draft_tokens if r.num_draft_tokens is not None else (v[1] if v else None)
-        accepted = r.num_accepted_tokens if r.num_accepted_tokens is not None else (v[2] if v else None)
+        accepted = r.num_accepted if r.num_accepted is not None else (v[2] if v else None)
         run = runs.get(r.run_id)
         k = v[3] if v else (run.num_steps if run and run.num_steps else None)
         rep = loops.get((r.run_id, r.request_id))
@@ -127,16 +127,14 @@ def _pct(values: Sequence[float]) -> dict[str, float] | None:
 def distribution(rows: Sequence[RequestRow]) -> dict[str, Any]:
     """Request- and token-weighted mean acceptance length and the spread over requests."""
     known = [r for r in rows if r.acceptance_length is not None]
-    steps = sum(r.steps for r in known)
+    lengths = [al for al in (r.acceptance_length for r in known) if al is not None]
     return {
         "num_requests": len(rows),
         "num_with_figures": len(known),
-        "request_weighted_mean_acceptance_length":
-            sum(r.acceptance_length for r in known) / len(known) if known else None,
-        "token_weighted_mean_acceptance_length":
-            Acceptance(steps, accepted=sum(r.accepted for r in known)).length,
+        "request_weighted_mean_acceptance_length": sum(lengths) / len(lengths) if lengths else None,
+        "token_weighted_mean_acceptance_length": pool(r.acceptance for r in known).length,
         "engine_counters_give": "token_weighted",
-        "acceptance_length_percentiles": _pct([r.acceptance_length for r in known]),
+        "acceptance_length_percentiles": _pct(lengths),
         "num_flagged": sum(1 for r in rows if r.flags),
     }
 
@@ -201,15 +199,13 @@ def category_rows(records: Iterable[Any], baseline: Iterable[Any] | None = None,
     out = []
     for name in sorted(cats):
         rs = cats[name]
-        known = [r for r in rs if r.acceptance_length is not None]
-        steps = sum(r.steps for r in known)
-        rated = [r for r in rs if r.acceptance_rate is not None]
-        drafted = sum(r.drafted for r in rated)
+        known = [r.acceptance for r in rs if r.acceptance_length is not None]
+        rated = [r.acceptance for r in rs if r.acceptance_rate is not None]
         timed = [r for r in rs if r.e2e_s]
+        speeds = [(r.output_tokens, r.e2e_s) for r in timed if r.e2e_s]
         row = CategoryRow(
-            name, len(rs), Acceptance(steps, accepted=sum(r.accepted for r in known)).length,
-            Acceptance(drafted=drafted, accepted=sum(r.accepted for r in rated)).rate,
-            sum(r.output_tokens for r in timed) / sum(r.e2e_s for r in timed) if timed else None)
+            name, len(rs), pool(known).length, pool(rated).rate,
+            sum(n for n, _ in speeds) / sum(t for _, t in speeds) if speeds else None)
         pairs = [(r.output_tokens, r.e2e_s, *base_speed[_key(r, prompt)]) for r in timed
                  if _key(r, prompt) in base_speed]
         if pairs:

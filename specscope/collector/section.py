@@ -106,10 +106,25 @@ class Truth:
     state: str | None = None  #: "pass", "fail", "inconclusive"; None under greedy
     state_text: str | None = None  #: e.g. "INCONCLUSIVE (need ~7 more positions)"
     p_value: float | None = None
+    #: the 99% bounds of the argmax share (a PASS needs both within 5 points of expected)
+    bounds_99: tuple[float | None, float | None] | None = None
 
     @property
     def flagged(self) -> bool:
         return self.state == "fail"
+
+
+@dataclass(frozen=True, slots=True)
+class DraftHealth:
+    """The draft's top-1 probabilities: DRAFT_HIST_BINS bins, the last holding exactly 1.0."""
+
+    num_positions: int = 0
+    histogram: tuple[int, ...] = ()
+    share_at_exactly_one: float | None = None
+    honest_share_at_one: float | None = None  #: the most an honest draft puts at exactly 1.0
+    state: str | None = None
+    state_text: str | None = None
+    p_value: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +156,8 @@ class Section:
     latency: Mapping[str, Percentiles] = field(default_factory=dict)
     phases: Mapping[str, Percentiles] = field(default_factory=dict)
     eval_rates: Mapping[str, float | None] = field(default_factory=dict)
+    #: the eval rates of the run's target-only reference (None: no reference)
+    eval_reference_rates: Mapping[str, float | None] | None = None
     #: the eval gate's verdict: "pass", "fail", "inconclusive" (too little data to fail), or
     #: None when nothing was checked
     gate: str | None = None
@@ -156,6 +173,14 @@ class Section:
     #: a ``specscope probe`` trace's verdict: url, verdict, logprobs, failed [{check, message}]
     probe: Mapping[str, Any] | None = None
     node: str = ""  #: the node of a run's share on one node ("": the run, pooled across nodes)
+    #: requests failing sampling truth on their own (each its evidence: request_id, rates, p)
+    requests_flagged: tuple[Mapping[str, Any], ...] = ()
+    draft_health: DraftHealth = field(default_factory=DraftHealth)
+    engine_gauges: Mapping[str, float] = field(default_factory=dict)  #: mean of each gauge
+    #: each recording process's latest accounting (``schema.latest_health``)
+    hooks: tuple[schema.HookHealthRecord, ...] = ()
+    #: what the engine counted against what the hooks saw (``views.engine_seen``); None: no counts
+    engine_counts: Mapping[str, Any] | None = None
     #: the JSON form this section was built from or as; ``as_dict`` returns it
     _json: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
 
@@ -189,6 +214,8 @@ class Section:
             latency={k: _make(Percentiles, v) for k, v in (sec.get("latency") or {}).items()},
             phases={k: _make(Percentiles, v) for k, v in (sec.get("phases") or {}).items()},
             eval_rates=dict(ev.get("rates") or {}),
+            eval_reference_rates=(dict(ev["reference_rates"]) if ev.get("reference_rates")
+                                  is not None else None),
             gate=gate.get("verdict"),
             gate_text=gate_text(gate),
             gate_checks=tuple(gate.get("checks") or ()),
@@ -200,6 +227,14 @@ class Section:
                                     a.get("evidence") or {}) for a in sec.get("anomalies") or ()),
             probe=sec.get("probe"),
             node=sec.get("node") or "",
+            requests_flagged=tuple(sec.get("requests_flagged") or ()),
+            draft_health=_make(DraftHealth, {**(sec.get("draft_health") or {}),
+                                             "histogram": tuple((sec.get("draft_health") or {})
+                                                                .get("histogram") or ())}),
+            engine_gauges=dict(sec.get("engine_gauges") or {}),
+            hooks=tuple(schema.from_dict({"kind": "hook_health", **h})
+                        for h in sec.get("hooks") or ()),
+            engine_counts=sec.get("engine_counts") or None,
             _json=sec,
         )
 
@@ -217,11 +252,11 @@ def _truth(t: Mapping[str, Any]) -> Truth:
     z = t.get("z")
     if isinstance(z, str):  # JSON has no infinity: the section writes "inf"/"-inf"
         z = math.inf if z == "inf" else -math.inf
-    band = t.get("expected_band_95")
+    band, b99 = t.get("expected_band_95"), t.get("bounds_99")
     return Truth(t["mode_requested"], dict(t.get("modes_used") or {}), t.get("num_positions", 0),
                  t.get("observed_top1_rate"), t.get("expected_top1_rate"),
                  tuple(band) if band else None, z, t.get("state"), t.get("state_text"),
-                 t.get("p_value"))
+                 t.get("p_value"), (b99[0], b99[1]) if b99 else None)
 
 
 def _run(data: Mapping[str, Any] | None) -> schema.RunRecord | None:

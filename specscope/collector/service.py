@@ -183,7 +183,7 @@ class Collector:
         if run is None:
             values = ("unknown", "", "", "", "", "", str(rank), node)
         else:
-            values = (run.algorithm, str(run.num_steps), str(run.topk), str(run.num_draft_tokens),
+            values = (run.algorithm, str(run.num_steps), str(run.topk), str(run.num_verify_tokens),
                       run.backend, run.model, str(rank), node)
         if values not in self._totals and len(self._totals) >= self.max_label_sets:
             self.health["label_sets_overflowed"] += 1
@@ -274,7 +274,7 @@ class Collector:
         with self._lock:
             runs = list(self._runs.values())
         match = [r for r in runs if (r.algorithm, str(r.num_steps), str(r.topk),
-                                     str(r.num_draft_tokens), r.backend, r.model) == tuple(key[:6])]
+                                     str(r.num_verify_tokens), r.backend, r.model) == tuple(key[:6])]
         return max(match, key=lambda r: r.started_ns) if match else None
 
     def start(self) -> "Collector":

@@ -32,7 +32,7 @@ def snapshot_sections(snap: Any, max_windows: int = 240) -> list[tuple[str, str,
 def _run_for(labels: dict[str, str], runs: Iterable[schema.RunRecord]) -> schema.RunRecord | None:
     match = [r for r in runs if r.algorithm == labels["algorithm"]
              and str(r.num_steps) == labels["num_steps"] and str(r.topk) == labels["topk"]
-             and str(r.num_draft_tokens) == labels["num_draft_tokens"]
+             and str(r.num_verify_tokens) == labels["num_draft_tokens"]
              and r.model == labels["model"] and r.labels.get("role") != "reference"]
     return max(match, key=lambda r: r.started_ns) if match else None
 

@@ -308,21 +308,21 @@ class SpecStats:
             else:
                 self.reported_rate_sum += r.reported_acceptance_rate * w
                 self.reported_rate_n += w
-        if r.accepted_tokens is None and (r.num_drafts or r.draft_tokens):
+        if r.num_accepted is None and (r.num_drafts or r.num_draft_tokens):
             # drafts and drafted tokens without the accepted count (a vLLM page missing its
             # accepted counter): they are known and shown, and enter no rate or length
             self.drafts_unmatched += max(0, r.num_drafts or 0)
-            self.draft_tokens_unmatched += max(0, r.draft_tokens or 0)
-        if r.draft_tokens is None and r.accepted_tokens is not None and r.num_drafts:
+            self.draft_tokens_unmatched += max(0, r.num_draft_tokens or 0)
+        if r.num_draft_tokens is None and r.num_accepted is not None and r.num_drafts:
             # steps and accepted tokens without the drafted count (Spec-Bench answers, some
             # per-request files): acceptance length is known, the acceptance rate is not
             self.num_drafts += r.num_drafts
-            self.accepted_with_drafts += max(0, r.accepted_tokens)
-        if r.draft_tokens is not None and r.accepted_tokens is not None:
+            self.accepted_with_drafts += max(0, r.num_accepted)
+        if r.num_draft_tokens is not None and r.num_accepted is not None:
             self.num_counted += 1
-            if r.num_drafts is None and r.draft_tokens:
+            if r.num_drafts is None and r.num_draft_tokens:
                 self.drafts_unknown += 1
-            drafted, accepted = r.draft_tokens, r.accepted_tokens
+            drafted, accepted = r.num_draft_tokens, r.num_accepted
             if drafted < 0 or accepted < 0 or accepted > drafted:
                 self.num_clamped += 1
                 drafted, accepted, _ = clamp(drafted, accepted)

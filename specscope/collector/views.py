@@ -54,12 +54,13 @@ def view_counts(name: str, records: Iterable[Any]) -> ViewCounts:
         if isinstance(r, schema.VerifyStepRecord):
             any_counts = True
         elif isinstance(r, schema.SpecCountsRecord):
-            if r.num_drafts is None and r.draft_tokens is None and r.accepted_tokens is None:
+            if r.num_drafts is None and r.num_draft_tokens is None and r.num_accepted is None:
                 continue
             any_counts = True
-            for c in ("num_drafts", "draft_tokens", "accepted_tokens"):
-                known[c] = known[c] and getattr(r, c) is not None
-            if not r.accepted_per_pos and (r.accepted_tokens or 0) > 0:
+            for c, field_ in (("num_drafts", "num_drafts"), ("draft_tokens", "num_draft_tokens"),
+                              ("accepted_tokens", "num_accepted")):
+                known[c] = known[c] and getattr(r, field_) is not None
+            if not r.accepted_per_pos and (r.num_accepted or 0) > 0:
                 known["accepted_per_pos"] = False
         else:
             continue
@@ -146,8 +147,8 @@ def seen_by_hooks(records: Iterable[Any]) -> dict[str, Any] | None:
     until = max(r.t_ns for r in latest.values())
     engine = ViewCounts(
         "engine", sum(r.num_drafts for r in latest.values()),
-        sum(r.draft_tokens for r in latest.values()),
-        sum(r.accepted_tokens for r in latest.values()),
+        sum(r.num_draft_tokens for r in latest.values()),
+        sum(r.num_accepted for r in latest.values()),
         _trim(_add(r.accepted_per_pos for r in latest.values())))
     hooks = view_counts("hooks", [r for r in steps if r.t_ns <= until])
     diff = {c: engine.get(c) - hooks.get(c) for c in COUNTS[:3]}

@@ -14,7 +14,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections import defaultdict
-from typing import Any
+from typing import Any, Mapping
 from dataclasses import dataclass, field
 
 from .. import schema
@@ -36,7 +36,7 @@ COUNTERS = tuple(n for n, m in METRICS.items() if m.field is not None and m.kind
 LATENCY = {name: m.field[6:] for name, m in METRICS.items()
            if m.field is not None and m.field.startswith("hists.")}
 
-Sample = tuple[str, dict[str, str], float]
+Sample = tuple[str, Mapping[str, str], float]
 
 
 def parse_text(text: str) -> list[Sample]:
@@ -44,31 +44,34 @@ def parse_text(text: str) -> list[Sample]:
     return [(s.name, s.labels, s.value) for s in promtext.parse(text).samples]
 
 
-def _key(labels: dict[str, str]) -> tuple:
+def _key(labels: Mapping[str, str]) -> tuple:
     # a fleet's node collectors label their series with the node: a view per node then
     return tuple(labels.get(k, "") for k in LABELS) + (labels.get("node", ""),)
 
 
 def _read_field(s: SpecStats, m: Metric, labels: Any, v: float) -> None:
     """Add one sample back into the SpecStats field the exporter rendered it from."""
-    if m.field.startswith("truth."):
+    field = m.field
+    if field is None:  # the exporter renders it from no field: nothing to read back
+        return
+    if field.startswith("truth."):
         t = s.truth.setdefault(labels.get(m.label, ""), TruthStats())
-        attr = m.field[6:]
+        attr = field[6:]
         current = getattr(t, attr)
         setattr(t, attr, current + (v if isinstance(current, float) else int(v)))
     elif m.label == "position":
         pos = int(labels.get("position", 0))
-        arr = getattr(s, m.field)
+        arr = getattr(s, field)
         arr.extend([0] * (pos + 1 - len(arr)))
         arr[pos] += int(v)
     elif m.label is not None:
         value = labels.get(m.label, "")
-        getattr(s, m.field)[int(value) if m.label == "k" else value] += int(v)
+        getattr(s, field)[int(value) if m.label == "k" else value] += int(v)
     elif m.kind == "gauge":  # the latest value, not a count
-        setattr(s, m.field, int(v))
+        setattr(s, field, int(v))
     else:
-        setattr(s, m.field, getattr(s, m.field) + int(v))
-    if m.field in ("num_drafts", "draft_tokens", "accepted_tokens"):
+        setattr(s, field, getattr(s, field) + int(v))
+    if field in ("num_drafts", "draft_tokens", "accepted_tokens"):
         s.num_counted = max(s.num_counted, 1)  # counted (perhaps 0), not unknown
 
 
@@ -91,9 +94,9 @@ def stats_from_samples(samples: list[Sample], *, sum_ranks: bool = False
             continue
         if name in engines.HIST_SERIES:
             fam, _, tail = name.rpartition("_")
-            m, hist = engines.LATENCY[fam]
-            model, rank = engines.where(m, labels)
-            where = (m.engine, model, "" if sum_ranks else rank, hist)
+            family, hist = engines.LATENCY[fam]
+            model, rank = engines.where(family, labels)
+            where = (family.engine, model, "" if sum_ranks else rank, hist)
             if tail == "sum":
                 engine_sums[where] += v
             else:
@@ -202,7 +205,7 @@ def _run_of(labels: dict[str, str]) -> schema.RunRecord:
         config_id=(f"{labels['algorithm']}-s{labels['num_steps']}-k{labels['topk']}-"
                    f"d{labels['num_draft_tokens']}" if labels["num_steps"] else labels["algorithm"]),
         algorithm=labels["algorithm"], num_steps=num("num_steps"), topk=num("topk") or 1,
-        num_draft_tokens=num("num_draft_tokens"), backend=labels["backend"], model=labels["model"])
+        num_verify_tokens=num("num_draft_tokens"), backend=labels["backend"], model=labels["model"])
 
 
 def _is_counter(name: str) -> bool:
@@ -232,7 +235,7 @@ class Monotone:
         return out
 
 
-_HISTORY: dict[str, list] = {}
+_HISTORY: dict[tuple[str, bool], list] = {}
 _MONOTONE: dict[str, Monotone] = {}
 _LOCK = threading.Lock()
 

@@ -252,7 +252,7 @@ class SpeculativeDecoder:
                 top_p=r.top_p, top_k=r.top_k, finish_reason=out.finish_reason,
                 output_token_ids=tuple(out.token_ids), num_verify_steps=row.verify_steps,
                 output_text=self.detokenize(out.token_ids) if self.detokenize else "",
-                num_draft_tokens=row.drafted, num_accepted_tokens=row.accepted,
+                num_draft_tokens=row.drafted, num_accepted=row.accepted,
                 accept_len_hist=tuple(row.accept_len_hist),
                 top2_margins=tuple(row.margins[:len(out.token_ids)]),
                 second_token_ids=tuple(row.seconds[:len(out.token_ids)]))

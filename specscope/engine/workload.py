@@ -140,7 +140,7 @@ def run_record(run_id: str, pair: ModelPair, cfg: SpecConfig, role: str,
     return schema.RunRecord(
         run_id=run_id, config_id=cfg.config_id,
         algorithm=cfg.algorithm if cfg.num_steps else "none", num_steps=cfg.num_steps,
-        topk=cfg.topk if cfg.num_steps else 0, num_draft_tokens=cfg.num_draft_tokens,
+        topk=cfg.topk if cfg.num_steps else 0, num_verify_tokens=cfg.num_draft_tokens,
         backend="cpu", model=pair.name,
         draft_model=pair.draft_name if cfg.uses_draft_model else "",
         engine="specscope-reference", engine_version=_version(), verify_mode=cfg.verify_mode,

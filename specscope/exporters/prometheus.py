@@ -4,7 +4,8 @@ torch or dash; prometheus_client only when families are asked for.
 
 Counters, not gauges, so PromQL computes rates and ratios. Labels: the configuration
 (``algorithm``, ``num_steps``, ``topk``, ``num_draft_tokens``, ``backend``, ``model``) and
-``rank``; request ids are never labels, and the collector caps the number of label sets.
+``rank`` (``num_draft_tokens``: the run's ``num_verify_tokens``, under SGLang's name for it);
+request ids are never labels, and the collector caps the number of label sets.
 
 PromQL recipes:
 
@@ -167,19 +168,22 @@ def _samples(snap: Snapshot) -> dict[str, list[_Sample]]:
 
 
 def _field_samples(out: list[_Sample], m: Metric, key: tuple, s: Any) -> None:
-    if m.field.startswith("hists."):
-        h = s.hists.get(m.field[6:])
+    name = m.field
+    if name is None:  # a metric computed elsewhere (process, collector figures)
+        return
+    if name.startswith("hists."):
+        h = s.hists.get(name[6:])
         if h is not None:
             out.append(_Sample(key, (), h))
-    elif m.field.startswith("truth."):
-        attr = m.field[6:]
+    elif name.startswith("truth."):
+        attr = name[6:]
         out.extend(_Sample(key, (mode,), getattr(t, attr)) for mode, t in sorted(s.truth.items()))
     elif m.label == "position":
-        out.extend(_Sample(key, (pos,), n) for pos, n in enumerate(_per_position(s, m.field)))
+        out.extend(_Sample(key, (pos,), n) for pos, n in enumerate(_per_position(s, name)))
     elif m.label is not None:
-        out.extend(_Sample(key, (value,), n) for value, n in sorted(getattr(s, m.field).items()))
-    elif getattr(s, m.field) is not None:  # a gauge with nothing to say yet stays absent
-        out.append(_Sample(key, (), getattr(s, m.field)))
+        out.extend(_Sample(key, (value,), n) for value, n in sorted(getattr(s, name).items()))
+    elif getattr(s, name) is not None:  # a gauge with nothing to say yet stays absent
+        out.append(_Sample(key, (), getattr(s, name)))
 
 
 def _per_position(s: Any, field: str) -> list[int]:

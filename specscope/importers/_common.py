@@ -108,7 +108,7 @@ def run_record(run_id: str, engine: str, fmt: str, path: str | os.PathLike, *,
                labels: dict[str, str] | None = None) -> schema.RunRecord:
     return schema.RunRecord(
         run_id=run_id, config_id=f"{engine}-{algorithm}-s{num_steps}", algorithm=algorithm,
-        num_steps=num_steps, topk=topk, num_draft_tokens=num_steps + 1 if num_steps else 0,
+        num_steps=num_steps, topk=topk, num_verify_tokens=num_steps + 1 if num_steps else 0,
         backend=backend, model=model, engine=engine, engine_version=engine_version,
         labels={"source_format": fmt, "source_file": Path(path).name, **(labels or {})})
 

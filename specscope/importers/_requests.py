@@ -43,7 +43,7 @@ def to_record(r: Req, run_id: str) -> schema.RequestRecord:
         run_id=run_id, rank=0, request_id=r.request_id, t_arrival_ns=arrival,
         t_first_token_ns=r.t_first_ns, t_finish_ns=finish, num_prompt_tokens=r.prompt_tokens,
         num_output_tokens=r.output_tokens, finish_reason=r.finish_reason,
-        num_verify_steps=r.steps, num_draft_tokens=r.drafted, num_accepted_tokens=r.accepted,
+        num_verify_steps=r.steps, num_draft_tokens=r.drafted, num_accepted=r.accepted,
         accept_len_hist=hist, output_token_ids=tuple(r.extra.get("output_token_ids", ())),
         top2_margins=tuple(r.extra.get("top2_margins", ())),
         second_token_ids=tuple(r.extra.get("second_token_ids", ())))
@@ -125,12 +125,12 @@ def pooled(reqs: list[Req], run_id: str, fmt: str) -> schema.SpecCountsRecord | 
     if counted:
         return schema.SpecCountsRecord(
             run_id=run_id, t_ns=0, num_drafts=total(counted, "steps") if all_steps else None,
-            draft_tokens=total(counted, "drafted"), accepted_tokens=total(counted, "accepted"),
+            num_draft_tokens=total(counted, "drafted"), num_accepted=total(counted, "accepted"),
             accepted_per_pos=per_pos, drafted_per_pos=reached if len(reached) == len(per_pos) else (),
             source=f"{fmt}: sum over {len(counted)} of {len(reqs)} requests")
     return schema.SpecCountsRecord(
         run_id=run_id, t_ns=0, num_drafts=total(with_steps, "steps"),
-        accepted_tokens=total(with_steps, "accepted"),
+        num_accepted=total(with_steps, "accepted"),
         source=f"{fmt}: sum over {len(with_steps)} of {len(reqs)} requests (drafted not given)")
 
 

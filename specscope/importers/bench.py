@@ -45,8 +45,8 @@ def _counts(run_id: str, metrics: dict, source: str) -> list[schema.SpecCountsRe
     per_pos = tuple(round(r * drafts) for r in per_rates) if drafts and per_rates else ()
     return [schema.SpecCountsRecord(
         run_id=run_id, t_ns=0, num_drafts=int(drafts) if drafts is not None else None,
-        draft_tokens=int(drafted) if drafted is not None else None,
-        accepted_tokens=int(accepted) if accepted is not None else None, accepted_per_pos=per_pos,
+        num_draft_tokens=int(drafted) if drafted is not None else None,
+        num_accepted=int(accepted) if accepted is not None else None, accepted_per_pos=per_pos,
         reported_mean_acceptance_length=al, reported_acceptance_rate=rate, source=source)]
 
 
@@ -223,7 +223,7 @@ def parse_aiperf(path: str | os.PathLike, run_id: str) -> ImportResult:
     if totals["total_accepted_draft_tokens"] is not None:
         steps, drafted, accepted = (None if v is None else int(v) for v in totals.values())
         res.add(schema.SpecCountsRecord(
-            run_id=run_id, t_ns=0, num_drafts=steps, draft_tokens=drafted, accepted_tokens=accepted,
+            run_id=run_id, t_ns=0, num_drafts=steps, num_draft_tokens=drafted, num_accepted=accepted,
             reported_mean_acceptance_length=metrics.get("acceptance_length"),
             reported_acceptance_rate=metrics.get("acceptance_rate"), source="aiperf"))
         if steps and accepted is not None:
@@ -294,7 +294,7 @@ def parse_aiperf_records(path: str | os.PathLike, run_id: str) -> ImportResult:
                     num_output_tokens=int(m.get("output_sequence_length", {}).get("value", 0)),
                     finish_reason="cancelled" if meta.get("was_cancelled") else "",
                     num_verify_steps=req.steps, num_draft_tokens=req.drafted,
-                    num_accepted_tokens=req.accepted))
+                    num_accepted=req.accepted))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
                 res.problems.append(Problem(str(path), lineno, f"not an AIPerf record: {exc!r}"))
     summed = pooled(spec, run_id, "aiperf-records")

@@ -42,36 +42,39 @@ def record_identities(res: ImportResult, records: Iterable[Any], file: str) -> N
         if h and r.num_verify_steps is not None:
             res.identity("request: histogram sum = verify steps", sum(h), r.num_verify_steps,
                          file=file, line=0)
-        if h and r.num_accepted_tokens is not None:
+        if h and r.num_accepted is not None:
             res.identity("request: sum of (length - 1) x histogram = accepted tokens",
-                         sum((i - 1) * n for i, n in enumerate(h) if i), r.num_accepted_tokens,
+                         sum((i - 1) * n for i, n in enumerate(h) if i), r.num_accepted,
                          file=file, line=0)
-        if r.num_draft_tokens is not None and r.num_accepted_tokens is not None:
-            res.identity("request: accepted <= drafted", min(r.num_accepted_tokens, r.num_draft_tokens),
-                         r.num_accepted_tokens, file=file, line=0)
-    with_counts = [r for r in requests if r.num_accepted_tokens is not None]
+        if r.num_draft_tokens is not None and r.num_accepted is not None:
+            res.identity("request: accepted <= drafted", min(r.num_accepted, r.num_draft_tokens),
+                         r.num_accepted, file=file, line=0)
+    with_counts = [r.num_accepted for r in requests if r.num_accepted is not None]
     if verify and with_counts and len(with_counts) == len(requests):
         accepted = sum(e.num_accepted for v in verify for e in v.entries)
         steps = sum(1 for v in verify for e in v.entries if e.num_drafted > 0)
         res.identity("per-request accepted tokens sum = accepted in the run's verify steps",
-                     sum(r.num_accepted_tokens for r in with_counts), accepted, file=file)
-        if all(r.num_verify_steps is not None for r in requests):
+                     sum(with_counts), accepted, file=file)
+        req_steps = [r.num_verify_steps for r in requests if r.num_verify_steps is not None]
+        if len(req_steps) == len(requests):
             res.identity("per-request verify steps sum = the run's drafting request-steps",
-                         sum(r.num_verify_steps for r in requests), steps, file=file)
+                         sum(req_steps), steps, file=file)
     # counters and requests of one trace cover the same run; a log's cumulative statistics
     # lines and its per-request lines do not (they start at different times), so only traces
-    counters = [c for c in records if isinstance(c, schema.SpecCountsRecord)
-                and "sum over" not in c.source and c.accepted_tokens is not None]
+    counters = [c.num_accepted for c in records if isinstance(c, schema.SpecCountsRecord)
+                and "sum over" not in c.source and c.num_accepted is not None]
     if (res.format == "specscope" and counters and with_counts and not verify
             and len(with_counts) == len(requests)):
         res.identity("per-request accepted tokens sum = the run's counters",
-                     sum(r.num_accepted_tokens for r in with_counts),
-                     sum(c.accepted_tokens for c in counters), file=file)
-    weighted = [r for r in requests if r.acceptance_length is not None]
+                     sum(with_counts), sum(counters), file=file)
+    # a request's acceptance length is known exactly where its steps and accepted tokens are
+    weighted = [(r.acceptance_length, r.num_verify_steps, r.num_accepted) for r in requests
+                if r.acceptance_length is not None and r.num_verify_steps is not None
+                and r.num_accepted is not None]
     if len(weighted) >= 2:
-        req_mean = sum(r.acceptance_length for r in weighted) / len(weighted)
-        steps = sum(r.num_verify_steps for r in weighted)
-        tok_mean = 1 + sum(r.num_accepted_tokens for r in weighted) / steps
+        req_mean = sum(al for al, _, _ in weighted) / len(weighted)
+        steps = sum(n for _, n, _ in weighted)
+        tok_mean = 1 + sum(a for _, _, a in weighted) / steps
         if abs(req_mean - tok_mean) > 0.05:
             res.trap("request-vs-token-weighted",
                      f"request-weighted mean acceptance length {req_mean:.3f} differs from the "

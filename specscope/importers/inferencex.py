@@ -67,8 +67,8 @@ def parse_acceptance(path: str | os.PathLike, run_id: str) -> ImportResult:
                                   labels={"draft_model": str(cfg.get("model", ""))}))
     res.add(schema.SpecCountsRecord(
         run_id=run_id, t_ns=0, num_drafts=int(drafts) if drafts is not None else None,
-        draft_tokens=int(drafts) * k if drafts is not None else None,
-        accepted_tokens=sum(counts) if counts else None, accepted_per_pos=counts,
+        num_draft_tokens=int(drafts) * k if drafts is not None else None,
+        num_accepted=sum(counts) if counts else None, accepted_per_pos=counts,
         source="inferencex-acceptance"))
     return res
 

@@ -196,7 +196,7 @@ def _pooled(res: ImportResult, log: _Log, run_id: str, stats: list) -> None:
         per_pos = [sum(1 for _, a in steps if a > i) for i in range(k)]
         res.add(schema.SpecCountsRecord(
             run_id=run_id, t_ns=0, num_drafts=sum(1 for d, _ in steps if d > 0),
-            draft_tokens=sum(d for d, _ in steps), accepted_tokens=sum(a for _, a in steps),
+            num_draft_tokens=sum(d for d, _ in steps), num_accepted=sum(a for _, a in steps),
             accepted_per_pos=tuple(per_pos),
             drafted_per_pos=tuple(sum(1 for d, _ in steps if d > i) for i in range(k)),
             source=f"llamacpp-log: {len(steps)} verify steps"))
@@ -209,8 +209,9 @@ def _pooled(res: ImportResult, log: _Log, run_id: str, stats: list) -> None:
         return
     if stats:
         windows = coalesce(stats)
-        if _disagree(res, log, "statistics lines", sum(w.draft_tokens for w in windows),
-                     sum(w.accepted_tokens for w in windows), log.stats_lines):
+        # a statistics line gives both counts, so every window knows them
+        if _disagree(res, log, "statistics lines", sum(w.num_draft_tokens or 0 for w in windows),
+                     sum(w.num_accepted or 0 for w in windows), log.stats_lines):
             return
         for rec in windows:
             res.add(rec)
@@ -225,22 +226,23 @@ def _pooled(res: ImportResult, log: _Log, run_id: str, stats: list) -> None:
             res.identity("accept % = 100 x n_accept / n_drafted", summary["accept"],
                          100 * accepted / drafted, file=res.format, tol=0.0006)
         res.add(schema.SpecCountsRecord(
-            run_id=run_id, t_ns=0, draft_tokens=drafted, accepted_tokens=accepted,
+            run_id=run_id, t_ns=0, num_draft_tokens=drafted, num_accepted=accepted,
             reported_acceptance_rate=summary["accept"] / 100 if "accept" in summary else None,
             source="llama-speculative"))
         log.k_seen = max(log.k_seen, int(summary.get("n_draft", 0)))
     elif requests:  # only per-request lines: the run's counts are their sum
-        all_steps = all(r.num_verify_steps for r in requests)
-        rates = [log.task_rates.get(i) for i in range(len(requests))]
-        per_pos: tuple[int, ...] = ()
-        if all_steps and all(rates) and len({len(r) for r in rates}) == 1:
-            per_pos = tuple(sum(round(r[i] * q.num_verify_steps) for r, q in zip(rates, requests))
-                            for i in range(len(rates[0])))
+        req_steps = [r.num_verify_steps for r in requests if r.num_verify_steps]
+        all_steps = len(req_steps) == len(requests)
+        rates = [x for x in (log.task_rates.get(i) for i in range(len(requests))) if x]
+        pp: tuple[int, ...] = ()
+        if all_steps and len(rates) == len(requests) and len({len(r) for r in rates}) == 1:
+            pp = tuple(sum(round(r[i] * n) for r, n in zip(rates, req_steps))
+                       for i in range(len(rates[0])))
         res.add(schema.SpecCountsRecord(
-            run_id=run_id, t_ns=0, draft_tokens=sum(r.num_draft_tokens or 0 for r in requests),
-            accepted_tokens=sum(r.num_accepted_tokens or 0 for r in requests),
-            num_drafts=sum(r.num_verify_steps for r in requests) if all_steps else None,
-            accepted_per_pos=per_pos,
+            run_id=run_id, t_ns=0, num_draft_tokens=sum(r.num_draft_tokens or 0 for r in requests),
+            num_accepted=sum(r.num_accepted or 0 for r in requests),
+            num_drafts=sum(req_steps) if all_steps else None,
+            accepted_per_pos=pp,
             source=f"llamacpp-log: sum over {len(requests)} requests"))
 
 
@@ -259,10 +261,10 @@ def coalesce(windows: list[schema.SpecCountsRecord]) -> list[schema.SpecCountsRe
             pp = tuple(a + b for a, b in zip(p.accepted_per_pos, w.accepted_per_pos)) \
                 if len(p.accepted_per_pos) == len(w.accepted_per_pos) else ()
             w = dataclasses.replace(w, num_drafts=(p.num_drafts or 0) + (w.num_drafts or 0),
-                                    draft_tokens=(p.draft_tokens or 0) + (w.draft_tokens or 0),
-                                    accepted_tokens=(p.accepted_tokens or 0) + (w.accepted_tokens or 0),
+                                    num_draft_tokens=(p.num_draft_tokens or 0) + (w.num_draft_tokens or 0),
+                                    num_accepted=(p.num_accepted or 0) + (w.num_accepted or 0),
                                     accepted_per_pos=pp)
-        if (w.accepted_tokens or 0) > (w.draft_tokens or 0) or \
+        if (w.num_accepted or 0) > (w.num_draft_tokens or 0) or \
                 any(a > (w.num_drafts or 0) for a in w.accepted_per_pos):
             pending[key] = w
         else:
@@ -276,11 +278,12 @@ def _disagree(res: ImportResult, log: _Log, kind: str, drafted: int, accepted: i
     counters, which the server's /metrics counters also sum). If so, a trap names both figures
     and the lines, the run's counts come from the per-request lines, and True is returned."""
     requests = log.requests
-    if not requests or any(r.num_draft_tokens is None or r.num_accepted_tokens is None
-                           for r in requests):
+    counts = [(r.num_draft_tokens, r.num_accepted) for r in requests
+              if r.num_draft_tokens is not None and r.num_accepted is not None]
+    if not requests or len(counts) < len(requests):
         return False
-    req_d = sum(r.num_draft_tokens for r in requests)
-    req_a = sum(r.num_accepted_tokens for r in requests)
+    req_d = sum(d for d, _ in counts)
+    req_a = sum(a for _, a in counts)
     if (req_d, req_a) == (drafted, accepted):
         return False
     where = f" (lines {', '.join(map(str, lines[-3:]))})" if lines else ""
@@ -290,17 +293,17 @@ def _disagree(res: ImportResult, log: _Log, kind: str, drafted: int, accepted: i
              f"{', '.join(map(str, log.request_lines[:3]))}{' ...' if len(requests) > 3 else ''}) "
              f"sum to {req_d} and {req_a}: the run's counts are the per-request lines', the "
              "slots' own counters that the server's /metrics counters sum")
-    all_steps = all(r.num_verify_steps for r in requests)
+    steps = [r.num_verify_steps for r in requests if r.num_verify_steps]
     res.add(schema.SpecCountsRecord(
-        run_id=requests[0].run_id, t_ns=0, draft_tokens=req_d, accepted_tokens=req_a,
-        num_drafts=sum(r.num_verify_steps for r in requests) if all_steps else None,
+        run_id=requests[0].run_id, t_ns=0, num_draft_tokens=req_d, num_accepted=req_a,
+        num_drafts=sum(steps) if len(steps) == len(requests) else None,
         source=f"llamacpp-log: sum over {len(requests)} requests"))
     return True
 
 
 def _config_traps(res: ImportResult, log: _Log) -> None:
     """What the server's configuration says that its counts cannot."""
-    drafted = sum(r.draft_tokens or 0 for r in res.records if isinstance(r, schema.SpecCountsRecord))
+    drafted = sum(r.num_draft_tokens or 0 for r in res.records if isinstance(r, schema.SpecCountsRecord))
     tasks = max(log.tasks, len(log.requests))
     if log.impls and tasks and not drafted:
         res.trap("nothing-drafted", f"speculation was configured ({', '.join(log.impls)}) and "
@@ -344,7 +347,7 @@ def _request(res: ImportResult, a: re.Match, run_id: str, slot: str, task: str |
     return schema.RequestRecord(
         run_id=run_id, rank=int(slot), request_id=f"task-{task}" if task is not None else f"request-{n}",
         t_arrival_ns=0, t_first_token_ns=0, t_finish_ns=0, num_prompt_tokens=0, num_output_tokens=0,
-        num_verify_steps=n_steps, num_draft_tokens=drafted, num_accepted_tokens=accepted)
+        num_verify_steps=n_steps, num_draft_tokens=drafted, num_accepted=accepted)
 
 
 def _check_rates(res: ImportResult, rec: schema.RequestRecord, rates: tuple[float, ...],
@@ -352,9 +355,9 @@ def _check_rates(res: ImportResult, rec: schema.RequestRecord, rates: tuple[floa
     """A task's ``acc per pos`` line: accepted at each position over its verify steps."""
     res.identity("per-position acceptance is non-increasing (chain drafting)",
                  sum(1 for x, y in zip(rates, rates[1:]) if y > x + 1e-9), 0, line=lineno, file=name)
-    if rec.num_verify_steps and rec.num_accepted_tokens is not None:
+    if rec.num_verify_steps and rec.num_accepted is not None:
         res.identity("sum of per-position rate x steps = accepted tokens",
-                     round(sum(r * rec.num_verify_steps for r in rates)), rec.num_accepted_tokens,
+                     round(sum(r * rec.num_verify_steps for r in rates)), rec.num_accepted,
                      line=lineno, file=name, tol=len(rates))
     if steps:
         exact = tuple(sum(1 for _, x in steps if x > i) / len(steps) for i in range(len(rates)))
@@ -390,6 +393,6 @@ def _stats(res: ImportResult, s: re.Match, prev: dict, run_id: str, slot: str, n
     prev[key] = now
     d, g, a, *pp = (x - y for x, y in zip(now, before))
     return schema.SpecCountsRecord(
-        run_id=run_id, rank=0 if per_server else int(slot), t_ns=0, num_drafts=d, draft_tokens=g,
-        accepted_tokens=a, accepted_per_pos=tuple(pp), reported_mean_acceptance_length=mean_len,
+        run_id=run_id, rank=0 if per_server else int(slot), t_ns=0, num_drafts=d, num_draft_tokens=g,
+        num_accepted=a, accepted_per_pos=tuple(pp), reported_mean_acceptance_length=mean_len,
         source=f"llamacpp-{impl}")

@@ -152,7 +152,7 @@ def parse(path: Path, run_id: str) -> ImportResult:
                            labels={"service.name": service} if service else None))
         if run["steps"]:
             res.add(schema.SpecCountsRecord(run_id=rid, t_ns=0, num_drafts=run["steps"],
-                                            accepted_tokens=run["accepted"],
+                                            num_accepted=run["accepted"],
                                             source=f"{FORMAT}: sum over {run['requests']} requests' "
                                                    "verify spans (drafted not given)"))
     if skipped:
@@ -194,5 +194,5 @@ def _request(run_id: str, span: dict[str, Any], a: dict[str, Any], per_step: lis
         finish_reason=str(reasons[0]) if isinstance(reasons, list) and reasons else str(reasons or ""),
         num_verify_steps=int(steps) if steps is not None else None,
         num_draft_tokens=(int(a["specscope.spec.draft_tokens"]) if "specscope.spec.draft_tokens" in a else None),
-        num_accepted_tokens=int(accepted) if accepted is not None else None,
+        num_accepted=int(accepted) if accepted is not None else None,
         accept_len_hist=tuple(hist))

@@ -240,7 +240,7 @@ class Series:
         rank = labels.get(m.rank_label, "0") if m.rank_label else "0"
         return schema.SpecCountsRecord(
             run_id=self.run_id, rank=int(rank) if rank.isdigit() else 0, t_ns=t_ns,
-            num_drafts=drafts, draft_tokens=drafted, accepted_tokens=accepted,
+            num_drafts=drafts, num_draft_tokens=drafted, num_accepted=accepted,
             accepted_per_pos=tuple(pos), drafted_per_pos=tuple(dpos) if len(dpos) == len(pos) else (),
             reported_mean_acceptance_length=g.get(metrics.LENGTH),
             reported_acceptance_rate=g.get(metrics.V0_RATE) if v0 else g.get(metrics.RATE),

@@ -55,8 +55,9 @@ def _hist(v: Any) -> tuple[int, ...]:
     if isinstance(v, list) and all(_int(x) is not None for x in v):
         return tuple(int(x) for x in v)
     if isinstance(v, dict) and v:
-        pairs = {int(k): _int(n) for k, n in v.items()}
-        if any(n is None or k < 0 or k > MAX_DEPTH for k, n in pairs.items()):
+        read = {int(k): _int(n) for k, n in v.items()}
+        pairs = {k: n for k, n in read.items() if n is not None and 0 <= k <= MAX_DEPTH}
+        if len(pairs) < len(read):
             raise ValueError(f"histogram with a bad entry (keys are accepted drafts, 0..{MAX_DEPTH}): "
                              f"{str(v)[:200]}")
         out = [0] * (max(pairs) + 1)
@@ -66,8 +67,13 @@ def _hist(v: Any) -> tuple[int, ...]:
     return ()
 
 
+def _obj(v: Any) -> dict:
+    """``v`` where it is a JSON object, else an empty one."""
+    return v if isinstance(v, dict) else {}
+
+
 def _usage(obj: dict) -> tuple[int, int]:
-    u = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+    u = _obj(obj.get("usage"))
     return _int(u.get("prompt_tokens")) or 0, _int(u.get("completion_tokens")) or 0
 
 
@@ -165,7 +171,7 @@ def sglang(obj: dict, where: str) -> list[Req]:
     for choice in obj.get("choices") or []:
         if isinstance(choice, dict) and isinstance(choice.get("meta_info"), dict):
             metas.append(choice["meta_info"])
-    ext = obj.get("sglext") if isinstance(obj.get("sglext"), dict) else {}
+    ext = _obj(obj.get("sglext"))
     details = ext.get("spec_tokens_details") or ext.get("spec") or obj.get("sglext_spec")
     prompt, completion = _usage(obj)
     rid = str(obj.get("id", where))
@@ -230,8 +236,8 @@ def trtllm(obj: dict, where: str) -> list[Req]:
     pm = obj.get("perf_metrics")
     if not isinstance(pm, dict):
         return []
-    spec = pm.get("speculative_decoding") if isinstance(pm.get("speculative_decoding"), dict) else {}
-    tm = pm.get("timing_metrics") if isinstance(pm.get("timing_metrics"), dict) else {}
+    spec = _obj(pm.get("speculative_decoding"))
+    tm = _obj(pm.get("timing_metrics"))
 
     def ns(key: str) -> int:
         v = _float(tm.get(key))

@@ -76,8 +76,8 @@ def _counts(values: dict[str, float], drafted: int | None) -> dict[str, Any]:
             or running != int(running)):
         return {}  # a count of requests that is not a whole number counts nothing
     running = int(running)
-    return {"num_drafts": running, "draft_tokens": running * drafted,
-            "accepted_tokens": round(length * running) - running}
+    return {"num_drafts": running, "num_draft_tokens": running * drafted,
+            "num_accepted": round(length * running) - running}
 
 
 def parse(path: str | os.PathLike, run_id: str, emit=None) -> ImportResult:
@@ -181,8 +181,8 @@ def _dense(res: ImportResult, run_id: str, stamps: dict[str, int], settings: dic
         if not ((running > 0) & (running < EXACT_BELOW) & (running == np.floor(running))).all():
             return False  # the line path gives these lines their counts one by one
         steps = running.astype(np.int64)
-        counts = {"num_drafts": steps, "draft_tokens": steps * drafted,
-                  "accepted_tokens": np.rint(spec["accept_len"] * running).astype(np.int64) - steps}
+        counts = {"num_drafts": steps, "num_draft_tokens": steps * drafted,
+                  "num_accepted": np.rint(spec["accept_len"] * running).astype(np.int64) - steps}
     res.add(CountsColumns.of_arrays(
         run_id, "sglang", rank=rank, t_ns=t, **counts,
         reported_mean_acceptance_length=spec["accept_len"],

@@ -61,13 +61,13 @@ def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
             t_arrival_ns=finish - int(wall * 1e9) if finish and wall else 0, t_first_token_ns=0,
             t_finish_ns=finish if wall else 0, num_prompt_tokens=0, num_output_tokens=tokens,
             num_verify_steps=None if vanilla else steps,
-            num_accepted_tokens=None if vanilla else tokens - steps,
+            num_accepted=None if vanilla else tokens - steps,
             accept_len_hist=() if vanilla or not hist else
             tuple(hist.get(i, 0) for i in range(max(hist) + 1))))
     if not vanilla and rows:
         res.add(schema.SpecCountsRecord(
             run_id=run_id, t_ns=0, num_drafts=sum(r[2] for r in rows),
-            accepted_tokens=sum(r[3] - r[2] for r in rows),
+            num_accepted=sum(r[3] - r[2] for r in rows),
             source=f"specbench: sum over {len(rows)} answers (drafted not recorded)"))
         res.trap("specbench-no-drafted", "Spec-Bench records tokens per decoding step (bonus "
                  "included) but not how many were drafted: acceptance rate stays null")

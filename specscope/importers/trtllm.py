@@ -71,8 +71,8 @@ def parse(path: str | os.PathLike, run_id: str) -> ImportResult:
                 res.identity("acceptanceLength = 1 + accepted / drafts", al, 1 + accepted / drafts,
                              line=where, file=name, tol=1e-3)
             res.add(schema.SpecCountsRecord(
-                run_id=run_id, t_ns=t_ns, num_drafts=drafts, draft_tokens=drafted,
-                accepted_tokens=accepted, reported_mean_acceptance_length=al, source="trtllm-iteration"))
+                run_id=run_id, t_ns=t_ns, num_drafts=drafts, num_draft_tokens=drafted,
+                num_accepted=accepted, reported_mean_acceptance_length=al, source="trtllm-iteration"))
         values = {k: float(obj[k]) for k in ("iterLatencyMS", "numActiveRequests", "numQueuedRequests")
                   if isinstance(obj.get(k), (int, float))}
         if values:

@@ -139,9 +139,9 @@ def _dense(reader: "_Reader", text: str, base: int) -> bool:
     rank = np.fromstring(",".join(tp), np.int64, sep=",") if tp else np.zeros(n, np.int64)
     reader.block(CountsColumns.of_arrays(
         reader.run_id, "vllm-v1", rank=rank, t_ns=t, interval_s=interval, num_drafts=drafts,
-        draft_tokens=dr, accepted_tokens=acc, accepted_per_pos=per_pos,
+        num_draft_tokens=dr, num_accepted=acc, accepted_per_pos=per_pos,
         reported_mean_acceptance_length=al, reported_acceptance_rate=rate,
-        texts={"draft_tokens": dr_s, "accepted_tokens": acc_s}))  # whole numbers, no leading 0
+        texts={"num_draft_tokens": dr_s, "num_accepted": acc_s}))  # whole numbers, no leading 0
     reader.last_t = int(t[-1])
     reader.k_seen = max(reader.k_seen, k)
 
@@ -326,7 +326,7 @@ def _v0(mv: re.Match, prev: tuple[int, int, int] | None, run_id: str, rank: int,
                          "than one per step): counts kept out")
     return schema.SpecCountsRecord(
         run_id=run_id, rank=rank, t_ns=t_ns, num_drafts=drafts,
-        draft_tokens=drafted if accepted is not None else None, accepted_tokens=accepted,
+        num_draft_tokens=drafted if accepted is not None else None, num_accepted=accepted,
         reported_acceptance_rate=num(mv.group(1)), source="vllm-v0")
 
 
@@ -355,7 +355,7 @@ def _v0_identities(res: ImportResult, mv: re.Match, prev: tuple[int, int, int] |
     accepted_v0 = now[0] - prev[0]
     if rec.num_drafts:
         res.identity("accepted tokens = emitted - drafts (a prefix count; V0's is not)",
-                     accepted_v0, rec.accepted_tokens, line=lineno, file=name)
+                     accepted_v0, rec.num_accepted, line=lineno, file=name)
     eff = num(mv.group(2))
     if now[1] and k and now[1] % k == 0 and eff is not None:  # a cumulative figure
         res.identity("system efficiency = emitted / (drafts x (k + 1)) (3 decimals)", eff,

@@ -28,7 +28,7 @@ _FLOAT = ("interval_s", "reported_mean_acceptance_length", "reported_acceptance_
 class CountsColumns:
     """N spec-decode counter intervals of one (run, source) as columns."""
 
-    FIELDS = ("rank", "t_ns", "interval_s", "num_drafts", "draft_tokens", "accepted_tokens",
+    FIELDS = ("rank", "t_ns", "interval_s", "num_drafts", "num_draft_tokens", "num_accepted",
               "accepted_per_pos", "reported_mean_acceptance_length", "reported_acceptance_rate",
               "reported_weight", "drafted_per_pos")
     PER_POS = ("accepted_per_pos", "drafted_per_pos")
@@ -123,8 +123,8 @@ class CountsColumns:
     def _row_lines(self, head: str, tail: str) -> list[str]:
         rank, t, iv, nd, dt, at, pp, al, rate, w, dp = self.cols
         pp_s, dp_s = _list_texts(pp), _list_texts(dp)
-        return [f'{head}{a},"t_ns":{b},"interval_s":{c},"num_drafts":{d},"draft_tokens":{e},'
-                f'"accepted_tokens":{f},"accepted_per_pos":{g},"reported_mean_acceptance_length":'
+        return [f'{head}{a},"t_ns":{b},"interval_s":{c},"num_drafts":{d},"num_draft_tokens":{e},'
+                f'"num_accepted":{f},"accepted_per_pos":{g},"reported_mean_acceptance_length":'
                 f'{h},"reported_acceptance_rate":{i},"reported_weight":{j},"drafted_per_pos":{k}{tail}'
                 for a, b, c, d, e, f, g, h, i, j, k in zip(rank, t, _j(iv), _j(nd), _j(dt), _j(at), pp_s,
                                                            _j(al), _j(rate), _j(w), dp_s)]

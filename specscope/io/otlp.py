@@ -174,7 +174,7 @@ class OtlpSink:
         elif isinstance(r, schema.RequestRecord):
             self._enqueue(r.run_id, self._request_span(r), (1, r.num_verify_steps or 0,
                                                              r.num_draft_tokens or 0,
-                                                             r.num_accepted_tokens or 0))
+                                                             r.num_accepted or 0))
         elif isinstance(r, schema.AnomalyRecord):
             self._enqueue(r.run_id, self._anomaly_span(r))
 
@@ -201,7 +201,7 @@ class OtlpSink:
     def _request_span(self, r: schema.RequestRecord) -> dict[str, Any]:
         key = (r.run_id, r.request_id)
         run = self._runs.get(r.run_id)
-        steps, drafted, accepted = r.num_verify_steps, r.num_draft_tokens, r.num_accepted_tokens
+        steps, drafted, accepted = r.num_verify_steps, r.num_draft_tokens, r.num_accepted
         rate = accepted / drafted if drafted and accepted is not None else None
         attrs = {
             "gen_ai.operation.name": "text_completion",

@@ -127,20 +127,22 @@ def _columns_table(c: VerifyColumns, pa: Any) -> Any:
     if not c.has_detail:
         raise ValueError("verify columns without per-entry detail cannot be stored as a trace")
     c = c.per_entry()
+    flags, seq, ids, depth = c.flags, c.seq, c.request_ids, c.draft_depth
+    if flags is None or seq is None or ids is None or depth is None:
+        raise ValueError("verify columns without per-entry detail cannot be stored as a trace")
     n = len(c)
     drafted = c.num_drafted
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(drafted, out=offsets[1:])
     pos = np.arange(int(offsets[-1]), dtype=np.int64) - np.repeat(offsets[:-1], drafted)
     per_pos = (pos < np.repeat(c.num_accepted, drafted)).astype(np.int64)
-    has_hist = ((c.flags & HAS_HIST) != 0) & (c.draft_hist is not None)
-    truth = ((c.flags & HAS_TRUTH) != 0) & (c.num_verified is not None)
+    has_hist = ((flags & HAS_HIST) != 0) & (c.draft_hist is not None)
+    truth = ((flags & HAS_TRUTH) != 0) & (c.num_verified is not None)
     zero_i = np.zeros(n, dtype=np.int64)
     bins = schema.DRAFT_HIST_BINS
     hist_off = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.where(has_hist, bins, 0), out=hist_off[1:])
     names = np.asarray(c.mode_names, dtype=object)
-    depth = c.draft_depth
     zero_f = np.zeros(n)
     hist_values = (c.draft_hist[has_hist].ravel().astype(np.int64) if c.draft_hist is not None
                    else np.zeros(0, dtype=np.int64))
@@ -156,10 +158,10 @@ def _columns_table(c: VerifyColumns, pa: Any) -> Any:
         "rank": pa.array(np.full(n, c.rank, dtype=np.int64)),
         "step": ints(c.step), "t_ns": ints(c.t_ns), "batch_size": ints(c.batch_size),
         "draft_depth": pa.array(np.asarray(depth, dtype=np.int64), mask=depth < 0),
-        "depth_reason": pa.array([(c.depth_reasons or {}).get(q, "") for q in c.seq.tolist()]
+        "depth_reason": pa.array([(c.depth_reasons or {}).get(q, "") for q in seq.tolist()]
                                  if c.depth_reasons else [""] * n, pa.string()),
-        _SEQ: ints(c.seq),
-        "request_id": pa.array(c.request_ids.tolist(), pa.string()),
+        _SEQ: ints(seq),
+        "request_id": pa.array(ids.tolist(), pa.string()),
         "num_drafted": ints(drafted), "num_draft_tokens": ints(c.num_draft_tokens),
         "num_accepted": ints(c.num_accepted),
         "accepted_per_pos": pa.ListArray.from_arrays(pa.array(offsets), pa.array(per_pos)),
@@ -272,7 +274,7 @@ def read_parquet(path: str | os.PathLike, where: Where | None = None) -> list[An
         table = pq.read_table(f, partitioning=None, filesystem=store.fs)
         kind = _check(f, table.schema.metadata or {})
         rows = table.to_pylist()
-        if node and "node" in schema.RECORD_TYPES[kind].__dataclass_fields__:
+        if node and "node" in {f.name for f in dataclasses.fields(schema.RECORD_TYPES[kind])}:
             for row in rows:
                 row["node"] = node
         if kind == "verify":
@@ -335,8 +337,11 @@ def iter_verify_columns(path: str | os.PathLike, where: Where | None = None):
                 combined = np.unique(run_idx.astype(np.int64) * width + ranks)
                 keys = [(int(c // width), int(c % width)) for c in combined]
             for ri, rank in keys:
-                mask = slice(None) if len(keys) == 1 else (run_idx == ri) & (ranks == rank)
-                first = 0 if len(keys) == 1 else int(np.flatnonzero(mask)[0])
+                mask: Any = slice(None)
+                first = 0
+                if len(keys) > 1:
+                    mask = (run_idx == ri) & (ranks == rank)
+                    first = int(np.flatnonzero(mask)[0])
                 yield VerifyColumns(
                     run_id=runs.dictionary[ri].as_py(), config_id=col["config_id"][first].as_py(),
                     rank=int(rank), node=node, num_steps=int(np.unique(arr("step", np.int64)[mask]).size),

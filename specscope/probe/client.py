@@ -297,10 +297,10 @@ def place(positions: list[Position], response: dict[str, Any], ngram: NgramSetti
     if drafted == 0:  # the engine says it drafted nothing: every token sampled outside verify
         return labelled(["undrafted"] * len(positions)), drafted, accepted, "engine", 0, ""
     if steps is not None:
-        committed = 1 + sum(a + 1 for a in acc)  # prefill's token, then accepted + 1 per step
-        if len(positions) <= committed <= len(positions) + max(dra):
+        committed = 1 + sum(a + 1 for _, a in steps)  # prefill's token, then accepted + 1 per step
+        if len(positions) <= committed <= len(positions) + max(d for d, _ in steps):
             labels = ["prefill"]
-            for a, d in zip(acc, dra):
+            for d, a in steps:
                 labels += ["accepted"] * a + ["correction" if a < d else "bonus"]
             return labelled(labels), drafted, accepted, "per-step", verified, ""
     ids = token_ids(response)

@@ -142,7 +142,7 @@ def probe_records(r: ProbeResult, run_id: str) -> list[Any]:
     now = time.time_ns()
     out: list[Any] = [schema.RunRecord(
         run_id=run_id, config_id=f"probe-{r.engine}", algorithm="unknown", num_steps=0, topk=0,
-        num_draft_tokens=0, backend="", model=r.model, engine=r.engine, started_ns=now,
+        num_verify_tokens=0, backend="", model=r.model, engine=r.engine, started_ns=now,
         labels={"source_format": "probe", "probe_url": r.url, "probe_verdict": r.verdict,
                 "logprobs": r.semantics.mode,
                 **({"dtype": r.dtype} if r.dtype else {})})]
@@ -155,7 +155,7 @@ def probe_records(r: ProbeResult, run_id: str) -> list[Any]:
             num_output_tokens=len(a.positions), temperature=float(a.sampling.get("temperature", 0)),
             top_p=float(a.sampling.get("top_p", 1.0)), top_k=int(a.sampling.get("top_k", 0)),
             output_text=a.text, category=f"probe-{a.cls}",
-            num_draft_tokens=a.drafted, num_accepted_tokens=a.accepted))
+            num_draft_tokens=a.drafted, num_accepted=a.accepted))
     if r.engine_error is not None:
         e = r.engine_error
         out.append(schema.AnomalyRecord(

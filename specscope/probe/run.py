@@ -184,7 +184,7 @@ def against_reference(reference: str, plan: ProbePlan, answers: list[Answer], dt
 
     kind = dtype if dtype in TIE_MARGIN else "bfloat16"
     run = schema.RunRecord(run_id="probe", config_id="probe", algorithm="unknown", num_steps=1,
-                           topk=1, num_draft_tokens=2, backend="", model=model)
+                           topk=1, num_verify_tokens=2, backend="", model=model)
     mine = [run] + [request("probe", i, a, False) for i, a in greedy]
     refs = [request("reference", i, r, True) for (i, _), r in zip(greedy, ref_answers)
             if r.response is not None]

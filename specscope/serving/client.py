@@ -170,7 +170,7 @@ def request_record(a: Answer, run_id: str) -> schema.RequestRecord:
         top2_margins=margins,
         second_token_ids=tuple(token_id(s) for s in a.seconds) if margins else (),
         num_draft_tokens=int(drafted) if drafted is not None else None,
-        num_accepted_tokens=int(accepted) if accepted is not None else None)
+        num_accepted=int(accepted) if accepted is not None else None)
 
 
 def percentile(values: list[float], q: float) -> float | None:

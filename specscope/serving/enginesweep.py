@@ -134,7 +134,7 @@ def _run_record(p: EnginePoint, run_id: str, model: str, status: str, error: str
         labels["error"] = error[-1500:]
     return schema.RunRecord(run_id=run_id, config_id=p.name, algorithm=algo, num_steps=steps,
                             topk=int(spec.get("topk") or (1 if steps else 0)),
-                            num_draft_tokens=int(spec.get("draft_tokens") or (steps + 1 if steps else 0)),
+                            num_verify_tokens=int(spec.get("draft_tokens") or (steps + 1 if steps else 0)),
                             backend="", model=model, engine=p.engine, started_ns=time.time_ns(),
                             labels=labels)
 
@@ -402,14 +402,14 @@ def _point_records(w: Window, engine_recs: list[Any], model: str, ok: bool, erro
     requests = [dataclasses.replace(q, prompt_id=f"{q.prompt_id}#{q.request_id.rsplit('/', 1)[1].split(':')[0]}")
                 if "/r" in q.request_id else q for q in requests]
     recs += requests
-    known = [q for q in requests if q.num_draft_tokens is not None and q.num_accepted_tokens is not None]
+    known = [q for q in requests if q.num_draft_tokens is not None and q.num_accepted is not None]
     if known and not any(isinstance(r, schema.VerifyStepRecord) for r in recs):
         # no verify step seen from inside: the responses' own counts (llama.cpp's timings),
         # pooled over the window, as the engine counted them (request-steps unknown)
         recs.append(schema.SpecCountsRecord(
             run_id=w.run_id, t_ns=w.t1, interval_s=(w.t1 - w.t0) / 1e9,
-            draft_tokens=sum(q.num_draft_tokens or 0 for q in known),
-            accepted_tokens=sum(q.num_accepted_tokens or 0 for q in known),
+            num_draft_tokens=sum(q.num_draft_tokens or 0 for q in known),
+            num_accepted=sum(q.num_accepted or 0 for q in known),
             source=f"{w.point.engine} responses' own counts, {len(known)} requests pooled"))
     if not ok:
         recs.append(_failed_anomaly(EnginePointResult(w.point, w.run_id, "failed", error=error)))

@@ -100,9 +100,9 @@ def test_exact_match_by_class_names_the_class_that_committed_the_divergence():
     (margin 3 nats, its reference's third choice) at token 4, in a class-4 step; c diverges
     at a near tie (second choice, margin 1e-4) at token 2, also in class 4; a never diverges."""
     runs = [schema.RunRecord(run_id="spec", config_id="c", algorithm="eagle", num_steps=2, topk=1,
-                             num_draft_tokens=3, backend="cpu", model="m"),
+                             num_verify_tokens=3, backend="cpu", model="m"),
             schema.RunRecord(run_id="ref", config_id="none", algorithm="none", num_steps=0, topk=0,
-                             num_draft_tokens=0, backend="cpu", model="m",
+                             num_verify_tokens=0, backend="cpu", model="m",
                              labels={"role": "reference", "reference_for": "spec"})]
     ref_tokens = {"a": [1, 2, 3, 4, 5, 6, 7], "b": [1, 2, 3, 4, 5, 6, 7], "c": [1, 2, 3, 4, 5, 6, 7]}
     second = (9,) * 7

@@ -94,7 +94,7 @@ def _depth_run(run_id, depth, per_step, n_requests=40, seed=0):
 
     rng = random.Random(seed)
     out = [schema.RunRecord(run_id=run_id, config_id=f"c{depth}", algorithm="ngram", num_steps=depth,
-                            topk=1, num_draft_tokens=depth + 1, backend="cpu", model="m")]
+                            topk=1, num_verify_tokens=depth + 1, backend="cpu", model="m")]
     for q in range(n_requests):
         for i in range(10):
             a = per_step(rng, depth)

@@ -14,13 +14,13 @@ from specscope.collector.service import Collector
 
 def _run(rid, **labels):
     return schema.RunRecord(run_id=rid, config_id=rid, algorithm="eagle", num_steps=3, topk=1,
-                            num_draft_tokens=4, backend="cuda", model=f"m-{rid}", labels=labels)
+                            num_verify_tokens=4, backend="cuda", model=f"m-{rid}", labels=labels)
 
 
 def _counts(rid, per_pos, drafts=400, t=1):
     acc = [round(p * drafts) for p in per_pos]
-    return schema.SpecCountsRecord(run_id=rid, t_ns=t, num_drafts=drafts, draft_tokens=3 * drafts,
-                                   accepted_tokens=sum(acc), accepted_per_pos=tuple(acc),
+    return schema.SpecCountsRecord(run_id=rid, t_ns=t, num_drafts=drafts, num_draft_tokens=3 * drafts,
+                                   num_accepted=sum(acc), accepted_per_pos=tuple(acc),
                                    source="test")
 
 

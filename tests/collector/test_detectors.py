@@ -31,8 +31,8 @@ def _counted(drafts: int, accepted: int) -> SpecStats:
     from specscope import schema
 
     return SpecStats().observe_all([schema.SpecCountsRecord(
-        run_id="r", rank=0, t_ns=1, num_drafts=drafts, draft_tokens=3 * drafts,
-        accepted_tokens=accepted)])
+        run_id="r", rank=0, t_ns=1, num_drafts=drafts, num_draft_tokens=3 * drafts,
+        num_accepted=accepted)])
 
 
 def test_acceptance_length_pinned_near_one_or_near_k_plus_1():

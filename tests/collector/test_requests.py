@@ -23,14 +23,14 @@ def _req(rid, steps, accepted, tokens, out=(), category="", drafted=None):
         t_finish_ns=1 + 10**9, num_prompt_tokens=4, num_output_tokens=tokens,
         output_token_ids=tuple(out), category=category, num_verify_steps=steps,
         num_draft_tokens=drafted if drafted is not None or steps is None else steps * 3,
-        num_accepted_tokens=accepted)
+        num_accepted=accepted)
 
 
 def test_flags_pinned_with_repetition_near_one_and_too_short():
     loop = [5, 6, 7, 8] * 30  # 120 tokens repeating one 4-gram
     rows = {r.request_id: r for r in request_rows([
         schema.RunRecord(run_id="r", config_id="c", algorithm="eagle", num_steps=3, topk=1,
-                         num_draft_tokens=4, backend="cpu", model="m"),
+                         num_verify_tokens=4, backend="cpu", model="m"),
         _req("loop", 30, 88, 120, loop),           # AL 3.93 of 4, repeating: a loop
         _req("fast", 30, 88, 120, range(120)),     # AL 3.93 but no repetition
         _req("stuck", 40, 2, 42),                  # AL 1.05

@@ -24,7 +24,7 @@ from tests.conftest import ROOT
 
 def _run(run_id, model="m", steps=3):
     return schema.RunRecord(run_id=run_id, config_id=f"c{steps}", algorithm="eagle",
-                            num_steps=steps, topk=1, num_draft_tokens=steps + 1, backend="cpu",
+                            num_steps=steps, topk=1, num_verify_tokens=steps + 1, backend="cpu",
                             model=model)
 
 

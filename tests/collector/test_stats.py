@@ -81,7 +81,7 @@ def test_a_cumulative_sources_figure_is_its_latest_value_and_runs_never_average_
 
     def run(rid, algorithm="eagle"):
         return schema.RunRecord(run_id=rid, config_id=rid, algorithm=algorithm, num_steps=3, topk=1,
-                                num_draft_tokens=4, backend="cuda", model="m")
+                                num_verify_tokens=4, backend="cuda", model="m")
 
     v0 = [run("v0"), *(schema.SpecCountsRecord(run_id="v0", t_ns=t, reported_acceptance_rate=rate,
                                                source="vllm-v0")
@@ -140,8 +140,8 @@ def _random_records(rng: random.Random, t0: int) -> list:
                                   margin=rng.random() * 3),
             schema.SpecCountsRecord(
                 run_id="r", t_ns=t, source=rng.choice(["", "vllm-v0"]),
-                num_drafts=rng.choice([None, 3]), draft_tokens=rng.choice([None, 9, 12]),
-                accepted_tokens=rng.choice([None, 4]), accepted_per_pos=(2, 1, 1),
+                num_drafts=rng.choice([None, 3]), num_draft_tokens=rng.choice([None, 9, 12]),
+                num_accepted=rng.choice([None, 4]), accepted_per_pos=(2, 1, 1),
                 reported_mean_acceptance_length=rng.choice([None, 1.9]),
                 reported_acceptance_rate=rng.choice([None, 0.4]), reported_weight=rng.choice([None, 2.0])),
             schema.SampleRecord(run_id="r", t_ns=t, values={"kv": rng.random(), "q": float(step)}),

@@ -12,7 +12,7 @@ T0 = 1_700_000_000_000_000_000
 
 def _records():
     run = schema.RunRecord(run_id="base", config_id="none", algorithm="none", num_steps=0,
-                           topk=0, num_draft_tokens=0, backend="cpu", model="m")
+                           topk=0, num_verify_tokens=0, backend="cpu", model="m")
     reqs = [schema.RequestRecord(
         run_id="base", rank=0, request_id=f"r{i}", t_arrival_ns=T0, t_first_token_ns=T0 + 10**8,
         t_finish_ns=T0 + 4 * 10**9, num_prompt_tokens=8, num_output_tokens=40,

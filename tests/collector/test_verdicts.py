@@ -73,7 +73,7 @@ def test_draft_health_tests_the_share_at_one_against_the_dtype_s_honest_rate():
 
 def test_the_gate_reads_draft_health_only_where_verification_reads_the_draft():
     run = schema.RunRecord(run_id="r", config_id="c", algorithm="eagle", num_steps=3, topk=1,
-                           num_draft_tokens=4, backend="cpu", model="m",
+                           num_verify_tokens=4, backend="cpu", model="m",
                            labels={"draft_dtype": "float32"})
     collapsed = _draft(66, 0)
     greedy = eval_gate(collapsed, None, run=run)

@@ -13,7 +13,7 @@ from specscope.dashboard.figures import live, runs, sweep
 
 def _view(run_id, spec, x, y, gate_fail=False, steps=3):
     run = schema.RunRecord(run_id=run_id, config_id=spec, algorithm="mtp", num_steps=steps,
-                           topk=1, num_draft_tokens=steps + 1, backend="cpu", model="m")
+                           topk=1, num_verify_tokens=steps + 1, backend="cpu", model="m")
     bench = schema.BenchmarkRecord(run_id=run_id, source="specscope-sweep", metrics={
         "output_throughput_per_gpu_tok_s": y, "interactivity_tok_s_user_median": x},
         config={"spec": spec, "concurrency": "4"})
@@ -51,7 +51,7 @@ def _section(k, totals, phases):
     from specscope.collector.section import Percentiles, Section, Totals
 
     run = schema.RunRecord(run_id=f"k{k}", config_id="", algorithm="eagle", num_steps=k, topk=1,
-                           num_draft_tokens=k + 1, backend="cpu", model="m")
+                           num_verify_tokens=k + 1, backend="cpu", model="m")
     return Section(run=run, totals=Totals(**totals),
                    phases={n: Percentiles(**p) for n, p in phases.items()})
 

@@ -64,10 +64,10 @@ def test_hooks_inside_record_every_step_without_sync(tiny, run_record):
         mine = [e for s in steps for e in s.entries if e.request_id == r.request_id]
         assert r.num_verify_steps == len(mine) == sum(r.accept_len_hist)
         assert r.num_draft_tokens == sum(e.num_drafted for e in mine)
-        assert r.num_accepted_tokens == sum(e.num_accepted for e in mine)
-        assert r.acceptance_length == pytest.approx(1 + r.num_accepted_tokens / len(mine))
+        assert r.num_accepted == sum(e.num_accepted for e in mine)
+        assert r.acceptance_length == pytest.approx(1 + r.num_accepted / len(mine))
         assert sum(i * n for i, n in enumerate(r.accept_len_hist)) == \
-            r.num_accepted_tokens + r.num_verify_steps
+            r.num_accepted + r.num_verify_steps
     assert all(s.draft_depth == 3 for s in steps)
     phases = {r.phase for r in records if isinstance(r, schema.PhaseRecord)}
     assert {"prefill", "draft_extend", "draft", "verify_forward", "verify_sample"} <= phases
@@ -173,7 +173,7 @@ def test_ngram_drafts_vary_per_request_and_count_only_where_drafted(small_pair, 
         mine = [e for e in entries if e.request_id == r.request_id and e.num_drafted > 0]
         assert r.num_verify_steps == len(mine) == sum(r.accept_len_hist)
         assert r.num_draft_tokens == sum(e.num_drafted for e in mine)
-        assert r.num_accepted_tokens == sum(e.num_accepted for e in mine)
+        assert r.num_accepted == sum(e.num_accepted for e in mine)
     loop = next(x for x in records if isinstance(x, schema.RequestRecord) and x.request_id == "loop")
     assert loop.num_draft_tokens > 0
 

@@ -106,7 +106,7 @@ def test_decoder_trace_shows_when_and_why_speculation_went_off(tiny):
     cfg = SpecConfig(num_steps=3, policy="adaptive")
     assert cfg.config_id.endswith("-adaptive")
     run = schema.RunRecord(run_id="r", config_id=cfg.config_id, algorithm="draft-model", num_steps=3,
-                           topk=1, num_draft_tokens=4, backend="cpu", model="tiny")
+                           topk=1, num_verify_tokens=4, backend="cpu", model="tiny")
     rec = Recorder(run)
     dec = SpeculativeDecoder(pair.target, pair.draft, cfg, recorder=rec, eos_ids=(), policy=SlowDraft(3))
     reqs, _ = build_requests(pair, WorkloadSpec(requests=4, max_new_tokens=40))

@@ -77,7 +77,7 @@ def test_s002_draft_prob_shortcut_flags_draft_health_and_fails_the_gate(tmp_path
 def test_tree_drafting_from_the_cli(tmp_path):
     sec = _record_and_report(tmp_path, "tree", "--spec-steps", "3", "--spec-topk", "2",
                              "--spec-draft-tokens", "6", "--temperature", "0")
-    assert sec["run"]["topk"] == 2 and sec["run"]["num_draft_tokens"] == 6
+    assert sec["run"]["topk"] == 2 and sec["run"]["num_verify_tokens"] == 6
     assert sec["eval"]["rates"]["exact_match"] == 1.0
     assert len(sec["totals"]["per_position_acceptance"]) == 3
 

@@ -225,7 +225,7 @@ def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
     streamed = import_file(tmp_path / "stream.sse")
     assert streamed.format == "sglang-responses"
     (req,) = [r for r in streamed.records if isinstance(r, schema.RequestRecord)]
-    assert (req.num_verify_steps, req.num_accepted_tokens) == \
+    assert (req.num_verify_steps, req.num_accepted) == \
         per_request(everything, {req.request_id})[req.request_id], req
     section = section_of(records)
     states = truth(section)
@@ -250,7 +250,7 @@ def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
     for resp in responses:
         meta = resp["meta_info"]
         r = requests[meta["id"]]
-        assert (r.num_output_tokens, r.num_verify_steps, r.num_accepted_tokens) == (
+        assert (r.num_output_tokens, r.num_verify_steps, r.num_accepted) == (
             meta["completion_tokens"], meta["spec_verify_ct"], meta["spec_num_correct_drafts"])
         assert r.ttft_s is not None and 0 < r.ttft_s <= r.e2e_s, r
     assert section["totals"]["num_requests"] >= len(responses)

@@ -259,8 +259,8 @@ def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_c
             tuple(a - b for a, b in zip(after[k], before[k] or (0,) * len(after[k])))
             for k in after}
     agreement = views_agree({"trace": records, "vllm /metrics": [schema.SpecCountsRecord(
-        run_id="m", t_ns=1, num_drafts=vllm["num_drafts"], draft_tokens=vllm["draft_tokens"],
-        accepted_tokens=vllm["accepted_tokens"], accepted_per_pos=vllm["accepted_per_pos"])]})
+        run_id="m", t_ns=1, num_drafts=vllm["num_drafts"], num_draft_tokens=vllm["draft_tokens"],
+        num_accepted=vllm["accepted_tokens"], accepted_per_pos=vllm["accepted_per_pos"])]})
     print(format_views(agreement))
     assert agreement.ok and vllm["num_drafts"] > 0
     section = run_section(records)
@@ -541,7 +541,7 @@ def check_spans(export: Path, out: list, recorded: list) -> None:
     assert sorted(r.num_output_tokens for r in theirs) == sorted(o["usage"]["completion_tokens"] for o in out)
     assert sorted(r.num_prompt_tokens for r in theirs) == sorted(o["usage"]["prompt_tokens"] for o in out)
     assert all(r.ttft_s is not None and r.num_verify_steps is None for r in theirs)  # no spec figure
-    key = lambda r: (r.num_verify_steps, r.num_draft_tokens, r.num_accepted_tokens)  # noqa: E731
+    key = lambda r: (r.num_verify_steps, r.num_draft_tokens, r.num_accepted)  # noqa: E731
     print("vLLM's spans:", sorted((r.num_prompt_tokens, r.num_output_tokens, round(r.ttft_s, 3)) for r in theirs))
     print("specscope's spans (steps, drafted, accepted):", sorted(map(key, ours)))
     assert sorted(map(key, ours)) == sorted(map(key, recorded)) and all(k[0] for k in map(key, ours))

@@ -130,9 +130,9 @@ def test_a_recorded_runs_requests_arrive_with_every_documented_attribute(phoenix
                 "specscope.spec.algorithm": run.algorithm if run.num_steps else "none",
                 "specscope.spec.k": run.num_steps, "specscope.spec.verify_steps": r.num_verify_steps,
                 "specscope.spec.draft_tokens": r.num_draft_tokens,
-                "specscope.spec.accepted_tokens": r.num_accepted_tokens,
+                "specscope.spec.accepted_tokens": r.num_accepted,
                 "specscope.spec.acceptance_length": r.acceptance_length,
-                "specscope.spec.acceptance_rate": (r.num_accepted_tokens / r.num_draft_tokens
+                "specscope.spec.acceptance_rate": (r.num_accepted / r.num_draft_tokens
                                                    if r.num_draft_tokens else None),
                 "specscope.spec.mode_requested": "speculative-sampling",
                 "specscope.spec.fallbacks": 0, "specscope.latency.ttft_s": r.ttft_s,

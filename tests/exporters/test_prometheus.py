@@ -28,7 +28,7 @@ from tests.collector.test_stats import _step
 def _collector() -> Collector:
     c = Collector()
     run = schema.RunRecord(run_id="r", config_id="c", algorithm="eagle", num_steps=3, topk=1,
-                           num_draft_tokens=4, backend="hip", model='m"1')
+                           num_verify_tokens=4, backend="hip", model='m"1')
     entry = schema.VerifyEntry(request_id="q", num_drafted=3, num_draft_tokens=3, num_accepted=2,
                                accepted_per_pos=(1, 1, 0), temperature=0.7,
                                mode_requested="speculative-sampling",

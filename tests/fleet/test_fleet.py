@@ -46,9 +46,9 @@ def fleet(tiny, tmp_path_factory):
     base = dict(algorithm="eagle", topk=1, backend="cpu", model="tiny",
                 verify_mode=schema.SPECULATIVE_SAMPLING)
     a = schema.RunRecord(run_id="nightly-a", config_id="eagle-s3-k1-d4", num_steps=3,
-                         num_draft_tokens=4, **base)
+                         num_verify_tokens=4, **base)
     b = schema.RunRecord(run_id="nightly-b", config_id="eagle-s2-k1-d3", num_steps=2,
-                         num_draft_tokens=3, **base)
+                         num_verify_tokens=3, **base)
     for i, node in enumerate(NODES):
         _node(tiny, store, a, node, "silent_greedy" if node == FAULTY else "", 3, seed=i)
     for i, node in enumerate(NODES[:2]):

@@ -20,7 +20,7 @@ T0 = 1_764_806_400 * 10**9  # 2025-12-04 00:00 UTC
 
 def _run(node: str, config: str = "eagle-s3", run_id: str = "fleet-1") -> schema.RunRecord:
     return schema.RunRecord(run_id=run_id, config_id=config, algorithm="eagle", num_steps=3, topk=1,
-                            num_draft_tokens=4, backend="cuda", model="m", node=node, started_ns=T0)
+                            num_verify_tokens=4, backend="cuda", model="m", node=node, started_ns=T0)
 
 
 def _steps(node: str, n: int, t0: int, accepted: int = 2, run_id: str = "fleet-1",

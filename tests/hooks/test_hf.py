@@ -118,7 +118,8 @@ def test_smollm2_assisted_generation(run_record, tmp_path):
 
 
 def test_an_hf_trace_opens_in_the_dashboard_and_the_report(pair, run_record, tmp_path):
-    from specscope.collector.report import build_report, format_report
+    from specscope.collector.report import build_report
+    from specscope.collector.text import format_report
     from specscope.dashboard import TraceSource
     from specscope.io.trace import TraceWriter, read_trace
 

@@ -332,7 +332,8 @@ def test_the_engines_own_counts_ride_with_health_and_the_report_names_what_was_n
     tokens. Never added to the run's totals."""
     from types import SimpleNamespace
 
-    from specscope.collector.report import build_report, format_report
+    from specscope.collector.report import build_report
+    from specscope.collector.text import format_report
     from specscope.hooks.engines.vllm_requests import EngineCounts
     from specscope.io.trace import TraceWriter, read_trace
 

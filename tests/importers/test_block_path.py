@@ -156,7 +156,7 @@ def test_sglang_counts_only_where_each_line_is_one_batch(tmp_path):
             assert len(got) == 2
             sums = tuple(None if any(getattr(r, f) is None for r in got) else
                          sum(getattr(r, f) for r in got)
-                         for f in ("num_drafts", "draft_tokens", "accepted_tokens"))
+                         for f in ("num_drafts", "num_draft_tokens", "num_accepted"))
             assert sums == want, (header, sums)
 
 
@@ -191,7 +191,7 @@ def counts_blocks(draw) -> CountsColumns:
                  "reported_weight"):
         if draw(st.booleans()):
             arrays[name] = np.array(draw(floats))
-    for name in ("num_drafts", "draft_tokens", "accepted_tokens"):
+    for name in ("num_drafts", "num_draft_tokens", "num_accepted"):
         if draw(st.booleans()):
             arrays[name] = np.array(draw(ints), np.int64)
     if k:

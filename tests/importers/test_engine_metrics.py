@@ -25,7 +25,7 @@ def test_trtllm_iteration_counters_give_the_rate_and_its_gauge_stays_reported(tm
     path.write_text(trtllm_page(3000, 1800, 2.71))
     res = promtext.parse(path, "trt")
     (c,) = _counts(res)
-    assert (c.draft_tokens, c.accepted_tokens, c.num_drafts) == (3000, 1800, None)
+    assert (c.num_draft_tokens, c.num_accepted, c.num_drafts) == (3000, 1800, None)
     assert c.reported_mean_acceptance_length == 2.71 and c.source == "trtllm-metrics"
     assert res.records[-1].engine == "trtllm"  # the run record
     s, _ = stats_from_samples(parse_text(path.read_text()))
@@ -40,7 +40,7 @@ def test_trtllm_per_position_counters_give_length_and_positions(tmp_path):
     path = tmp_path / "trtllm.txt"
     path.write_text(page)
     (c,) = _counts(promtext.parse(path, "trt"))
-    assert (c.num_drafts, c.draft_tokens, c.accepted_tokens) == (1000, 3000, 1400)
+    assert (c.num_drafts, c.num_draft_tokens, c.num_accepted) == (1000, 3000, 1400)
     assert c.accepted_per_pos == (700, 450, 250)
     s, _ = stats_from_samples(parse_text(page))
     (st,) = s.values()
@@ -52,7 +52,7 @@ def test_llamacpp_counters_with_and_without_per_position(tmp_path):
     path = tmp_path / "llamacpp.txt"
     path.write_text(llamacpp_page(400, 1600, 500, per_pos=(300, 120, 60, 20)))
     (c,) = _counts(promtext.parse(path, "l"))
-    assert (c.num_drafts, c.draft_tokens, c.accepted_tokens) == (400, 1600, 500)
+    assert (c.num_drafts, c.num_draft_tokens, c.num_accepted) == (400, 1600, 500)
     assert c.accepted_per_pos == (300, 120, 60, 20) and c.source == "llamacpp-metrics"
     s, _ = stats_from_samples(parse_text(path.read_text()))
     (key, st), = s.items()
@@ -68,7 +68,7 @@ def test_sglang_verify_calls_give_the_acceptance_length_beside_its_gauges(tmp_pa
     path.write_text(sglang_spec(1000, 2000, 800, 2.75, 0.6))
     (c,) = _counts(promtext.parse(path, "s"))
     # generated tokens summed over is_streaming, per verify call: 2800 / 1000
-    assert (c.num_drafts, c.accepted_tokens, c.draft_tokens) == (1000, 1800, None)
+    assert (c.num_drafts, c.num_accepted, c.num_draft_tokens) == (1000, 1800, None)
     assert (c.reported_mean_acceptance_length, c.reported_acceptance_rate) == (2.75, 0.6)
 
 
@@ -114,7 +114,7 @@ def test_sglang_scheduler_labels_and_data_parallel_ranks(tmp_path):
     path.write_text(sglang_spec(1000, 2000, 800, 2.75, 0.6))
     res = promtext.parse(path, "s")
     (c,) = _counts(res)
-    assert (c.num_drafts, c.accepted_tokens, c.reported_mean_acceptance_length) == (1000, 1800, 2.75)
+    assert (c.num_drafts, c.num_accepted, c.reported_mean_acceptance_length) == (1000, 1800, 2.75)
     assert [r.run_id for r in res.records if isinstance(r, schema.RunRecord)] == ["s"]
     path.write_text(sglang_spec(1000, 2000, 800, None, 0.6, dp_lengths=(3.1, 2.5), steps=3))
     res = promtext.parse(path, "s")
@@ -174,7 +174,7 @@ def test_fuzz_the_mapping_never_raises_and_never_invents_counts(pages, baseline)
     series = Series("fuzz", baseline=baseline)
     for t, page in enumerate(pages):
         for _, rec in series.feed(page, t):
-            for x in (rec.num_drafts, rec.draft_tokens, rec.accepted_tokens, *rec.accepted_per_pos):
+            for x in (rec.num_drafts, rec.num_draft_tokens, rec.num_accepted, *rec.accepted_per_pos):
                 assert x is None or isinstance(x, int)
     stats_from_samples(pages[-1])
 

@@ -37,9 +37,9 @@ def test_vllm_every_era(tmp_path):
     counts = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
     v0 = [c for c in counts if c.source == "vllm-v0"]
     # committed = emitted tokens: 300 - 100 drafts, then (640 - 300) - 100
-    assert [(c.accepted_tokens, c.draft_tokens, c.num_drafts) for c in v0] == [(200, 400, 100), (240, 400, 100)]
+    assert [(c.num_accepted, c.num_draft_tokens, c.num_drafts) for c in v0] == [(200, 400, 100), (240, 400, 100)]
     v1 = [c for c in counts if c.source == "vllm-v1"]
-    assert [(c.accepted_tokens, c.draft_tokens) for c in v1] == [(0, 0), (120, 300), (120, 300), (150, 300)]
+    assert [(c.num_accepted, c.num_draft_tokens) for c in v1] == [(0, 0), (120, 300), (120, 300), (150, 300)]
     assert v1[1].num_drafts is None and v1[1].reported_acceptance_rate == pytest.approx(0.4)
     assert v1[2].num_drafts == 100 and v1[2].accepted_per_pos == (70, 35, 15) and v1[2].rank == 1
     assert v1[3].reported_acceptance_rate == pytest.approx(0.5) and v1[3].accepted_per_pos == (80, 45, 25)
@@ -59,7 +59,7 @@ def test_vllm_v0_counter_reset(tmp_path):
     text = first + "\n" + first.replace("200", "40").replace("400", "80").replace("300", "60") + "\n"
     counts = [r for r in import_file(_write(tmp_path, "v0.log", text)).records
               if isinstance(r, schema.SpecCountsRecord)]
-    assert [c.accepted_tokens for c in counts] == [200, 40]  # went down: a restart
+    assert [c.num_accepted for c in counts] == [200, 40]  # went down: a restart
 
 
 def _v0_line(rate: float, eff: float, k: int, accepted: int, drafted: int, emitted: int) -> str:
@@ -79,7 +79,7 @@ def test_vllm_v0_acceptance_length_comes_from_emitted_tokens(tmp_path):
     tokens emitted ("System efficiency: 0.133" = 1,200 / (1,000 x 9))."""
     res = import_file(_write(tmp_path, "v0.log", _v0_line(0.55, 0.133, 8, 4400, 8000, 1200) + "\n"))
     (c,) = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
-    assert (c.num_drafts, c.draft_tokens, c.accepted_tokens) == (1000, 8000, 200)
+    assert (c.num_drafts, c.num_draft_tokens, c.num_accepted) == (1000, 8000, 200)
     assert c.reported_acceptance_rate == pytest.approx(0.55)  # V0's own figure, kept as reported
     stats = SpecStats().observe_all(res.records)
     assert stats.mean_acceptance_length == pytest.approx(1.2)  # not (4400 + 1000) / 1000 = 5.4
@@ -101,8 +101,8 @@ def test_vllm_v0_differenced_windows_sum_to_the_last_cumulative_line(tmp_path_fa
     path.write_text("\n".join(lines) + "\n")
     counts = [r for r in import_file(path).records if isinstance(r, schema.SpecCountsRecord)]
     assert sum(c.num_drafts for c in counts) == dr // k
-    assert sum(c.draft_tokens for c in counts) == dr
-    assert sum(c.accepted_tokens + c.num_drafts for c in counts) == em  # committed = emitted
+    assert sum(c.num_draft_tokens for c in counts) == dr
+    assert sum(c.num_accepted + c.num_drafts for c in counts) == em  # committed = emitted
 
 
 SGLANG = """\
@@ -121,7 +121,7 @@ def test_sglang_variants(tmp_path):
     counts = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
     assert [c.reported_mean_acceptance_length for c in counts] == [2.35, 2.55, 3.0]
     assert counts[1].rank == 1 and counts[1].reported_acceptance_rate == 0.52
-    assert all(c.num_drafts is None and c.accepted_tokens is None for c in counts)  # never invented
+    assert all(c.num_drafts is None and c.num_accepted is None for c in counts)  # never invented
     samples = [r for r in res.records if isinstance(r, schema.SampleRecord)]
     assert samples[0].values["prefill_new_token"] == 1024
     assert samples[2].values["decode_swa_token"] == 200 and samples[3].values["decode_mamba_usage"] == 0.01
@@ -166,7 +166,7 @@ def test_prometheus_series_differenced_with_reset(tmp_path):
     res = import_file(_write(tmp_path, "metrics.txt", text))
     assert res.format == "prometheus-text"
     counts = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
-    assert [(c.num_drafts, c.draft_tokens, c.accepted_tokens) for c in counts] == [
+    assert [(c.num_drafts, c.num_draft_tokens, c.num_accepted) for c in counts] == [
         (100, 300, 150), (200, 600, 270), (10, 30, 15)]
     assert counts[1].accepted_per_pos == (130, 90, 50) and counts[2].accepted_per_pos == (7, 5, 3)
     assert counts[1].t_ns == 1_700_000_010 * 10**9
@@ -179,7 +179,7 @@ def test_sglang_metrics_gauges(tmp_path):
     (c,) = [r for r in import_file(_write(tmp_path, "s.txt", text)).records
             if isinstance(r, schema.SpecCountsRecord)]
     assert c.reported_mean_acceptance_length == 2.4 and c.reported_acceptance_rate == 0.47
-    assert c.accepted_tokens is None
+    assert c.num_accepted is None
 
 
 def _v0_page(draft: int, accepted: int, emitted: int, rate: float) -> str:
@@ -205,7 +205,7 @@ def test_vllm_v0_page_keeps_its_own_rate_and_no_derived_length(tmp_path):
     text = _v0_page(300, 200, 260, 0.6667) + _v0_page(900, 420, 700, 0.4667)
     res = import_file(_write(tmp_path, "v0.txt", text))
     counts = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
-    assert [(c.draft_tokens, c.accepted_tokens, c.source) for c in counts] == [
+    assert [(c.num_draft_tokens, c.num_accepted, c.source) for c in counts] == [
         (300, None, "vllm-v0-metrics"), (600, None, "vllm-v0-metrics")]
     assert [c.reported_acceptance_rate for c in counts] == [0.6667, 0.4667]
     s = SpecStats().observe_all(res.records)
@@ -261,7 +261,7 @@ def test_llamacpp_lv5_lines_and_a_saved_stream(tmp_path):
     res = import_file(_write(tmp_path, "server.log", LLAMA_LV5))
     assert res.format == "llamacpp-log" and not res.problems
     (c,) = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
-    assert (c.num_drafts, c.draft_tokens, c.accepted_tokens) == (3, 8, 4)
+    assert (c.num_drafts, c.num_draft_tokens, c.num_accepted) == (3, 8, 4)
     assert c.accepted_per_pos == (2, 1, 1) and c.drafted_per_pos == (3, 3, 2)
     assert not [t for t in res.identities.values() if t.failed]
     assert {"forced", "varying-k"} <= set(res.traps)
@@ -270,7 +270,7 @@ def test_llamacpp_lv5_lines_and_a_saved_stream(tmp_path):
     res = import_file(_write(tmp_path, "stream.txt", LLAMA_STREAM))
     assert res.format == "llamacpp-responses" and "stream-chunks" in res.traps and not res.problems
     (r,) = [x for x in res.records if isinstance(x, schema.RequestRecord)]
-    assert (r.num_draft_tokens, r.num_accepted_tokens) == (6, 5)
+    assert (r.num_draft_tokens, r.num_accepted) == (6, 5)
 
 
 FUZZ_COUNT = {"n": 0}
@@ -348,7 +348,7 @@ def test_sglang_bench_jsonl_and_console(tmp_path):
     assert b.source == "sglang-bench" and b.metrics["acceptance_length"] == 2.41
     assert b.metrics["e2el_ms_p50"] == 4800.0 and b.metrics["ttft_ms_p99"] == 300.2
     (c,) = [r for r in con.records if isinstance(r, schema.SpecCountsRecord)]
-    assert c.reported_mean_acceptance_length == 2.41 and c.accepted_tokens is None
+    assert c.reported_mean_acceptance_length == 2.41 and c.num_accepted is None
 
 
 def test_gauges_of_different_label_sets_are_separate_runs(tmp_path):

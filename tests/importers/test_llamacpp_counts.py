@@ -35,7 +35,7 @@ def test_a_window_with_more_accepted_than_drafted_joins_the_next(tmp_path):
     res = import_file(_log(tmp_path, requests, stats))
     assert not res.problems and "llamacpp-disagree" not in res.traps, res.traps
     windows = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
-    assert [(w.draft_tokens, w.accepted_tokens) for w in windows] == [(65, 38), (40, 18)]
+    assert [(w.num_draft_tokens, w.num_accepted) for w in windows] == [(65, 38), (40, 18)]
     s = SpecStats().observe_all(res.records)
     assert (s.draft_tokens, s.accepted_tokens, s.num_clamped) == (105, 56, 0)  # the last line's
 

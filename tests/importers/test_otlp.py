@@ -86,14 +86,14 @@ def test_sglang_speculative_spans_import_to_the_acceptance_they_carry(tmp_path):
     assert [(p.line, p.message[:8]) for p in res.problems] == [(2, "not JSON")]
     reqs = {r.request_id: r for r in res.records if isinstance(r, schema.RequestRecord)}
     one, two = reqs["req-one-0001"], reqs["req-two-0002"]
-    assert (one.num_verify_steps, one.num_accepted_tokens, one.num_draft_tokens) == (3, 5, None)
+    assert (one.num_verify_steps, one.num_accepted, one.num_draft_tokens) == (3, 5, None)
     assert one.acceptance_length == (5 + 3) / 3 and one.accept_len_hist == (0, 1, 0, 1, 1)
-    assert (two.num_verify_steps, two.num_accepted_tokens) == (2, 2)  # from spec_accept events
+    assert (two.num_verify_steps, two.num_accepted) == (2, 2)  # from spec_accept events
     assert one.ttft_s == 0.05 and one.e2e_s == 0.4 and one.temperature == 0.7 and one.top_p == 0.9
     assert one.top_k == 0  # off, in the records' terms
     assert (one.num_prompt_tokens, one.num_output_tokens, one.finish_reason) == (21, 10, "length")
     (counts,) = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
-    assert (counts.num_drafts, counts.accepted_tokens, counts.draft_tokens) == (5, 7, None)
+    assert (counts.num_drafts, counts.num_accepted, counts.num_draft_tokens) == (5, 7, None)
     phases = [r for r in res.records if isinstance(r, schema.PhaseRecord)]
     assert sorted({p.phase for p in phases}) == ["draft", "draft_extend", "verify"]
     assert sum(p.phase == "verify" for p in phases) == 5
@@ -123,5 +123,5 @@ def test_vllm_llm_request_spans_become_request_timelines(tmp_path):
     res = import_file(path)
     (r,) = [x for x in res.records if isinstance(x, schema.RequestRecord)]
     assert r.request_id == "cmpl-7" and r.ttft_s == 0.12 and r.e2e_s == 0.9
-    assert (r.num_verify_steps, r.num_accepted_tokens, r.num_draft_tokens) == (None, None, None)
+    assert (r.num_verify_steps, r.num_accepted, r.num_draft_tokens) == (None, None, None)
     assert not [x for x in res.records if isinstance(x, schema.SpecCountsRecord)]

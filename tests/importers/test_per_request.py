@@ -60,13 +60,13 @@ def test_vllm_responses_in_both_shapes(tmp_path):
     assert detect(p) == "vllm-responses"
     res = import_file(p)
     a, b = _requests(res)
-    assert (a.num_verify_steps, a.num_draft_tokens, a.num_accepted_tokens) == (43, 129, 10)
+    assert (a.num_verify_steps, a.num_draft_tokens, a.num_accepted) == (43, 129, 10)
     assert a.accept_len_hist == (0, 39, 1, 0, 3)  # re-indexed by tokens committed
     assert a.acceptance_length == pytest.approx(1.2325581395348837)
-    assert (b.num_verify_steps, b.num_accepted_tokens, b.accept_len_hist) == (250, 413, (0, 27, 33, 190))
+    assert (b.num_verify_steps, b.num_accepted, b.accept_len_hist) == (250, 413, (0, 27, 33, 190))
     assert not [t for t in res.identities.values() if t.failed]
     (pooled,) = [c for c in res.records if isinstance(c, schema.SpecCountsRecord)]
-    assert (pooled.num_drafts, pooled.draft_tokens, pooled.accepted_tokens) == (293, 629, 423)
+    assert (pooled.num_drafts, pooled.num_draft_tokens, pooled.num_accepted) == (293, 629, 423)
     stats = SpecStats().observe_all(res.records)
     assert stats.mean_acceptance_length == pytest.approx(1 + 423 / 293)  # token-weighted, pooled
     assert "vllm-structured-output" in res.traps
@@ -107,10 +107,10 @@ def test_sglang_meta_info_and_sglext(tmp_path):
     assert detect(p) == "sglang-responses"
     res = import_file(p)
     a, b = _requests(res)
-    assert (a.request_id, a.num_verify_steps, a.num_accepted_tokens, a.num_draft_tokens) == ("r1", 4, 7, 12)
+    assert (a.request_id, a.num_verify_steps, a.num_accepted, a.num_draft_tokens) == ("r1", 4, 7, 12)
     assert a.acceptance_length == pytest.approx(1 + 7 / 4)  # 2.75, not SGLang's 12 / 4 = 3.0
     assert a.e2e_s == pytest.approx(0.75) and a.ttft_s is None
-    assert (b.num_verify_steps, b.num_accepted_tokens, b.accept_len_hist) == (3, 5, (0, 0, 1, 2, 0))
+    assert (b.num_verify_steps, b.num_accepted, b.accept_len_hist) == (3, 5, (0, 0, 1, 2, 0))
     assert "sglang-request-al" in res.traps
     assert res.identities["SGLang spec_accept_length = completion tokens / verify steps"].failed == 0
 
@@ -134,7 +134,7 @@ def test_a_spec_object_on_its_own_imports_and_says_where_it_sits(tmp_path, name,
     assert detect(p) == fmt
     res = import_file(p)
     (r,) = _requests(res)
-    assert (r.num_verify_steps, r.num_draft_tokens, r.num_accepted_tokens) == (steps, drafted, accepted)
+    assert (r.num_verify_steps, r.num_draft_tokens, r.num_accepted) == (steps, drafted, accepted)
     assert str(p) in res.traps["bare-object"] and not res.problems
 
 
@@ -146,7 +146,7 @@ def test_llamacpp_timings_and_trtllm_perf_metrics(tmp_path):
     res = import_file(_write(tmp_path, "llama.jsonl", [llama]))
     assert res.format == "llamacpp-responses"
     (r,) = _requests(res)
-    assert (r.num_draft_tokens, r.num_accepted_tokens, r.num_verify_steps) == (347, 65, None)
+    assert (r.num_draft_tokens, r.num_accepted, r.num_verify_steps) == (347, 65, None)
     assert r.acceptance_length is None and "llamacpp-no-steps" in res.traps
     # TensorRT-LLM serve perf metrics (request_id, perf_metrics.timing_metrics in seconds,
     # perf_metrics.speculative_decoding: acceptance_rate, total_accepted_draft_tokens, total_draft_tokens)
@@ -159,7 +159,7 @@ def test_llamacpp_timings_and_trtllm_perf_metrics(tmp_path):
     res = import_file(_write(tmp_path, "trt.json", trt, jsonl=False))
     assert res.format == "trtllm-requests"
     (r,) = _requests(res)
-    assert (r.num_draft_tokens, r.num_accepted_tokens) == (90, 45)
+    assert (r.num_draft_tokens, r.num_accepted) == (90, 45)
     assert r.ttft_s == pytest.approx(0.05) and r.e2e_s == pytest.approx(1.05)
 
 
@@ -196,7 +196,7 @@ def test_a_json_list_whose_first_response_drafted_nothing_still_imports(tmp_path
     res = import_file(p)
     assert res.format == "llamacpp-responses"
     by_id = {r.request_id: r for r in _requests(res)}
-    assert (by_id["cmpl-1"].num_draft_tokens, by_id["cmpl-1"].num_accepted_tokens) == (24, 17)
+    assert (by_id["cmpl-1"].num_draft_tokens, by_id["cmpl-1"].num_accepted) == (24, 17)
     assert by_id["cmpl-0"].num_draft_tokens is None
 
 
@@ -215,7 +215,7 @@ def test_llamacpp_newer_request_line_derives_steps_only_where_exact(tmp_path):
     (r,) = _requests(res)
     assert (r.request_id, r.rank, r.num_verify_steps) == ("task-0", 1, 87)
     (c,) = [x for x in res.records if isinstance(x, schema.SpecCountsRecord)]
-    assert (c.num_drafts, c.accepted_tokens) == (87, 167)
+    assert (c.num_drafts, c.num_accepted) == (87, 167)
     assert not [t for t in res.identities.values() if t.failed]
 
 

@@ -99,7 +99,7 @@ def test_a_speculative_decoding_block_on_its_own_is_read(samples, tmp_path):
     res = import_file(alone)
     assert res.format == "bench-console" and not res.problems
     (c,) = [r for r in res.records if isinstance(r, schema.SpecCountsRecord)]
-    assert (c.num_drafts, c.draft_tokens, c.accepted_tokens) == (19982, 59946, 12784)
+    assert (c.num_drafts, c.num_draft_tokens, c.num_accepted) == (19982, 59946, 12784)
     assert c.reported_mean_acceptance_length == 1.64 and c.accepted_per_pos[0] == round(0.3659 * 19982)
 
 
@@ -193,7 +193,7 @@ def test_llamacpp_statistics_and_request_lines(samples):
     per-implementation statistics, checked against each other."""
     res = import_file(samples / "llamacpp_spec_stats_docs_excerpt.txt")
     reqs = [r for r in res.records if isinstance(r, schema.RequestRecord)]
-    assert [(r.num_accepted_tokens, r.num_draft_tokens) for r in reqs] == [(171, 297), (90, 128)]
+    assert [(r.num_accepted, r.num_draft_tokens) for r in reqs] == [(171, 297), (90, 128)]
     assert all(r.num_verify_steps is None for r in reqs)  # these lines print no steps
     # the excerpt joins two of the doc's examples: the first request's 297 / 171 are its
     # ngram_simple and draft lines' 187 + 110 / 73 + 98, but ngram_mod's 960 / 730 count since
@@ -202,7 +202,7 @@ def test_llamacpp_statistics_and_request_lines(samples):
     trap = res.traps["llamacpp-disagree"]
     assert "1257 drafted and 901 accepted" in trap and "sum to 425 and 261" in trap
     (counts,) = [c for c in res.records if isinstance(c, schema.SpecCountsRecord)]
-    assert (counts.draft_tokens, counts.accepted_tokens) == (425, 261)
+    assert (counts.num_draft_tokens, counts.num_accepted) == (425, 261)
     assert res.identities["acceptance rate = accepted / generated"].failed == 0
 
 

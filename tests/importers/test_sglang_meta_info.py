@@ -47,7 +47,7 @@ def test_a_saved_stream_with_sglangs_figures_imports_and_one_without_says_why(tm
     result = import_file(with_figures)
     assert result.format == "sglang-responses"
     (req,) = [r for r in result.records if isinstance(r, schema.RequestRecord)]
-    assert (req.request_id, req.num_verify_steps, req.num_accepted_tokens) == ("r1", 4, 7)
+    assert (req.request_id, req.num_verify_steps, req.num_accepted) == ("r1", 4, 7)
     without = tmp_path / "without.sse"
     without.write_text(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n")
     with pytest.raises(ValueError, match="return_spec_tokens_details"):

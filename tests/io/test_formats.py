@@ -75,7 +75,7 @@ def test_import_writes_parquet_for_a_parquet_name(samples, tmp_path):
 
 def test_a_name_that_lies_about_the_content_is_an_error_naming_the_file(tmp_path):
     run = schema.RunRecord(run_id="r", config_id="c", algorithm="eagle", num_steps=1, topk=1,
-                           num_draft_tokens=2, backend="cpu", model="m")
+                           num_verify_tokens=2, backend="cpu", model="m")
     write_trace(tmp_path / "real.jsonl", [run])
     (tmp_path / "fake.parquet").write_bytes((tmp_path / "real.jsonl").read_bytes())
     with pytest.raises(TraceError, match="fake.parquet: named .parquet but it is not a Parquet"):
@@ -95,7 +95,7 @@ from specscope import schema
 from specscope.io.parquet import ParquetTraceWriter
 w = ParquetTraceWriter(sys.argv[1], roll_records=50, roll_s=3600)
 run = schema.RunRecord(run_id="k", config_id="c", algorithm="eagle", num_steps=1, topk=1,
-                       num_draft_tokens=2, backend="cpu", model="m")
+                       num_verify_tokens=2, backend="cpu", model="m")
 w.write([run])
 i = 0
 while True:
@@ -139,7 +139,7 @@ def test_serve_and_serve_engine_stream_parquet_traces(tmp_path, free_port):
     try:
         time.sleep(2)
         run = schema.RunRecord(run_id="s", config_id="c", algorithm="eagle", num_steps=3,
-                               topk=1, num_draft_tokens=4, backend="cpu", model="m")
+                               topk=1, num_verify_tokens=4, backend="cpu", model="m")
         sink = ZmqSink(f"tcp://127.0.0.1:{free_port}")
         rec = Recorder(run, sinks=[sink])
         import torch

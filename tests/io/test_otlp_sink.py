@@ -22,7 +22,7 @@ def _dead():
 def test_unknown_figures_are_left_out_never_sent_as_zero():
     sink = OtlpSink(_dead(), interval_s=60)
     try:
-        sink.write([_req(0), _req(1, num_verify_steps=4, num_draft_tokens=12, num_accepted_tokens=6)])
+        sink.write([_req(0), _req(1, num_verify_steps=4, num_draft_tokens=12, num_accepted=6)])
         (_, unknown, _), (_, known, _) = list(sink._queue)
         msg = otlp._traces_request([("r", unknown), ("r", known)], {}, "svc")
         a, b = ({kv.key for kv in s.attributes} for s in msg.resource_spans[0].scope_spans[0].spans)
@@ -72,7 +72,7 @@ def test_the_resource_names_the_node_as_host_name():
     import dataclasses
 
     run = schema.RunRecord(run_id="r", config_id="c", algorithm="eagle", num_steps=3, topk=1,
-                           num_draft_tokens=4, backend="cuda", model="m", node="gpu-07")
+                           num_verify_tokens=4, backend="cuda", model="m", node="gpu-07")
 
     def resource(r):
         span = {"traceId": "0" * 32, "spanId": "0" * 16, "name": "s"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -146,5 +147,52 @@ def test_a_version_2_trace_reads_with_the_new_fields_unknown(tmp_path):
     (step,) = trace.of(schema.VerifyStepRecord)
     (req,) = trace.of(schema.RequestRecord)
     assert step.draft_depth is None and req.num_verify_steps is None
-    assert req.num_accepted_tokens is None and req.acceptance_length is None
+    assert req.num_accepted is None and req.acceptance_length is None
     assert req.category == ""
+
+
+V7_LINES = [
+    {"kind": "header", "schema_version": 7},
+    {"kind": "run", "run_id": "r", "config_id": "c", "algorithm": "eagle", "num_steps": 3,
+     "topk": 1, "num_draft_tokens": 4, "backend": "cpu", "model": "m"},
+    {"kind": "request", "run_id": "r", "rank": 0, "request_id": "q", "t_arrival_ns": 0,
+     "t_first_token_ns": 1, "t_finish_ns": 2, "num_prompt_tokens": 3, "num_output_tokens": 9,
+     "num_verify_steps": 4, "num_draft_tokens": 12, "num_accepted_tokens": 5},
+    {"kind": "spec_counts", "run_id": "r", "t_ns": 5, "num_drafts": 4, "draft_tokens": 12,
+     "accepted_tokens": 5, "accepted_per_pos": [3, 1, 1]},
+    {"kind": "engine_counts", "run_id": "r", "engine": "vllm", "num_drafts": 4,
+     "draft_tokens": 12, "accepted_tokens": 5},
+]
+
+
+def test_a_version_7_trace_reads_under_the_schema_8_names(tmp_path):
+    """Schema 8 renamed the counts that meant something else or were spelled three ways; a
+    trace written before reads with each old field under its new name, figures unchanged."""
+    path = tmp_path / "v7.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in V7_LINES))
+    trace = read_trace(path)
+    assert not trace.problems
+    (run,) = trace.of(schema.RunRecord)
+    (req,) = trace.of(schema.RequestRecord)
+    (counts,) = trace.of(schema.SpecCountsRecord)
+    (engine,) = trace.of(schema.EngineCountsRecord)
+    assert run.num_verify_tokens == 4
+    assert (req.num_draft_tokens, req.num_accepted, req.acceptance_length) == (12, 5, 2.25)
+    assert (counts.num_draft_tokens, counts.num_accepted) == (12, 5)
+    assert (engine.num_draft_tokens, engine.num_accepted) == (12, 5)
+    # written again, it is a schema 8 trace with none of the old names
+    again = tmp_path / "v8.jsonl"
+    write_trace(again, trace.records)
+    text = again.read_text()
+    assert json.loads(text.splitlines()[0])["schema_version"] == schema.SCHEMA_VERSION == 8
+    for old in ('"num_accepted_tokens"', '"draft_tokens"', '"accepted_tokens"'):
+        assert old not in text
+    assert read_trace(again).records == trace.records
+
+
+def test_a_name_both_old_and_new_is_never_read_twice():
+    """No schema 8 field has an old field's name, so a record is renamed without its version."""
+    for kind, renamed in schema.RENAMED.items():
+        fields = {f.name for f in dataclasses.fields(schema.RECORD_TYPES[kind])}
+        assert not fields & renamed.keys(), kind
+        assert set(renamed.values()) <= fields, kind

@@ -35,7 +35,7 @@ def _recorder(run_record, steps=4, batch=3, **kw):
     rec.record_request(schema.RequestRecord(
         run_id=run_record.run_id, rank=0, request_id="req-0", t_arrival_ns=1, t_first_token_ns=2,
         t_finish_ns=3, num_prompt_tokens=4, num_output_tokens=5, category="math",
-        num_verify_steps=4, num_draft_tokens=12, num_accepted_tokens=6,
+        num_verify_steps=4, num_draft_tokens=12, num_accepted=6,
         accept_len_hist=(0, 1, 1, 1, 1)))
     return rec
 

@@ -3,7 +3,8 @@ in the Sampling truth page's probe table."""
 
 from __future__ import annotations
 
-from specscope.collector.report import build_report, format_report
+from specscope.collector.report import build_report
+from specscope.collector.text import format_report
 from specscope.dashboard.figures.live import probe_rows
 from specscope.collector.section import Section
 from specscope.io.trace import read_trace, write_trace

@@ -13,7 +13,7 @@ from specscope.exporters.prometheus import render
 
 def _records(i: int):
     run = schema.RunRecord(run_id=f"r{i}", config_id="c", algorithm="eagle", num_steps=3,
-                           topk=1, num_draft_tokens=4, backend="cpu", model=f"model-{i}")
+                           topk=1, num_verify_tokens=4, backend="cpu", model=f"model-{i}")
     step = schema.VerifyStepRecord(
         run_id=f"r{i}", config_id="c", rank=0, step=0, t_ns=1_000_000_000 + i, batch_size=1,
         entries=(schema.VerifyEntry(request_id="q", num_drafted=3, num_draft_tokens=3,

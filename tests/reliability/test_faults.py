@@ -61,7 +61,7 @@ def test_slow_collector_never_blocks_the_sender(free_port, figure):
     receiver = ZmqReceiver(slow, f"tcp://127.0.0.1:{free_port}").start()
     sink = ZmqSink(f"tcp://127.0.0.1:{free_port}", high_water_mark=5)
     rec = schema.RunRecord(run_id="slow", config_id="c", algorithm="a", num_steps=1, topk=1,
-                           num_draft_tokens=2, backend="cpu", model="m")
+                           num_verify_tokens=2, backend="cpu", model="m")
     for _ in range(2000):
         sink.write([rec])  # 2000 batches against a collector that takes 50 ms each
     assert sink.num_dropped > 0 and sink.num_sent + sink.num_dropped == 2000
@@ -75,7 +75,7 @@ def test_collector_restarted_mid_run_receives_again(free_port, figure):
     endpoint = f"tcp://127.0.0.1:{free_port}"
     sink = ZmqSink(endpoint, high_water_mark=1000)
     runs = [schema.RunRecord(run_id=f"run{i}", config_id="c", algorithm="a", num_steps=1, topk=1,
-                             num_draft_tokens=2, backend="cpu", model="m") for i in range(40)]
+                             num_verify_tokens=2, backend="cpu", model="m") for i in range(40)]
     first = Collector()
     r1 = ZmqReceiver(first, endpoint).start()
     r2 = None
@@ -177,7 +177,7 @@ from specscope.io.trace import TraceWriter
 from specscope.hooks import Recorder
 pair = tiny_pair()
 run = schema.RunRecord(run_id="full", config_id="c", algorithm="a", num_steps=3, topk=1,
-                       num_draft_tokens=4, backend="cpu", model="m")
+                       num_verify_tokens=4, backend="cpu", model="m")
 writer = TraceWriter(sys.argv[1])
 collector = Collector()
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), int(sys.argv[2])))  # the disk fills

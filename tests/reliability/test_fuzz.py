@@ -18,7 +18,7 @@ from specscope.io.trace import TraceError, read_trace
 from .conftest import FUZZ_EXAMPLES
 
 RUN = schema.RunRecord(run_id="f", config_id="c", algorithm="eagle", num_steps=3, topk=1,
-                       num_draft_tokens=4, backend="cpu", model="m")
+                       num_verify_tokens=4, backend="cpu", model="m")
 STEP = schema.VerifyStepRecord(
     run_id="f", config_id="c", rank=0, step=1, t_ns=10, batch_size=1, entries=(schema.VerifyEntry(
         request_id="r", num_drafted=3, num_draft_tokens=3, num_accepted=2,

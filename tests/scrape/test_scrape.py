@@ -43,7 +43,7 @@ def test_scrape_records_counter_increases_per_window(engine, tmp_path):
     # new value, which here is one page's worth, like every other window
     assert len(counts) == 4 and all(c.run_id == runs[0].run_id for c in counts)
     for c in counts:
-        assert (c.num_drafts, c.draft_tokens, c.accepted_tokens) == (43680, 131040, 58695)
+        assert (c.num_drafts, c.num_draft_tokens, c.num_accepted) == (43680, 131040, 58695)
         assert c.accepted_per_pos == (29030, 18342, 11323)
     assert seen == tr.records  # the same records went to the collector
     ep_live, ep_dead = res.endpoints
@@ -124,7 +124,7 @@ def test_a_llamacpp_router_page_per_model_is_a_run_per_model(tmp_path):
     assert all(r.engine == "llamacpp" for r in runs.values())
     counts = [r for r in tr.records if isinstance(r, schema.SpecCountsRecord)]
     assert len(counts) == 4  # two windows per model after the baseline
-    assert {(c.num_drafts, c.draft_tokens, c.accepted_tokens, c.accepted_per_pos) for c in counts} \
+    assert {(c.num_drafts, c.num_draft_tokens, c.num_accepted, c.accepted_per_pos) for c in counts} \
         == {(40, 160, 50, (30, 20))}
 
 

@@ -93,7 +93,7 @@ def test_the_clients_record_keeps_tokens_only_where_the_stream_gave_them_all():
                      timings={"draft_n": 5, "draft_n_accepted": 4})
     rec = cl.request_record(part, "run")
     assert rec.output_token_ids == () and rec.top2_margins == ()
-    assert (rec.num_draft_tokens, rec.num_accepted_tokens) == (5, 4)
+    assert (rec.num_draft_tokens, rec.num_accepted) == (5, 4)
     # without tokens a pair is unknown, never structural
     assert compare_pair(rec, cl.request_record(whole, "ref"), 0.25).verdict == "unknown"
     lat = cl.latency([whole])
@@ -102,7 +102,7 @@ def test_the_clients_record_keeps_tokens_only_where_the_stream_gave_them_all():
 
 def test_an_anomaly_keeps_its_kind_through_the_store(tmp_path):
     run = schema.RunRecord(run_id="r", config_id="c", algorithm="none", num_steps=0, topk=0,
-                           num_draft_tokens=0, backend="", model="m", engine="vllm", started_ns=1)
+                           num_verify_tokens=0, backend="", model="m", engine="vllm", started_ns=1)
     found = schema.AnomalyRecord(run_id="r", kind="sweep_point_failed", severity="critical",
                                  t_ns=2, message="server did not start", evidence={"error": "x"})
     write_parquet([run, found], tmp_path / "store")

@@ -55,16 +55,17 @@ def context_figure(views: Sequence[Any]) -> go.Figure:
 
     fig = go.Figure()
     for i, (v, records) in enumerate(_records(views)):
-        buckets = [b for b in context_buckets(records) if b.run_id == v.run_id
-                   and b.acceptance_length is not None]
-        if not buckets:
+        known = [(b, b.acceptance_length) for b in context_buckets(records)
+                 if b.run_id == v.run_id and b.acceptance_length is not None]
+        if not known:
             continue
+        buckets = [b for b, _ in known]
         fig.add_trace(go.Scatter(
-            x=[f"{b.lo}-{b.hi - 1}" for b in buckets], y=[b.acceptance_length for b in buckets],
+            x=[f"{b.lo}-{b.hi - 1}" for b in buckets], y=[al for _, al in known],
             mode="lines+markers", name=short(v.label), line={"color": COLORS[i % len(COLORS)]},
             error_y={"type": "data", "symmetric": False,
-                     "array": [(b.ci[1] - b.acceptance_length) if b.ci else 0 for b in buckets],
-                     "arrayminus": [(b.acceptance_length - b.ci[0]) if b.ci else 0 for b in buckets]},
+                     "array": [(b.ci[1] - al) if b.ci else 0 for b, al in known],
+                     "arrayminus": [(al - b.ci[0]) if b.ci else 0 for b, al in known]},
             hovertext=[f"{b.requests} requests, {b.prompts} prompts, {b.request_steps} request-steps"
                        for b in buckets]))
     if not fig.data:
@@ -105,7 +106,7 @@ def worst_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
     rows = []
     for v, res in divergences(views):
         p = worst(res)
-        if p is None:
+        if p is None or p.first_index is None:  # worst() gives a diverged pair: it has one
             continue
         key = p.prompt_id or p.request_id
         req = next((r for r in pool if r.run_id == v.run_id and r.request_id == p.request_id), None)

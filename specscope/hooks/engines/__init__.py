@@ -115,7 +115,7 @@ endpoint) also sends each finished request as a span; ``SPECSCOPE_RUN_FAULT``
         run_id=os.environ.get("SPECSCOPE_RUN_ID") or f"{engine}-{os.getpid()}",
         config_id=run_fields.pop("config_id", engine),
         algorithm=run_fields.pop("algorithm", "unknown"), num_steps=run_fields.pop("num_steps", 0),
-        topk=run_fields.pop("topk", 0), num_draft_tokens=run_fields.pop("num_draft_tokens", 0),
+        topk=run_fields.pop("topk", 0), num_verify_tokens=run_fields.pop("num_verify_tokens", 0),
         backend=run_fields.pop("backend", ""), model=run_fields.pop("model", ""), engine=engine,
         engine_version=version, fault=os.environ.get("SPECSCOPE_RUN_FAULT", ""), **run_fields)
     sinks: list[Any] = []

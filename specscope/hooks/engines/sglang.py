@@ -129,7 +129,7 @@ def run_fields(verify_input: Any, module: Any) -> dict[str, Any]:
                                             ("xpu" if module._is_xpu else "cpu"))
     name = (algorithm or "unknown").lower()
     return {"algorithm": name, "config_id": f"sglang-{name}", "num_steps": int(steps),
-            "topk": max(0, int(topk)), "num_draft_tokens": draft_tokens, "backend": backend,
+            "topk": max(0, int(topk)), "num_verify_tokens": draft_tokens, "backend": backend,
             "model": model, "verify_mode": schema.TARGET_TEMPERATURE}
 
 

@@ -66,7 +66,7 @@ def request_record(run_id: str, state: Any, recv_obj: Any, i: int,
         num_verify_steps=None if steps is None else int(steps),
         num_draft_tokens=None if steps is None or num_draft_tokens <= 0
         else int(steps) * (num_draft_tokens - 1),
-        num_accepted_tokens=None if accepted is None else int(accepted))
+        num_accepted=None if accepted is None else int(accepted))
 
 
 def install(lazy: Any, make: Any, num_draft_tokens: Any) -> list[str]:

@@ -80,7 +80,7 @@ def run_fields(vllm_config: Any) -> dict[str, Any]:
         "model": os.path.basename(model.rstrip("/")) or model,
         "draft_model": "" if draft is None else os.path.basename(str(draft).rstrip("/")),
         "algorithm": algorithm, "num_steps": k, "topk": 1 if k else 0,
-        "num_draft_tokens": k + 1 if k else 0, "verify_mode": schema.SPECULATIVE_SAMPLING,
+        "num_verify_tokens": k + 1 if k else 0, "verify_mode": schema.SPECULATIVE_SAMPLING,
         "config_id": f"vllm-{algorithm}-k{k}" if k else "vllm-none",
         "backend": str(getattr(getattr(vllm_config, "device_config", None), "device_type", "")),
         "engine_version": engine_version(), "labels": labels,

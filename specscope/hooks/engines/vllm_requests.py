@@ -68,7 +68,7 @@ def request_record(run_id: str, req_state: Any, finish_reason: Any,
         chunk_times_ns=tuple(times), chunk_num_tokens=tuple(counts),
         temperature=float(temperature) if temperature is not None else 0.0,
         top_p=float(top_p) if top_p is not None else 1.0, finish_reason=reason.lower(),
-        num_verify_steps=steps, num_draft_tokens=drafted, num_accepted_tokens=accepted,
+        num_verify_steps=steps, num_draft_tokens=drafted, num_accepted=accepted,
         accept_len_hist=hist)
 
 
@@ -96,7 +96,7 @@ class EngineCounts:
     def record(self, recorder: Any, final: bool) -> schema.EngineCountsRecord:
         return schema.EngineCountsRecord(
             run_id=recorder.run.run_id, engine="vllm", num_drafts=self.num_drafts,
-            draft_tokens=self.draft_tokens, accepted_tokens=self.accepted_tokens,
+            num_draft_tokens=self.draft_tokens, num_accepted=self.accepted_tokens,
             accepted_per_pos=tuple(self.per_pos), node=recorder.node, pid=os.getpid(),
             t_ns=time.time_ns(), final=final)
 
