@@ -126,13 +126,13 @@ def _pct(values: Sequence[float]) -> dict[str, float] | None:
 
 def distribution(rows: Sequence[RequestRow]) -> dict[str, Any]:
     """Request- and token-weighted mean acceptance length and the spread over requests."""
-    known = [r for r in rows if r.acceptance_length is not None]
-    lengths = [al for al in (r.acceptance_length for r in known) if al is not None]
+    known = [(r.acceptance, r.acceptance.length) for r in rows]
+    lengths = [al for _, al in known if al is not None]
     return {
         "num_requests": len(rows),
-        "num_with_figures": len(known),
+        "num_with_figures": len(lengths),
         "request_weighted_mean_acceptance_length": sum(lengths) / len(lengths) if lengths else None,
-        "token_weighted_mean_acceptance_length": pool(r.acceptance for r in known).length,
+        "token_weighted_mean_acceptance_length": pool(a for a, al in known if al is not None).length,
         "engine_counters_give": "token_weighted",
         "acceptance_length_percentiles": _pct(lengths),
         "num_flagged": sum(1 for r in rows if r.flags),
@@ -201,12 +201,11 @@ def category_rows(records: Iterable[Any], baseline: Iterable[Any] | None = None,
         rs = cats[name]
         known = [r.acceptance for r in rs if r.acceptance_length is not None]
         rated = [r.acceptance for r in rs if r.acceptance_rate is not None]
-        timed = [r for r in rs if r.e2e_s]
-        speeds = [(r.output_tokens, r.e2e_s) for r in timed if r.e2e_s]
+        timed = [(r, r.e2e_s) for r in rs if r.e2e_s]
         row = CategoryRow(
             name, len(rs), pool(known).length, pool(rated).rate,
-            sum(n for n, _ in speeds) / sum(t for _, t in speeds) if speeds else None)
-        pairs = [(r.output_tokens, r.e2e_s, *base_speed[_key(r, prompt)]) for r in timed
+            sum(r.output_tokens for r, _ in timed) / sum(t for _, t in timed) if timed else None)
+        pairs = [(r.output_tokens, t, *base_speed[_key(r, prompt)]) for r, t in timed
                  if _key(r, prompt) in base_speed]
         if pairs:
             a = np.array(pairs, dtype=float)  # tokens, seconds (spec); tokens, seconds (base)
