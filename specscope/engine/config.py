@@ -55,6 +55,11 @@ class SpecConfig:
         if self.algorithm == "ngram" and (self.topk != 1 or self.fault == "draft_prob_shortcut"):
             raise ValueError("an n-gram draft is a chain of looked-up tokens: --spec-topk 1, "
                              "and it has no draft probabilities to shortcut")
+        if self.fault == "draft_prob_shortcut" and self.topk != 1:
+            # the shortcut it seeds skips the draft's softmax on the chain's (topk 1) fast path;
+            # a tree would run honest, and a check passing it would look like a missed fault
+            raise ValueError("the draft_prob_shortcut fault lives on the chain's fast path: "
+                             "--spec-topk 1")
         if self.fault == "topk_fallback":
             self.renorm_kernels = False
         self.policy = self.policy or "fixed"

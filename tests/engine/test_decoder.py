@@ -221,5 +221,8 @@ def test_config_validation():
         SpecConfig(num_steps=3, topk=2, verify_mode="speculative-sampling")
     with pytest.raises(ValueError, match="unknown fault"):
         SpecConfig(fault="nope")
+    # a fault the tree path would not seed is refused, never run honest under its name
+    with pytest.raises(ValueError, match="draft_prob_shortcut fault lives on the chain"):
+        SpecConfig(num_steps=3, topk=2, num_draft_tokens=6, fault="draft_prob_shortcut")
     assert SpecConfig(num_steps=3).num_draft_tokens == 4  # SGLang counts the root
     assert SpecConfig(num_steps=3).config_id == "draft-model-s3-k1-d4"
