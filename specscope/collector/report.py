@@ -118,8 +118,15 @@ def _windows(records: Sequence[Any], window_s: float | None,
 def _truth(s: SpecStats, checks: Sequence[Assessment]) -> list[dict[str, Any]]:
     by_mode = {a.evidence["mode_requested"]: a for a in checks if a.check.startswith(TRUTH_CHECK)}
     out = []
+    # a truncating class ("speculative-sampling+top-p") is its mode's share: the modes used are
+    # counted per mode, so each class row shows its mode's, and a mode whose positions all fell
+    # in its classes has no row of its own (it showed what was used beside no positions)
+    classed = {k.split("+", 1)[0] for k in s.truth if "+" in k}
     for mode in sorted({m for m, _ in s.modes} | set(s.truth)):
-        used = {u: n for (m, u), n in s.modes.items() if m == mode}
+        base = mode.split("+", 1)[0]
+        if mode in classed and not (mode in s.truth and s.truth[mode].num_verified):
+            continue
+        used = {u: n for (m, u), n in s.modes.items() if m == base}
         t = s.truth.get(mode)
         z = t.z if t else None
         a = by_mode.get(mode)
