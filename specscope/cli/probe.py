@@ -50,21 +50,32 @@ settings off vLLM's per-step figures where they fit one way only; a check that s
 place the tokens verify produced PASSes only if even a fault confined to them would have shown.
 
 Verdicts and exit statuses:
-  0  PASS (every check rules its fault out at the size it names) or INCONCLUSIVE (a check
-     could not tell yet: each says which way it leans and how much more it needs)
+  0  PASS: every check rules its fault out at the size it names
   1  FAIL: the evidence rules honest verify out
   2  the endpoint could not be probed: unreachable, no request answered, or no
      log-probabilities at all (the message says which flag enables them)
   3  ERROR: the engine failed under the probe (HTTP 5xx, a dropped connection, no answer)
      after answering earlier requests; the probe names the request and class sent, and the
      engine's own error text. The classes most likely to crash an engine (top-k) go last.
+  4  INCONCLUSIVE: a check could not tell within the bounds; each says which way it leans and
+     how much more traffic it needs (--inconclusive-ok: exit 0 instead, as PASS)
 """
 
 #: the exit status of an ERROR verdict (the engine failed under the probe)
 EXIT_ERROR = 3
+#: the exit status of an INCONCLUSIVE verdict (a gate that passed nothing must not read as 0)
+EXIT_INCONCLUSIVE = 4
+
+
+def exit_status(verdict: str, inconclusive_ok: bool = False) -> int:
+    """The probe's exit status for ``verdict`` (see DESCRIPTION)."""
+    from ..probe import ERROR
+
+    return {ERROR: EXIT_ERROR, "fail": 1, "pass": 0,
+            "inconclusive": 0 if inconclusive_ok else EXIT_INCONCLUSIVE}.get(verdict, EXIT_ERROR)
 
 def _cmd_probe(args: argparse.Namespace) -> int:
-    from ..probe import ERROR, ProbeError, ProbePlan, format_probe, probe, probe_records
+    from ..probe import ProbeError, ProbePlan, format_probe, probe, probe_records
     from ..probe.ngram import NgramSettings
 
     try:
@@ -96,7 +107,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         path = write_trace(args.output, probe_records(result, run_id))
         print(f"trace written to {path}", file=sys.stderr)
     print(json.dumps(result.to_json(), indent=1, default=str) if args.json else format_probe(result))
-    return EXIT_ERROR if result.verdict == ERROR else 1 if result.verdict == "fail" else 0
+    return exit_status(result.verdict, args.inconclusive_ok)
 
 
 def _loop(args: argparse.Namespace, once) -> int:
@@ -138,12 +149,16 @@ def _loop(args: argparse.Namespace, once) -> int:
         loop.close()
         if server is not None:
             server.close()
-    return EXIT_ERROR if loop.engine_errors else 1 if loop.failures else 0
+    if loop.engine_errors:
+        return EXIT_ERROR
+    if loop.failures:
+        return 1
+    return 0 if args.inconclusive_ok or not loop.inconclusive else EXIT_INCONCLUSIVE
 
 
 def register(sub) -> None:
     p = sub.add_parser("probe", help="check verify through an OpenAI-compatible endpoint from "
-                       "the log-probabilities it returns (exit 1 on FAIL)",
+                       "the log-probabilities it returns (exit 1 on FAIL, 4 on INCONCLUSIVE)",
                        description=DESCRIPTION)
     p.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", help="the model name to send (default: the first of /v1/models)")
@@ -172,6 +187,9 @@ def register(sub) -> None:
                    help="the target's dtype, for the greedy tie margin (bfloat16 0.25, float16 "
                    "0.05, float32 0.001 nats; default: the widest)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--inconclusive-ok", action="store_true",
+                   help="exit 0 on INCONCLUSIVE (by default 4: a gate that ruled nothing out "
+                   "does not pass)")
     p.add_argument("--no-fail-fast", action="store_true",
                    help="send every request even after a check has failed (by default the "
                    "probe stops sending there: the verdict cannot change)")

@@ -6,6 +6,8 @@ Series (label ``target``: the probed URL; ``check``: the check's name):
 
 - ``specscope_probe_success``: 1 where the last round neither FAILed nor ended in ERROR (PASS
   or INCONCLUSIVE), 0 where it did (gauge);
+- ``specscope_probe_passed``: 1 where the last round PASSed (every check ruled its fault out),
+  0 where it did not: what the exit status 0 of a gate means (gauge);
 - ``specscope_probe_check_state{check, state}``: 1 for the state the check is in, 0 for the others
   (``pass``, ``fail``, ``inconclusive``);
 - ``specscope_probe_positions{check}``: positions the last round's check had;
@@ -16,7 +18,8 @@ Series (label ``target``: the probed URL; ``check``: the check's name):
 - ``specscope_probe_duration_seconds``, ``specscope_probe_output_tokens``,
   ``specscope_probe_last_round_timestamp_seconds``;
 - counters: ``specscope_probe_rounds_total``, ``specscope_probe_failures_total`` (rounds whose
-  verdict was FAIL), ``specscope_probe_errors_total`` (rounds that could not probe),
+  verdict was FAIL), ``specscope_probe_inconclusive_total`` (rounds that could not tell:
+  the gate's exit status 4), ``specscope_probe_errors_total`` (rounds that could not probe),
   ``specscope_probe_engine_errors_total`` (rounds in which the engine failed under the probe's
   requests after answering earlier ones: verdict ERROR).
 
@@ -30,13 +33,15 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..collector.verdict import FAIL, STATES
+from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, STATES
 from .result import ERROR
 
 #: name -> (type, help)
 SERIES = {
     "specscope_probe_success": ("gauge", "1 where the last probe round neither failed nor ended in "
                                 "ERROR (the engine failing under it), 0 where it did"),
+    "specscope_probe_passed": ("gauge", "1 where the last probe round passed (every check ruled "
+                               "its fault out), 0 where it did not (FAIL, INCONCLUSIVE, ERROR)"),
     "specscope_probe_check_state": ("gauge", "1 for the state each check of the last round is in"),
     "specscope_probe_positions": ("gauge", "positions the last round's check had (committed tokens "
                                   "with log-probabilities)"),
@@ -51,6 +56,8 @@ SERIES = {
     "specscope_probe_last_round_timestamp_seconds": ("gauge", "when the last round ended (Unix time)"),
     "specscope_probe_rounds_total": ("counter", "probe rounds run"),
     "specscope_probe_failures_total": ("counter", "probe rounds whose verdict was FAIL"),
+    "specscope_probe_inconclusive_total": ("counter", "probe rounds whose verdict was "
+                                           "INCONCLUSIVE (a check could not tell)"),
     "specscope_probe_errors_total": ("counter", "probe rounds that could not probe (unreachable, "
                                      "no log-probabilities)"),
     "specscope_probe_engine_errors_total": ("counter", "probe rounds in which the engine failed "
@@ -70,7 +77,7 @@ class ProbeLoop:
         self.on_round = on_round
         self.last: Any = None
         self.last_error = ""
-        self.rounds = self.failures = self.errors = self.engine_errors = 0
+        self.rounds = self.failures = self.errors = self.engine_errors = self.inconclusive = 0
         self.last_ns = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -94,6 +101,7 @@ class ProbeLoop:
                 self.last, self.last_error = result, ""
                 self.failures += result.verdict == FAIL
                 self.engine_errors += result.verdict == ERROR
+                self.inconclusive += result.verdict == INCONCLUSIVE
         if self.on_round is not None:
             self.on_round(result, error)
 
@@ -120,7 +128,7 @@ class ProbeLoop:
         counters, built at scrape time (``registry.register(loop)`` serves them)."""
         with self._lock:
             return probe_families(self.target, self.last, self.rounds, self.failures, self.errors,
-                                  self.last_ns, self.engine_errors)
+                                  self.last_ns, self.engine_errors, self.inconclusive)
 
     def render(self) -> str:
         """The exposition text of the last round and the counters."""
@@ -128,7 +136,7 @@ class ProbeLoop:
 
 
 def probe_families(target: str, result: Any, rounds: int, failures: int, errors: int,
-                   last_ns: int, engine_errors: int = 0) -> list[Any]:
+                   last_ns: int, engine_errors: int = 0, inconclusive: int = 0) -> list[Any]:
     """The prometheus_client families of one probed target, in ``SERIES`` order; a figure the
     round did not have is absent (pure)."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -140,12 +148,14 @@ def probe_families(target: str, result: Any, rounds: int, failures: int, errors:
     t = [target]
     fam["specscope_probe_rounds_total"].add_metric(t, rounds)
     fam["specscope_probe_failures_total"].add_metric(t, failures)
+    fam["specscope_probe_inconclusive_total"].add_metric(t, inconclusive)
     fam["specscope_probe_errors_total"].add_metric(t, errors)
     fam["specscope_probe_engine_errors_total"].add_metric(t, engine_errors)
     if last_ns:
         fam["specscope_probe_last_round_timestamp_seconds"].add_metric(t, round(last_ns / 1e9, 3))
     if result is not None:
         fam["specscope_probe_success"].add_metric(t, 0 if result.verdict in (FAIL, ERROR) else 1)
+        fam["specscope_probe_passed"].add_metric(t, int(result.verdict == PASS))
         fam["specscope_probe_duration_seconds"].add_metric(t, round(result.seconds, 3))
         fam["specscope_probe_output_tokens"].add_metric(t, result.tokens)
         rate = result.acceptance["acceptance_rate"]
@@ -196,8 +206,8 @@ def _text(collector: Any) -> str:
 
 
 def render_probe(target: str, result: Any, rounds: int, failures: int, errors: int,
-                 last_ns: int, engine_errors: int = 0) -> str:
+                 last_ns: int, engine_errors: int = 0, inconclusive: int = 0) -> str:
     """Prometheus text for one probed target, written by prometheus_client from
     :func:`probe_families` (pure)."""
     return _text(_Families(probe_families(target, result, rounds, failures, errors, last_ns,
-                                          engine_errors)))
+                                          engine_errors, inconclusive)))

@@ -180,6 +180,25 @@ def test_cli_exit_status_3_on_error_2_when_nothing_was_answered(capsys):
     assert "3  ERROR" in help_text and "--ngram" in help_text
 
 
+def test_cli_exit_status_4_on_inconclusive_unless_told_it_is_ok(capsys):
+    """A gate that ruled nothing out does not pass: INCONCLUSIVE exits 4, and 0 only with
+    --inconclusive-ok; the exporter counts such rounds and says passed 0."""
+    args = ["--requests", "8", "--max-tokens", "8", "--concurrency", "1", "--json"]
+    with FakeEngine() as eng:  # honest, but 8 short answers cannot rule a fault out
+        rc = main(["probe", eng.url, *args])
+        out = json.loads(capsys.readouterr().out)
+        assert out["verdict"] == "inconclusive" and rc == 4, (rc, out["verdict"])
+        assert main(["probe", eng.url, *args, "--inconclusive-ok"]) == 0
+        capsys.readouterr()
+        loop = ProbeLoop(eng.url, lambda: probe(eng.url, ProbePlan(requests=8, max_tokens=8)),
+                         every_s=600)
+        loop.round()
+    fams = {f.name: f for f in text_string_to_metric_families(loop.render())}
+    assert fams["specscope_probe_inconclusive"].samples[0].value == 1
+    assert fams["specscope_probe_passed"].samples[0].value == 0
+    assert fams["specscope_probe_success"].samples[0].value == 1  # neither FAIL nor ERROR
+
+
 def test_the_exporter_says_success_0_and_counts_the_engine_error():
     with FakeEngine(answer=3) as eng:
         loop = ProbeLoop(eng.url, lambda: probe(eng.url, PLAN), every_s=600)
