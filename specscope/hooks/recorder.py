@@ -26,6 +26,10 @@ from .timing import PhaseTimer
 
 StepPolicy = Callable[[int], bool]
 
+#: the drain thread's interval while records keep coming (seconds): the most a verify step
+#: waits to reach the sinks once the engine goes quiet, and the snapshot one interval after it
+BUSY_INTERVAL_S = 0.02
+
 
 def every_step(step: int) -> bool:
     """Statistics on every verify step."""
@@ -445,18 +449,24 @@ class Recorder:
                 self.num_sink_errors += 1
         return len(out) + sum(c.num_steps for c in cols)
 
-    def start(self, interval_s: float = 0.25) -> "Recorder":
-        """Start a daemon thread that flushes to the sinks every ``interval_s``, and sooner
-        when half the ring is waiting (a fast engine never waits on the interval)."""
+    def start(self, interval_s: float = 0.25, busy_interval_s: float = BUSY_INTERVAL_S) -> "Recorder":
+        """Start a daemon thread that flushes to the sinks every ``interval_s`` while the
+        engine is idle, every ``busy_interval_s`` after a flush that handed records over, and
+        sooner when half the ring is waiting (a fast engine never waits on the interval). The
+        first wake that finds nothing new after a busy one writes the health snapshot: an
+        engine that stops right after its last verify step has that step on disk within
+        ``busy_interval_s`` (plus the write) and the snapshot that counts it one interval
+        later, before a stop that kills the process can take them."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, args=(interval_s,),
+            self._thread = threading.Thread(target=self._loop, args=(interval_s, busy_interval_s),
                                             name="specscope-drain", daemon=True)
             self._thread.start()
         return self
 
-    def _loop(self, interval_s: float) -> None:
+    def _loop(self, interval_s: float, busy_interval_s: float) -> None:
+        wait = interval_s
         while not self._stop.is_set():
-            self._wake.wait(interval_s)
+            self._wake.wait(wait)
             self._wake.clear()
             if self._stop.is_set():
                 break
@@ -465,6 +475,8 @@ class Recorder:
                 self._snapshot(idle=handed == 0)
             except (Exception, SystemExit):
                 self.num_sink_errors += 1
+                handed = 0
+            wait = busy_interval_s if handed else interval_s
 
     def attach(self, source: Any) -> None:
         """Write ``source``'s cumulative figure with each health record: ``source.state()`` (a
