@@ -121,3 +121,46 @@ def figure():
             data[name] = values
             FIGURES.write_text(json.dumps(data, indent=1, sort_keys=True))
     return put
+
+
+#: every engine or reference server a test started: (kind, seconds to /health, test)
+SERVER_STARTS: list[tuple[str, float, str]] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _server_starts():
+    """Time each server start (``ServerProcess.start``, which every server's start reaches
+    once), for the list at the end of the run: how much of the suite is start-up."""
+    import time
+
+    from specscope.serving.harness import ServerProcess
+
+    original = ServerProcess.start
+
+    def timed(self, *args, **kwargs):
+        t0 = time.monotonic()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+            SERVER_STARTS.append((type(self).__name__, time.monotonic() - t0, test))
+
+    ServerProcess.start = timed  # type: ignore[method-assign]
+    yield
+    ServerProcess.start = original  # type: ignore[method-assign]
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not SERVER_STARTS:
+        return
+    terminalreporter.section("server starts")
+    kinds: dict[str, list[float]] = {}
+    for kind, seconds, _ in SERVER_STARTS:
+        kinds.setdefault(kind, []).append(seconds)
+    for kind, times in sorted(kinds.items()):
+        terminalreporter.write_line(f"{kind}: {len(times)} starts, {sum(times):.0f} s in all "
+                                    f"(each {min(times):.0f}-{max(times):.0f} s)")
+    terminalreporter.write_line(f"all: {len(SERVER_STARTS)} starts, "
+                                f"{sum(s for _, s, _ in SERVER_STARTS):.0f} s")
+    for kind, seconds, test in SERVER_STARTS:
+        terminalreporter.write_line(f"  {seconds:5.1f} s  {kind:<16} {test}")

@@ -228,8 +228,7 @@ def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
     """STANDALONE as SGLang ships it on a CPU: the in-engine checks FAIL temperature requests
     as silent greedy, with the fallback and its reason listed, while greedy requests commit the
     argmax at every verified position (the oracle: 1.000 exactly); the probe FAILs it over the
-    OpenAI API and over /generate (the times, printed, depend on the machine's load: about a
-    minute of traffic on two idle cores). Then the clean control on the same server, its CPU
+    OpenAI API (the times, printed, depend on the machine's load). Then the clean control on the same server, its CPU
     verify repaired as SGLang's ROCm fix does (switched at run time): no FAIL in-engine over the
     repaired traffic, no fallback, greedy still the argmax everywhere; the probe does not FAIL
     it either."""
@@ -244,15 +243,13 @@ def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
         # the probe stops at its first FAIL; 48 requests is its cap (PROBE_CAP)
         rc_chat, chat_s, chat_verdict = probe(srv.url, "--classes", "greedy,temperature",
                                               "--requests", PROBE_CAP)
-        rc_gen, gen_s, gen_verdict = probe(srv.url, "--endpoint", "generate", "--requests",
-                                           PROBE_CAP)
         (tmp_path / "stream.sse").write_text(stream_chat(srv.url, prompts[0]))
         time.sleep(1.0)
         everything = read_trace(sorted(srv.trace_dir.glob("*.jsonl"))).records
         switch.write_text("1")
         fixed, fixed_records, fixed_calls, _ = served(srv, prompts[24:32])
         rc_fixed, _, fixed_verdict = probe(srv.url, "--endpoint", "generate", "--classes",
-                                           "greedy,temperature,top-p", "--requests", "12")
+                                           "greedy,temperature,top-p", "--requests", "6")
     repaired_only(fixed, fixed_records, fixed_calls, fixed_verdict, rc_fixed, tmp_path)
     logged_as_traced(srv)
     # a saved stream imports as SGLang's, its figures the trace's for that request
@@ -265,8 +262,7 @@ def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
     states = truth(section)
     fail_s = seconds_to_fail(workload_only(records, responses))
     print(f"start {started:.0f} s; workload {took:.1f} s, {calls} verify calls; in-engine "
-          f"silent_greedy after {fail_s} s of traffic; probe chat {chat_s:.1f} s, generate "
-          f"{gen_s:.1f} s")
+          f"silent_greedy after {fail_s} s of traffic; probe {chat_s:.1f} s")
     held_to_sglangs_counts(responses, records, calls, tmp_path)
     temp = states[schema.TARGET_TEMPERATURE]
     assert temp["state"] == "fail", temp
@@ -291,17 +287,15 @@ def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
         assert r.ttft_s is not None and 0 < r.ttft_s <= r.e2e_s, r
     assert section["totals"]["num_requests"] >= len(responses)
     assert section["latency"]["ttft_s"]["n"] >= len(responses)
-    for rc, took_s, verdict in ((rc_chat, chat_s, chat_verdict), (rc_gen, gen_s, gen_verdict)):
-        assert rc == 1 and verdict["verdict"] == "fail", (rc, took_s, verdict)
-        states = {c["check"]: c["state"] for c in verdict["checks"]}
-        # fail-fast: the probe stops at the first class that FAILs, the one that got there
-        # first (temperature alone or with top-p, taken in turn) names the fault; nothing else
-        # fails (a first token at the nucleus's edge within bfloat16's rounding is no evidence)
-        failed = {c for c, s in states.items() if s == "fail"}
-        assert failed and all(c.startswith("temperature honoured (") for c in failed), states
-        assert states["greedy losslessness"] != "fail", states
-    assert {c["check"]: c["state"] for c in chat_verdict["checks"]}[
-        "temperature honoured (temperature)"] == "fail", chat_verdict
+    # the probe over the OpenAI API (the NGRAM and EAGLE3 tests probe /generate)
+    assert rc_chat == 1 and chat_verdict["verdict"] == "fail", (rc_chat, chat_s, chat_verdict)
+    states = {c["check"]: c["state"] for c in chat_verdict["checks"]}
+    # fail-fast: the probe stops at the first class that FAILs; nothing but a temperature
+    # check fails (a first token at the nucleus's edge within bfloat16's rounding is no evidence)
+    failed = {c for c, s in states.items() if s == "fail"}
+    assert failed and all(c.startswith("temperature honoured (") for c in failed), states
+    assert states["greedy losslessness"] != "fail", states
+    assert states["temperature honoured (temperature)"] == "fail", chat_verdict
 
 
 def test_ngram_as_shipped_is_hooked_and_caught(sglang_env, sglang_model, prompts,  # noqa: F811
@@ -372,8 +366,9 @@ def test_eagle3_with_a_random_head_and_sglang_without_speculation(
                                                  until_fail=prompts[44:])
         rc, probe_s, verdict = probe(eagle.url, "--endpoint", "generate", "--classes",
                                      "greedy,temperature", "--requests", PROBE_CAP)
+        # a clean server is never FAILed, whatever the size: 6 requests say so
         rc_ref, ref_s, ref_verdict = probe(ref.url, "--endpoint", "generate", "--requests",
-                                           "12", "--classes", "greedy,temperature,top-p")
+                                           "6", "--classes", "greedy,temperature,top-p")
         time.sleep(1.0)
         ref_records = read_trace(sorted(ref.trace_dir.glob("*.jsonl"))).records
     below, counted = top1_share(hot)
@@ -382,7 +377,9 @@ def test_eagle3_with_a_random_head_and_sglang_without_speculation(
           f"(reference {ref_s:.1f} s, {ref_verdict['verdict']}); "
           f"below top-1 {below}/{counted} (EAGLE3) vs {below_ref}/{counted_ref} (no speculation)")
     assert counted >= 60 and below == 0, (below, counted)  # 4 answers of 32 tokens
-    assert below_ref >= 5, (below_ref, counted_ref)  # about one position in five, here
+    # about one position in five here: 5 or fewer of ~107 at a rate of 0.2 has a binomial
+    # chance below 1e-5 (the EAGLE3 side is deterministic: its verify commits the argmax)
+    assert below_ref >= 5, (below_ref, counted_ref)
     held_to_sglangs_counts(responses, records, calls, tmp_path)
     logged_as_traced(eagle)
     section = section_of(records)

@@ -2,12 +2,13 @@
 draft, k = 3): the plugin at its default statistics policy and ``specscope probe`` against the
 same server, which serves the probe's workload (18 requests of 48 tokens: greedy, temperature
 0.8, temperature 0.8 with top-p 0.9; vLLM 0.32 CPU crashes on top-k under prompt lookup,
-where a step's batch can draft nothing: ``test_vllm_real`` holds the probe's ERROR). Each
-fault is seeded from the server's start (the three servers start in turn, then serve in
-turn); each must FAIL in-engine and by probe, the traffic going on after the probe until each
-in-engine check has failed or passed the cap at which its fault fails it with certainty
-(``past_cap``). A draft model drafts at
-every step, so vLLM's per-step detail places every token and the probe tests the tokens verify
+where a step's batch can draft nothing: ``test_vllm_real`` holds the probe's ERROR). The top-p
+and silent-greedy faults share one server, switched at run time in that order (the temperature
+class is still deciding when the silent greedy begins, as on a server seeded from its start);
+the lossy verify has its own (it drafts probabilistically). Each must FAIL in-engine and by
+probe, the traffic going on after the probe until each in-engine check has failed or passed
+the cap at which its fault fails it with certainty (``past_cap``). A draft model drafts at every
+step, so vLLM's per-step detail places every token and the probe tests the tokens verify
 committed; under n-gram most tokens come from steps without a draft, and the probe replays the
 proposer to find them (``test_vllm_real``'s n-gram test, a fault confined to verified tokens).
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from specscope import schema
 from specscope.exact import greedy_positions_needed
 from specscope.hooks.policy import DRAFT_POSITIONS
 from specscope.probe import ProbePlan, format_probe, probe
@@ -42,23 +44,36 @@ FAULT_PLAN = dataclasses.replace(PLAN, requests=36, token_budget=36 * 48)
 #: per case: seeded faults, the in-engine checks that must fail (sampling-truth class, or
 #: "draft health") and the probe checks that must fail
 CASES = {
-    "silent_greedy": ("silent_greedy", {"speculative-sampling"}, {"temperature honoured (temperature)"}),
     "top_p_greedy": ("top_p_greedy", {"speculative-sampling+top-p"}, {"temperature honoured (top-p)"}),
+    "silent_greedy": ("silent_greedy", {"speculative-sampling"}, {"temperature honoured (temperature)"}),
     # the lossy verify, and the draft's probabilities one-hot at its token (top-1 = 1.0)
     "lossy": ("lossy,draft_prob_one", {"greedy", "draft health"}, {"greedy losslessness"}),
 }
 
 
-def section_or_none(folder: Path) -> dict | None:
+#: the cases that share one server, its fault switched at run time in this order: the temperature
+#: class is still deciding (INCONCLUSIVE: the policy samples every step for it) when the silent
+#: greedy phase begins, as on a server seeded from its start; each case reads its own window
+SHARED = ("top_p_greedy", "silent_greedy")
+
+
+def window(records: list, since_ns: int) -> list:
+    """The trace with only the verify steps and fallbacks from ``since_ns`` on."""
+    return [r for r in records if since_ns == 0 or not isinstance(
+        r, (schema.VerifyStepRecord, schema.FallbackRecord)) or r.t_ns >= since_ns]
+
+
+def section_or_none(folder: Path, since_ns: int = 0) -> dict | None:
     try:
-        return run_section(trace_records(folder))
+        return run_section(window(trace_records(folder), since_ns))
     except (ValueError, FileNotFoundError):
         return None
 
 
-def in_engine(folder: Path, section: dict | None = None) -> dict[str, str]:
-    """Each sampling-truth class's state and draft health's, from the server's trace so far."""
-    section = section if section is not None else section_or_none(folder)
+def in_engine(folder: Path, section: dict | None = None, since_ns: int = 0) -> dict[str, str]:
+    """Each sampling-truth class's state and draft health's, from the server's trace (its
+    verify steps from ``since_ns`` on)."""
+    section = section if section is not None else section_or_none(folder, since_ns)
     if section is None:
         return {}
     states = {t["mode_requested"]: t["state"] for t in section["sampling_truth"]}
@@ -85,11 +100,12 @@ def past_cap(section: dict | None, check: str) -> bool:
     return argmax_mass(row) >= ARGMAX_MASS_CAP
 
 
-def serve_and_probe(srv, folder: Path, must_fail: set[str], plan: ProbePlan = PLAN, **kw):
+def serve_and_probe(srv, folder: Path, must_fail: set[str], plan: ProbePlan = PLAN, *,
+                    since_ns: int = 0, **kw):
     """The probe's workload against ``srv`` while polling its in-engine verdicts, then the
     same mix of traffic until every check in ``must_fail`` has failed in-engine or passed its
     cap (``past_cap``): (probe result, in-engine states at the end, seconds until each
-    in-engine check failed)."""
+    in-engine check failed), the in-engine figures over the verify steps from ``since_ns``."""
     box: dict = {}
     t0 = time.monotonic()
     worker = threading.Thread(target=lambda: box.update(r=probe(srv.url, plan, dtype="bfloat16", **kw)))
@@ -98,7 +114,7 @@ def serve_and_probe(srv, folder: Path, must_fail: set[str], plan: ProbePlan = PL
     sent = plan.requests_to_send()  # (class, prompt, sampling fields)
     i = 0
     while True:
-        section = section_or_none(folder)
+        section = section_or_none(folder, since_ns)
         for check, state in in_engine(folder, section).items():
             if state == "fail":
                 failed_at.setdefault(check, time.monotonic() - t0)
@@ -116,39 +132,47 @@ def serve_and_probe(srv, folder: Path, must_fail: set[str], plan: ProbePlan = PL
             time.sleep(1.0)  # the recorders drain every 0.25 s
     worker.join()
     time.sleep(1.0)
-    return box["r"], in_engine(folder), failed_at
+    return box["r"], in_engine(folder, since_ns=since_ns), failed_at
 
 
 @pytest.fixture(scope="module")
 def fault_servers(vllm_env, smollm2_checkpoints, tmp_path_factory):
-    """One server per case, each with its fault from the start and vLLM's CPU expand kernel
-    repaired."""
+    """A server per configuration, vLLM's CPU expand kernel repaired: one for the ``SHARED``
+    cases, its fault switched at run time (each case writes its own into the fault file), and
+    one drafting probabilistically for the lossy case, its faults on from the start."""
     target, draft = smollm2_checkpoints
     tmp = tmp_path_factory.mktemp("faults")
-    servers = {}
-    for case, (fault, _, _) in CASES.items():
-        spec = speculative_config("draft_model", draft=draft, k=3,
-                                  **({"draft_sample_method": "probabilistic"}
-                                     if "draft_prob_one" in fault else {}))
-        servers[case] = VllmServer(model=target, spec=spec, python=vllm_env, trace_dir=tmp / case,
-                                   log=tmp / f"{case}.log",
-                                   env={"SPECSCOPE_TEST_FAULT": fault,
-                                        "SPECSCOPE_TEST_FIX": "cpu_expand"})
+    switch = tmp / "faults"
+    switch.write_text("")
+    shared = VllmServer(model=target, spec=speculative_config("draft_model", draft=draft, k=3),
+                        python=vllm_env, trace_dir=tmp / "sampling", log=tmp / "sampling.log",
+                        env={"SPECSCOPE_TEST_FAULT_FILE": str(switch),
+                             "SPECSCOPE_TEST_FIX": "cpu_expand"})
+    shared.fault_file = switch
+    lossy = VllmServer(model=target, spec=speculative_config(
+        "draft_model", draft=draft, k=3, draft_sample_method="probabilistic"), python=vllm_env,
+        trace_dir=tmp / "lossy", log=tmp / "lossy.log",
+        env={"SPECSCOPE_TEST_FAULT": CASES["lossy"][0], "SPECSCOPE_TEST_FIX": "cpu_expand"})
+    servers = {case: shared for case in SHARED} | {"lossy": lossy}
     try:
-        for srv in servers.values():  # in turn: two cores gain nothing from parallel starts
+        for srv in (shared, lossy):  # in turn: two cores gain nothing from parallel starts
             srv.start()
         yield servers
     finally:
-        for srv in servers.values():
+        for srv in (shared, lossy):
             srv.stop()
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_verify_faults_fail_at_the_defaults_in_engine_and_by_probe(case, fault_servers):
-    _, engine_fails, probe_fails = CASES[case]
+    fault, engine_fails, probe_fails = CASES[case]
     srv = fault_servers[case]
+    since = 0
+    if case in SHARED:
+        srv.fault_file.write_text(fault)
+        since = time.time_ns()
     result, states, failed_at = serve_and_probe(srv, Path(srv.trace_dir), engine_fails,
-                                                FAULT_PLAN)
+                                                FAULT_PLAN, since_ns=since)
     print(format_probe(result))
     print(f"{case}: in-engine {states}, failed at {failed_at}; probe {result.seconds:.0f} s, "
           f"{result.tokens} tokens; vLLM's acceptance rate {result.acceptance['acceptance_rate']}")

@@ -116,8 +116,8 @@ def test_a_failing_plugin_never_stops_vllm(vllm_env):
 
 #: prompt lookup's settings on the n-gram server (issue 42's), as the probe is told them
 NGRAM = NgramSettings(k=4, min_n=2, max_n=5)
-NGRAM_PLAN = ProbePlan(classes=("greedy", "temperature", "top-p"), requests=30, max_tokens=64,
-                       concurrency=4, token_budget=30 * 64, deadline_s=150, ngram=NGRAM)
+NGRAM_PLAN = ProbePlan(classes=("greedy", "temperature", "top-p"), requests=24, max_tokens=64,
+                       concurrency=4, token_budget=24 * 64, deadline_s=150, ngram=NGRAM)
 
 
 def probe_prompt_lookup(srv: VllmServer) -> dict[str, ProbeResult]:
@@ -200,7 +200,7 @@ def trace_counts(records: list, since_ns: int, until_ns: int) -> dict:
             "accepted_per_pos": tuple(sum(1 for a in accepted if a > p) for p in range(width))}
 
 
-def repeated_rounds(srv: VllmServer, model: str, prompts: list[str], n: int = 10) -> list:
+def repeated_rounds(srv: VllmServer, model: str, prompts: list[str], n: int = 6) -> list:
     """``n`` short workloads of issue 44's mix (3 requests at once: greedy, temperature, top-p),
     /metrics scraped before and after each; returns (vLLM's counts, the trace's) per round."""
     marks, deltas = [], []
@@ -284,12 +284,12 @@ def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_c
     health = schema.latest_health(trace_records(tmp_path / "ngram"))
     assert sum(h.num_hook_errors for h in health) > 0, health
     check_prompt_lookup(probed)
-    # ten more workloads, vLLM's counters scraped between them: each equals its trace (a round
+    # six more workloads, vLLM's counters scraped between them: each equals its trace (a round
     # whose answers repeat no n-gram of their prompts drafts nothing, in both; which rounds do
     # depends on the CPU's arithmetic)
     for i, (theirs, mine) in enumerate(rounds):
         assert mine == theirs, (i, mine, theirs)
-    assert sum(theirs["num_drafts"] > 0 for theirs, _ in rounds) >= 7, rounds
+    assert sum(theirs["num_drafts"] > 0 for theirs, _ in rounds) >= 3, rounds
     print(format_probe(crash))
     e = crash.engine_error
     assert crash.verdict == "error" and e is not None, format_probe(crash)
@@ -413,6 +413,9 @@ def test_diverge_over_vllms_own_greedy_outputs_and_the_spans_import(vllm_env, sm
 
     from tests.engines.test_verify_truth_real import PLAN, serve_and_probe
 
+    # no size makes a clean server FAIL: 12 requests, 4 of them greedy pairs
+    CLEAN_PLAN = dataclasses.replace(PLAN, requests=12, token_budget=12 * 48)  # noqa: N806
+
     target, draft = smollm2_checkpoints
     ask = {"logprobs": True, "top_logprobs": 2, "return_tokens_as_token_ids": True}
     files = {}
@@ -437,7 +440,7 @@ def test_diverge_over_vllms_own_greedy_outputs_and_the_spans_import(vllm_env, sm
         # the clean server at the plugin's defaults, probed with the target-only endpoint as
         # its reference: neither the in-engine checks nor the probe ever FAIL
         result, states, _ = serve_and_probe(servers["draft"], tmp_path / "draft", set(),
-                                            reference=servers["target-only"].url)
+                                            CLEAN_PLAN, reference=servers["target-only"].url)
     finally:
         for srv in servers.values():
             srv.stop()
@@ -453,7 +456,7 @@ def test_diverge_over_vllms_own_greedy_outputs_and_the_spans_import(vllm_env, sm
     assert states.get("speculative-sampling") in ("pass", "inconclusive"), states
     checks = {c.check: c for c in result.checks}
     assert "fail" not in {c.state for c in checks.values()}, format_probe(result)
-    assert checks["greedy against target-only"].evidence["pairs"] == PLAN.requests // 3
+    assert checks["greedy against target-only"].evidence["pairs"] == CLEAN_PLAN.requests // 3
     spec_import, ref_import = import_file(files["draft"]), import_file(files["target-only"])
     ref_reqs = [r for r in ref_import.records if isinstance(r, schema.RequestRecord)]
     assert len(ref_reqs) == 8 and all(len(r.top2_margins) == len(r.output_token_ids) > 0 for r in ref_reqs)
