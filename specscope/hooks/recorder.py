@@ -133,6 +133,9 @@ class Recorder:
         self._stop = threading.Event()
         self._wake = threading.Event()  #: set by the hot path when half the ring is waiting
         self._wake_at = max(1, ring_slots // 2)
+        self._quiet = True  #: the drain's last wake found nothing: it sleeps its long interval
+        self._last_ns = 0  #: when the last step was recorded (``clock_ns``)
+        self._gap_ns = 0.0  #: the moving average of the gap between steps
         self._closed = False
         self._health_state: tuple | None = None  #: the counters as last written
         self._health_at = time.monotonic()
@@ -238,13 +241,21 @@ class Recorder:
         except BaseException:
             self._free.append(idx)
             raise
-        meta = (step, self.clock_ns(), tuple(request_ids), host_copy(temperature),
+        now = self.clock_ns()
+        if self._last_ns:  # the engine's pace: a moving average of the gap between steps
+            self._gap_ns += 0.2 * (now - self._last_ns - self._gap_ns)
+        self._last_ns = now
+        meta = (step, now, tuple(request_ids), host_copy(temperature),
                 host_copy(top_p), host_copy(top_k),
                 mode_used if isinstance(mode_used, (str, type(None))) else tuple(mode_used),
                 has_truth, has_hist, -1 if draft_depth is None else int(draft_depth),
                 depth_reason, lite)
         self._pending.append((idx, batch, event, meta))
-        if len(self._pending) >= self._wake_at and not self._wake.is_set():
+        waiting = len(self._pending)
+        # the first step after a quiet spell wakes the drain at once (it sleeps its long
+        # interval then); while busy it wakes every BUSY_INTERVAL_S, or at half a ring
+        if (waiting >= self._wake_at or (waiting == 1 and self._quiet)) \
+                and not self._wake.is_set():
             self._wake.set()
 
     def _scratch_for(self, logits: torch.Tensor) -> torch.Tensor:
@@ -451,12 +462,14 @@ class Recorder:
 
     def start(self, interval_s: float = 0.25, busy_interval_s: float = BUSY_INTERVAL_S) -> "Recorder":
         """Start a daemon thread that flushes to the sinks every ``interval_s`` while the
-        engine is idle, every ``busy_interval_s`` after a flush that handed records over, and
-        sooner when half the ring is waiting (a fast engine never waits on the interval). The
-        first wake that finds nothing new after a busy one writes the health snapshot: an
-        engine that stops right after its last verify step has that step on disk within
-        ``busy_interval_s`` (plus the write) and the snapshot that counts it one interval
-        later, before a stop that kills the process can take them."""
+        engine is idle, every ``busy_interval_s`` after a flush that handed records over, at
+        once for the first step after a quiet spell, and as soon as half the ring is waiting
+        (a fast engine never waits on the interval). The first wake that finds nothing new
+        after a busy one writes the health snapshot: an engine that stops right after its last
+        verify step has that step on disk within ``busy_interval_s`` (plus the write) and the
+        snapshot that counts it once no step has come for twice the engine's usual gap between
+        steps (at least ``busy_interval_s``), before a stop that kills the process can take
+        them."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, args=(interval_s, busy_interval_s),
                                             name="specscope-drain", daemon=True)
@@ -464,19 +477,23 @@ class Recorder:
         return self
 
     def _loop(self, interval_s: float, busy_interval_s: float) -> None:
-        wait = interval_s
         while not self._stop.is_set():
-            self._wake.wait(wait)
+            self._wake.wait(interval_s if self._quiet else busy_interval_s)
             self._wake.clear()
             if self._stop.is_set():
                 break
             try:
                 handed = self.flush()
-                self._snapshot(idle=handed == 0)
+                # idle: nothing new, and no step for twice the engine's usual gap between steps
+                # (at least one busy interval): a slow engine between two steps is not idle
+                since = self.clock_ns() - self._last_ns
+                idle = handed == 0 and not self._pending and \
+                    since >= max(busy_interval_s * 1e9, 2.0 * self._gap_ns)
+                self._snapshot(idle=idle)
             except (Exception, SystemExit):
                 self.num_sink_errors += 1
-                handed = 0
-            wait = busy_interval_s if handed else interval_s
+                idle = True
+            self._quiet = idle
 
     def attach(self, source: Any) -> None:
         """Write ``source``'s cumulative figure with each health record: ``source.state()`` (a

@@ -146,13 +146,13 @@ class SglangServer(ServerProcess):
         super().start(timeout_s, env=env or self.environment(), new_session=new_session)
         return self
 
-    def stop(self, timeout_s: float = 30.0, drain_s: float = 0.25) -> int:
+    def stop(self, timeout_s: float = 30.0, drain_s: float = 0.5) -> int:
         """Stop the server by its PID. SGLang's launcher kills its scheduler at once when it
         is stopped (SIGKILL, whatever the signal it got), so under ``wrap`` the server is first
         left quiet for ``drain_s``: the scheduler's recorder drains every 20 ms while steps
-        keep coming (``hooks.recorder.BUSY_INTERVAL_S``) and writes its hook-health record at
-        its first quiet wake after them, within about 50 ms of the last step; steps it had not
-        drained would be lost."""
+        keep coming (``hooks.recorder.BUSY_INTERVAL_S``) and writes its hook-health record
+        once no step has come for twice its usual gap between steps (about 0.2 s on these
+        CPUs); steps it had not drained would be lost."""
         if self.wrap and self.proc is not None and self.proc.poll() is None:
             time.sleep(drain_s)
         try:

@@ -164,7 +164,11 @@ def test_probe_never_fails_a_clean_llamacpp_and_says_what_it_cannot_see(
                          spec_type=speculation, log=tmp_path / "server.log")
     # no ignore_eos: it is a logit bias, so a greedy request would rightly commit another token
     # than the top-1 of the pre-sampling probabilities where EOS leads
-    n = 48 if speculation == "none" else 8  # without speculation every check must reach PASS
+    # without speculation every check must reach PASS: 48 requests hold 12 greedy answers (the
+    # same tokens every run: greedy is deterministic here) and 12 of each truncating class, of up
+    # to 64 tokens, against the 289 greedy and 90 truncation positions a PASS needs
+    # (exact.greedy_positions_needed, exact.positions_to_rule_out(0.05))
+    n = 48 if speculation == "none" else 8
     # top-k goes last: a deadline that a loaded machine can reach must not starve its class
     plan = ProbePlan(requests=n, max_tokens=64, concurrency=2, token_budget=n * 64, deadline_s=900)
     with srv:

@@ -228,10 +228,10 @@ def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
     """STANDALONE as SGLang ships it on a CPU: the in-engine checks FAIL temperature requests
     as silent greedy, with the fallback and its reason listed, while greedy requests commit the
     argmax at every verified position (the oracle: 1.000 exactly); the probe FAILs it over the
-    OpenAI API (the times, printed, depend on the machine's load). Then the clean control on the same server, its CPU
-    verify repaired as SGLang's ROCm fix does (switched at run time): no FAIL in-engine over the
-    repaired traffic, no fallback, greedy still the argmax everywhere; the probe does not FAIL
-    it either."""
+    OpenAI API (the times, printed, depend on the machine's load). Then the clean control on
+    the same server, its CPU verify repaired as SGLang's ROCm fix does (switched at run time):
+    no FAIL in-engine over the repaired traffic, no fallback, greedy still the argmax
+    everywhere; the probe does not FAIL it either."""
     switch = tmp_path / "repaired"
     switch.write_text("")
     srv = sglang_server(sglang_env, sglang_model, tmp_path / "standalone", "STANDALONE",

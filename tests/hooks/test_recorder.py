@@ -287,6 +287,52 @@ def test_an_idle_recorder_leaves_its_health_before_it_is_killed(run_record, tmp_
     assert collector.health["hook_records_dropped"] == 2
 
 
+def test_a_busy_recorder_hands_over_its_last_step_and_a_snapshot_as_soon_as_it_goes_quiet(
+        run_record):
+    """At the default intervals: steps every 10 ms (busy), then nothing, as an engine that is
+    stopped right after its last request. The last step reaches the sink, and a health snapshot
+    that counts it follows it there, without a close (a killed process never closes); the
+    delays are printed (the step within BUSY_INTERVAL_S, the snapshot once no step has come for
+    twice the usual gap: about 1 and 40 ms on an idle machine)."""
+    import threading
+    import time
+
+    from specscope.hooks.recorder import BUSY_INTERVAL_S
+
+    got: list = []
+    lock = threading.Lock()
+
+    class Sink:
+        def write(self, records):
+            now = time.monotonic()
+            with lock:
+                got.extend((now, r) for r in records)
+
+        def close(self):
+            pass
+
+    rec = Recorder(run_record, sinks=[Sink()]).start()
+    for step in range(20):
+        rec.record_verify(**_inputs(), step=step)
+        time.sleep(0.01)
+    t_last = time.monotonic()
+    deadline = t_last + 10
+    snap = None
+    while time.monotonic() < deadline and snap is None:
+        time.sleep(0.005)
+        with lock:
+            snap = next((t for t, r in got if isinstance(r, schema.HookHealthRecord)
+                         and r.num_recorded == 20), None)
+    with lock:
+        steps = [t for t, r in got if isinstance(r, schema.VerifyStepRecord)]
+    rec.close()
+    assert len(steps) == 20 and snap is not None, (len(steps), snap)
+    assert snap >= steps[-1]  # the snapshot that counts the last step comes after it
+    print(f"last step handed over {1e3 * (steps[-1] - t_last):.0f} ms after it was recorded, "
+          f"its snapshot {1e3 * (snap - t_last):.0f} ms (busy interval "
+          f"{1e3 * BUSY_INTERVAL_S:.0f} ms)")
+
+
 def test_a_failing_sink_does_not_make_health_snapshots_churn(run_record):
     """Each failed write is a sink error; the snapshots it would trigger are not written."""
     import time
