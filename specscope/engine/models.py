@@ -100,7 +100,7 @@ def _convert_smollm2(dest: Path) -> None:
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = LlamaForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                              dtype=torch.float32)
-    tmp = dest.with_name(dest.name + ".tmp")
+    tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
     cfg = model.config.to_dict()
     cfg.pop("quantization_config", None)
@@ -111,7 +111,18 @@ def _convert_smollm2(dest: Path) -> None:
         state.pop("lm_head.weight", None)
     save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     tok.save_pretrained(tmp)
-    tmp.rename(dest)
+    _publish(tmp, dest)
+
+
+def _publish(tmp: Path, dest: Path) -> None:
+    """Move a finished cache entry into place; where another process got there first (two
+    test runs converting at once), keep its copy and drop this one."""
+    try:
+        tmp.rename(dest)
+    except OSError:
+        if not dest.exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def smollm2_dir() -> Path:
@@ -144,7 +155,7 @@ def smollm2_draft_dir(draft: str = "int:4") -> Path:
             shutil.copy(f, tmp / f.name)
     state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
     save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    tmp.rename(dest)
+    _publish(tmp, dest)
     return dest
 
 
@@ -229,7 +240,7 @@ def smollm2_tokenizer_dir() -> Path:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
         tok.save_pretrained(tmp)
-        tmp.rename(dest)
+        _publish(tmp, dest)
     return dest
 
 
