@@ -27,7 +27,7 @@ from .timing import PhaseTimer
 StepPolicy = Callable[[int], bool]
 
 #: the drain thread's interval while records keep coming (seconds): the most a verify step
-#: waits to reach the sinks once the engine goes quiet, and the snapshot one interval after it
+#: waits to reach the sinks once it is recorded (the first after a quiet spell wakes it at once)
 BUSY_INTERVAL_S = 0.02
 
 
@@ -134,8 +134,8 @@ class Recorder:
         self._wake = threading.Event()  #: set by the hot path when half the ring is waiting
         self._wake_at = max(1, ring_slots // 2)
         self._quiet = True  #: the drain's last wake found nothing: it sleeps its long interval
-        self._last_ns = 0  #: when the last step was recorded (``clock_ns``)
-        self._gap_ns = 0.0  #: the moving average of the gap between steps
+        self._last_ns = 0  #: when the last step drained was recorded (``clock_ns``)
+        self._gap_ns = 0.0  #: the moving average of the gap between steps (drain side)
         self._closed = False
         self._health_state: tuple | None = None  #: the counters as last written
         self._health_at = time.monotonic()
@@ -241,11 +241,7 @@ class Recorder:
         except BaseException:
             self._free.append(idx)
             raise
-        now = self.clock_ns()
-        if self._last_ns:  # the engine's pace: a moving average of the gap between steps
-            self._gap_ns += 0.2 * (now - self._last_ns - self._gap_ns)
-        self._last_ns = now
-        meta = (step, now, tuple(request_ids), host_copy(temperature),
+        meta = (step, self.clock_ns(), tuple(request_ids), host_copy(temperature),
                 host_copy(top_p), host_copy(top_k),
                 mode_used if isinstance(mode_used, (str, type(None))) else tuple(mode_used),
                 has_truth, has_hist, -1 if draft_depth is None else int(draft_depth),
@@ -413,6 +409,10 @@ class Recorder:
                         break
                     event.synchronize()
                 ready.append(self._pending.popleft())
+            for *_, meta in ready:  # the engine's pace, for telling idle from between-steps
+                if self._last_ns:
+                    self._gap_ns += 0.2 * (meta[1] - self._last_ns - self._gap_ns)
+                self._last_ns = meta[1]
             try:
                 cols = [_drain.columns(self, part)
                         for part in _drain.parts(ready, self.max_columns_entries)]
@@ -464,12 +464,10 @@ class Recorder:
         """Start a daemon thread that flushes to the sinks every ``interval_s`` while the
         engine is idle, every ``busy_interval_s`` after a flush that handed records over, at
         once for the first step after a quiet spell, and as soon as half the ring is waiting
-        (a fast engine never waits on the interval). The first wake that finds nothing new
-        after a busy one writes the health snapshot: an engine that stops right after its last
-        verify step has that step on disk within ``busy_interval_s`` (plus the write) and the
-        snapshot that counts it once no step has come for twice the engine's usual gap between
-        steps (at least ``busy_interval_s``), before a stop that kills the process can take
-        them."""
+        (a fast engine never waits on the interval). An engine that stops right after its last
+        verify step has that step on disk within ``busy_interval_s`` (plus the write); the
+        health snapshot that counts it follows once no step has come for twice the engine's
+        usual gap between steps (at least ``busy_interval_s``)."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, args=(interval_s, busy_interval_s),
                                             name="specscope-drain", daemon=True)
