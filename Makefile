@@ -115,10 +115,15 @@ lint: $(STAMP)
 	$(PY) -m ruff check
 	$(PY) -m mypy
 
+# two runs: everything but the real engines on two workers (a file per worker at a time, torch
+# on one thread each), then the real-engine tests one at a time (their servers take both cores;
+# beside other work, their spin-waiting threads slow several-fold)
+ENGINE_ENV = SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python SPECSCOPE_LLAMACPP_PYTHON=$(LLAMACPP_VENV)/bin/python \
+	  SPECSCOPE_PHOENIX=$(PHOENIX_VENV)/bin/phoenix SPECSCOPE_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python
 test: lint $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(PHOENIX_STAMP) $(SGLANG_STAMP)
-	SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python SPECSCOPE_LLAMACPP_PYTHON=$(LLAMACPP_VENV)/bin/python \
-	  SPECSCOPE_PHOENIX=$(PHOENIX_VENV)/bin/phoenix SPECSCOPE_SGLANG_PYTHON=$(SGLANG_VENV)/bin/python \
-	  $(PY) -m pytest -q -m "not sweeps"
+	$(ENGINE_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not sweeps" --ignore=tests/engines \
+	  -n 2 --dist loadfile
+	$(ENGINE_ENV) $(PY) -m pytest -q -m "not sweeps" tests/engines
 
 # recipe sweeps on the real engines: a server per setting, minutes each (CI runs them too)
 test-sweeps: $(STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(SGLANG_STAMP)
