@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 #: Written into every trace file; readers refuse any version not in READABLE_VERSIONS.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 #: 2 added spec_counts, sample and benchmark records; 3 added per-request speculative figures
 #: and categories on request records, and the draft depth each verify step used; 4 added the
 #: weight of a source's reported figures on spec_counts records (``reported_weight``); 5 added
@@ -19,8 +19,9 @@ SCHEMA_VERSION = 8
 #: output token's top-2 logit margin and second choice on request records; 6 added mismatch
 #: records (a greedy request's committed token that is not its position's argmax, with the margin);
 #: 7 added the node (host) a record's process ran on (``node``, "" where unknown); 8 named each
-#: count by what it means, one spelling on every record (``RENAMED``: older traces still read).
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+#: count by what it means, one spelling on every record (``RENAMED``: older traces still read);
+#: 9 added the whole-distribution test's sums on verify entries (``pit_sum``, ``pit_var``).
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 #: what the ``node`` field means, said once for every record that has one
 NODE_DOC = "the node (host) the recording process ran on: $SPECSCOPE_NODE, else the hostname"
 
@@ -113,6 +114,12 @@ class VerifyEntry:
     var_top1: float = 0.0
     #: Counts of the draft's top-1 probability per drafted position, DRAFT_HIST_BINS bins.
     draft_top1_hist: tuple[int, ...] = ()
+    #: The whole-distribution test over the same verified positions (``specscope.pit``): the
+    #: sum of each committed token's mid-rank PIT (1/2 per position in expectation under honest
+    #: sampling) and of its variance bound. None where not computed (older traces, or a source
+    #: that gives the top-1 figures only).
+    pit_sum: float | None = None
+    pit_var: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

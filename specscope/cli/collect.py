@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from .otlp import add_otlp_flags, otlp_sink, report_otlp
-from .spec import add_model_flags, spec_config
+from .spec import FAULTS, add_model_flags, spec_config
 
 
 def _cmd_record(args: argparse.Namespace) -> int:
@@ -196,9 +196,8 @@ def register(sub) -> None:
                    "copy,edit,refactor,math); default: every prompt in file order")
     r.add_argument("--concurrency", type=int, default=4, help="requests decoded as one batch")
     r.add_argument("--max-new-tokens", type=int, default=64)
-    r.add_argument("--fault", choices=["silent_greedy", "topk_fallback", "draft_prob_shortcut",
-                                       "silent_greedy_batch_gt2", "greedy_second_choice"],
-                   help="seed a fault that reproduces a real incident")
+    r.add_argument("--fault", choices=FAULTS,
+                   help="seed a fault that reproduces a real incident (docs/reference-decoder.md)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--stats-every", type=int, default=1,
                    help="sampling-truth statistics on one verify step in N (default 1)")
@@ -266,7 +265,7 @@ def register(sub) -> None:
     pf.add_argument("--requests", type=int, default=4)
     pf.add_argument("--concurrency", type=int, default=4)
     pf.add_argument("--max-new-tokens", type=int, default=32)
-    pf.add_argument("--fault", choices=["silent_greedy", "topk_fallback", "draft_prob_shortcut"])
+    pf.add_argument("--fault", choices=FAULTS)
     pf.add_argument("--seed", type=int, default=0)
     pf.add_argument("--record", default=None, help="also write the specscope records (JSONL)")
     pf.add_argument("-o", "--output", default="specscope-profile.json",

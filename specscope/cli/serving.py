@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .spec import add_model_flags, spec_config
+from .spec import FAULTS, add_model_flags, spec_config
 
 
 def _cmd_serve_engine(args: argparse.Namespace) -> int:
@@ -98,8 +98,8 @@ def register(sub) -> None:
                     "'smollm2' (built from the GGUF): real text in and out")
     se.add_argument("--verify-mode", default="", choices=["", "speculative-sampling",
                     "target-temperature"], help="verify for temperature > 0 requests")
-    se.add_argument("--fault", choices=["silent_greedy", "topk_fallback", "draft_prob_shortcut"],
-                    help="seed a fault that reproduces a real incident")
+    se.add_argument("--fault", choices=FAULTS,
+                    help="seed a fault that reproduces a real incident (docs/reference-decoder.md)")
     se.add_argument("--host", default="127.0.0.1")
     se.add_argument("--port", type=int, default=8000)
     se.add_argument("--max-batch", type=int, default=8, help="requests in the running batch")

@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import argparse
 
+#: the reference decoder's seeded faults (``engine.config.FAULTS``, which imports torch on the
+#: way), for ``--fault``
+FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
+          "greedy_second_choice", "temperature_twice", "top_p_ignored", "residual_argmax",
+          "bonus_argmax")
+
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     """The model and speculation flags, named as the engines name theirs."""

@@ -81,6 +81,8 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
     truth = (c.num_verified, c.num_top1, c.expected_top1, c.var_top1)
     cols = [w for w in truth if w is not None]  # the four travel together: all or none
     sampled = cols[0] > 0 if len(cols) == len(truth) else None
+    if sampled is not None:  # the whole-distribution test's sums, where entries carry them
+        cols += _pit_columns(c, cols[0])
     if sampled is not None and sampled.any():
         # truth classes (``truth_class``): the requested mode, and its sampling class's
         # truncations where asked for (``specscope.sampling``), as mode * 16 + class
@@ -99,13 +101,16 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
             r = req[sampled]
             per = [np.bincount(r, weights=w[sampled], minlength=n_modes * width) for w in cols]
             groups = [(code, [p[code] for p in per]) for code in np.flatnonzero(per[0]).tolist()]
-        for code, (nv, nt, ex, var) in groups:
+        for code, (nv, nt, ex, var, pn, ps, pv) in groups:
             key = truth_class(modes[code // width], code % width)
             t = stats.truth.setdefault(key, TruthStats())
             t.num_verified += int(nv)
             t.num_top1 += int(nt)
             t.expected_top1 += float(ex)
             t.var_top1 += float(var)
+            t.pit_positions += int(pn)
+            t.pit_sum += float(ps)
+            t.pit_var += float(pv)
     if c.draft_hist is not None:
         hist = c.draft_hist.sum(axis=0)
         if hist.any():
@@ -113,3 +118,13 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
     t0, t1 = int(c.t_ns.min()), int(c.t_ns.max())
     stats.t_first_ns = t0 if stats.t_first_ns is None else min(stats.t_first_ns, t0)
     stats.t_last_ns = t1 if stats.t_last_ns is None else max(stats.t_last_ns, t1)
+
+
+def _pit_columns(c: VerifyColumns, verified: np.ndarray) -> list[np.ndarray]:
+    """Per entry: the positions the whole-distribution test covers, its PIT sum and variance
+    (zeros where an entry carries none)."""
+    if c.pit_sum is None or c.pit_var is None:
+        zero = np.zeros(len(verified))
+        return [zero, zero, zero]
+    has = np.isfinite(c.pit_sum) & np.isfinite(c.pit_var)
+    return [np.where(has, verified, 0), np.where(has, c.pit_sum, 0.0), np.where(has, c.pit_var, 0.0)]

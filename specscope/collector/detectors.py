@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from .. import schema
+from .. import pit, schema
 from ..exact import (ALPHA, PASS_ALPHA, decide_rate, fmt_p, greedy_positions_needed,
                      one_sided_excess, tie_margin)
 from .acceptance import AcceptanceRegressionDetector  # noqa: F401 - re-exported
@@ -42,6 +42,14 @@ class SamplingTruthDetector:
     between is INCONCLUSIVE, leaning toward the fault or honest, with about how many more
     positions would settle it; a run whose expected rate is within ``min_excess`` of 1 can never
     rule silent greedy out and stays INCONCLUSIVE with that reason.
+
+    Beside the top-1 share, the whole distribution (``specscope.pit``), where the entries carry
+    it: the committed tokens' mean mid-rank PIT must be 1/2. Off it at ``alpha`` (a sequential
+    two-sided bound, valid however often it is read) and by more than ``pit.FAIL_SHIFT``:
+    ``distribution_mismatch``, committed tokens too concentrated on the most probable ones
+    (below 1/2: a temperature applied twice, a residual or a bonus token taken as its argmax)
+    or spread too far into the tail (above). A class PASSes only where both tests do (the PIT's:
+    a shift of ``pit.PASS_SHIFT`` or more ruled out at ``pass_alpha``).
 
     Greedy requests must commit the argmax at every position. The only honest exception is a
     near tie that the verify kernel breaks another way than the statistics' argmax (reduced
@@ -141,6 +149,7 @@ class SamplingTruthDetector:
                                   f"at {min(1.0, delta / max(1e-9, 1 - exp)):.0%} or more of "
                                   "positions, or a deficit as large)")}
         where = f" in request {scope}" if scope else ""
+        dist = self._pit(t, evidence)
         kind = message = None
         if hi.state == FAIL:
             kind, message = "silent_greedy", (
@@ -152,6 +161,15 @@ class SamplingTruthDetector:
                 f"requests asking for {mode}{where} commit the target argmax only {obs:.1%} of "
                 f"the time where the target distribution gives {exp:.1%} (p {fmt_p(lo.p_fail)} "
                 f"over {n} positions): committed tokens are not target samples")
+        elif dist is not None and dist.state == FAIL:
+            assert dist.shift is not None  # decided on positions
+            kind, message = "distribution_mismatch", (
+                f"requests asking for {mode}{where} commit tokens whose mean rank in their "
+                f"distribution (mid-rank PIT) is {0.5 + dist.shift:.3f} where honest sampling "
+                f"gives 0.500 (p {fmt_p(dist.p_fail)} over {t.pit_positions} positions): "
+                + ("committed tokens sit too high, on the most probable ones (verify sharper "
+                   "than asked)" if dist.shift < 0 else "committed tokens sit too low, in the "
+                   "tail (verify flatter than asked)"))
         if scope:
             evidence["request_id"] = scope
         check = f"{TRUTH_CHECK} ({mode})"
@@ -164,19 +182,38 @@ class SamplingTruthDetector:
                 f"honest sampling here commits the argmax {exp:.0%} of the time: too close to "
                 "greedy to tell apart"))
             return Assessment(check, INCONCLUSIVE, evidence, None, "positions")
-        if hi.state == PASS and lo.state == PASS:
+        dist_open = dist is not None and dist.state != PASS
+        if hi.state == PASS and lo.state == PASS and not dist_open:
             return Assessment(check, PASS, evidence, None, "positions")
         side = hi if obs >= exp else lo
         open_sides = [d for d in (hi, lo) if d.state != PASS]
-        needs = [d.need for d in open_sides]
+        needs = [d.need for d in open_sides] + ([dist.need] if dist is not None and dist_open
+                                                else [])
         need = max(n for n in needs if n is not None) if needs and None not in needs else None
-        evidence["lean"] = "fault" if any(d.lean == "fault" for d in (hi, lo)) else side.lean
+        evidence["lean"] = "fault" if any(d.lean == "fault" for d in (hi, lo)) or (
+            dist_open and dist is not None and dist.lean == "fault") else side.lean
         if need is None:
             evidence["reason"] = (f"the observed rate sits at the fault's size ({obs:.1%} "
                                   f"against {exp:.1%}): no sample within reach settles it")
         else:
             evidence["positions_needed"] = n + need
         return Assessment(check, INCONCLUSIVE, evidence, need, "positions")
+
+    def _pit(self, t: TruthStats, evidence: dict) -> "pit.PitDecision | None":
+        """The whole-distribution test of ``t``, its figures added to ``evidence``; None
+        where no entry carried it."""
+        if not t.pit_positions:
+            return None
+        d = pit.decide(t.pit_sum, t.pit_positions, t.pit_var, alpha=self.alpha,
+                       pass_alpha=self.pass_alpha)
+        evidence.update(pit_positions=t.pit_positions,
+                        pit_mean=None if d.shift is None else 0.5 + d.shift,
+                        pit_p_value=d.p_fail, pit_bound=d.bound, pit_state=d.state,
+                        p_value=min(evidence["p_value"], d.p_fail))
+        evidence["rules_out"] += (f"; and committed tokens whose mean rank in their "
+                                  f"distribution is {pit.PASS_SHIFT:g} or more off honest "
+                                  "sampling's 1/2 (mid-rank PIT), in either direction")
+        return d
 
     def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
         return [a.anomaly for a in self.assess(stats, run_id) if a.anomaly is not None]

@@ -145,6 +145,11 @@ def _truth(s: SpecStats, checks: Sequence[Assessment]) -> list[dict[str, Any]]:
             #: where honest sampling puts the observed rate 95% of the time (expected +- 1.96 sd)
             "expected_band_95": _band(t),
             "z": (z if z is None or math.isfinite(z) else ("inf" if z > 0 else "-inf")),
+            #: the whole-distribution test (``specscope.pit``): the committed tokens' mean
+            #: mid-rank PIT (honest sampling: 0.5; lower is sharper, higher flatter) and the
+            #: positions it covers; None where the entries carry no PIT
+            "pit_mean": a.evidence.get("pit_mean") if a else None,
+            "pit_positions": (t.pit_positions or None) if t else None,
         })
     return out
 

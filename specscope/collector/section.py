@@ -108,6 +108,9 @@ class Truth:
     p_value: float | None = None
     #: the 99% bounds of the argmax share (a PASS needs both within 5 points of expected)
     bounds_99: tuple[float | None, float | None] | None = None
+    #: the committed tokens' mean mid-rank PIT (honest: 0.5) and the positions it covers
+    pit_mean: float | None = None
+    pit_positions: int | None = None
 
     @property
     def flagged(self) -> bool:
@@ -256,7 +259,8 @@ def _truth(t: Mapping[str, Any]) -> Truth:
     return Truth(t["mode_requested"], dict(t.get("modes_used") or {}), t.get("num_positions", 0),
                  t.get("observed_top1_rate"), t.get("expected_top1_rate"),
                  tuple(band) if band else None, z, t.get("state"), t.get("state_text"),
-                 t.get("p_value"), (b99[0], b99[1]) if b99 else None)
+                 t.get("p_value"), (b99[0], b99[1]) if b99 else None, t.get("pit_mean"),
+                 t.get("pit_positions"))
 
 
 def _run(data: Mapping[str, Any] | None) -> schema.RunRecord | None:

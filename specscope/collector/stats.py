@@ -48,6 +48,11 @@ class TruthStats:
     num_top1: int = by(total, default=0)
     expected_top1: float = by(total, default=0.0)
     var_top1: float = by(total, default=0.0)
+    #: the whole-distribution test (``specscope.pit``): positions it covers (entries that carry
+    #: it), the sum of their PITs and of their variance bounds
+    pit_positions: int = by(total, default=0)
+    pit_sum: float = by(total, default=0.0)
+    pit_var: float = by(total, default=0.0)
 
     def merge(self, other: "TruthStats") -> "TruthStats":
         return merged(self, other)
@@ -376,6 +381,10 @@ class SpecStats:
                 t.num_top1 += e.num_top1
                 t.expected_top1 += e.expected_top1
                 t.var_top1 += e.var_top1
+                if e.pit_sum is not None and e.pit_var is not None:
+                    t.pit_positions += e.num_verified
+                    t.pit_sum += e.pit_sum
+                    t.pit_var += e.pit_var
             if e.draft_top1_hist:
                 self.draft_hist = _add_lists(self.draft_hist, list(e.draft_top1_hist))
 

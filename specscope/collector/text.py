@@ -71,6 +71,8 @@ def _section_lines(sec: Section) -> list[str]:
                      f"observed {_f(row.observed_top1_rate)} expected "
                      f"{_f(row.expected_top1_rate)}  z {_f(row.z, '.1f')}{p}  n {row.num_positions}"
                      + (f"  99% {_f(b99[0])}-{_f(b99[1])}" if b99 and None not in b99 else "")
+                     + (f"  PIT {_f(row.pit_mean)} (honest 0.500, n {row.pit_positions})"
+                        if row.pit_mean is not None else "")
                      + (f"  {row.state_text}" if row.state_text else ""))
     flagged = sec.requests_flagged
     for r in flagged[:5]:

@@ -12,8 +12,20 @@ from .policy import parse_policy
 #: fault confined to large batches, diluted in any per-run figure)
 #: greedy_second_choice: at temperature 0, every 8th verify step commits the target's second
 #: choice where it should commit its argmax (a structural divergence, not a numerical tie)
+#: Faults that keep the top-1 share near honest and move where in the distribution committed
+#: tokens fall (the whole-distribution test, ``specscope.pit``):
+#: temperature_twice: verify scores the target at T*T (the temperature applied in two places)
+#: top_p_ignored: verify samples the untruncated target for rows that asked for top-p (a
+#: sampling setting dropped under speculation; the draft still truncates)
+#: residual_argmax: the token that replaces a rejected draft is the residual's argmax, not a
+#: sample of it (speculative sampling on a chain)
+#: bonus_argmax: the bonus token after a fully accepted draft is the target's argmax, not a
+#: sample (speculative sampling on a chain)
 FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
-          "greedy_second_choice")
+          "greedy_second_choice", "temperature_twice", "top_p_ignored", "residual_argmax",
+          "bonus_argmax")
+#: the faults that live in speculative sampling's chain verify
+CHAIN_FAULTS = ("draft_prob_shortcut", "residual_argmax", "bonus_argmax")
 
 
 @dataclass
@@ -55,10 +67,10 @@ class SpecConfig:
         if self.algorithm == "ngram" and (self.topk != 1 or self.fault == "draft_prob_shortcut"):
             raise ValueError("an n-gram draft is a chain of looked-up tokens: --spec-topk 1, "
                              "and it has no draft probabilities to shortcut")
-        if self.fault == "draft_prob_shortcut" and self.topk != 1:
+        if self.fault in CHAIN_FAULTS and self.topk != 1:
             # the shortcut it seeds skips the draft's softmax on the chain's (topk 1) fast path;
             # a tree would run honest, and a check passing it would look like a missed fault
-            raise ValueError("the draft_prob_shortcut fault lives on the chain's fast path: "
+            raise ValueError(f"the {self.fault} fault lives on the chain's verify: "
                              "--spec-topk 1")
         if self.fault == "topk_fallback":
             self.renorm_kernels = False

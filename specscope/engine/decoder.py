@@ -331,9 +331,15 @@ class SpeculativeDecoder:
                 tokens, pos, struct = tree.tokens, (base - 1)[:, None] + tree.depth, tree.ancestors
             logits = kv_t.forward(tokens, pos, torch.ones_like(tokens, dtype=torch.bool), struct)
         with self._phase("verify_sample"):
-            p = sampling.process_probs(logits, temp, top_p, top_k, trunc)
+            if cfg.fault == "temperature_twice":
+                p = sampling.process_probs(logits, temp * temp, top_p, top_k, trunc)
+            elif cfg.fault == "top_p_ignored":
+                p = sampling.process_probs(logits, temp, torch.ones_like(top_p), top_k, trunc)
+            else:
+                p = sampling.process_probs(logits, temp, top_p, top_k, trunc)
             if cfg.topk == 1:
-                num_acc, fixed = sampling.verify_chain(draft, p, q, mode, self.gen, lengths)
+                num_acc, fixed = sampling.verify_chain(draft, p, q, mode, self.gen, lengths,
+                                                       fault=cfg.fault)
                 path_logits, keep_idx = logits, None
                 if cfg.fault == "greedy_second_choice" and self.step_index % 8 == 3:
                     fixed = sampling.second_choice(fixed, logits, num_acc, mode)

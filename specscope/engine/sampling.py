@@ -58,6 +58,7 @@ def verify_chain(
     row_mode: torch.Tensor,
     generator: torch.Generator | None,
     lengths: torch.Tensor | None = None,
+    fault: str = "",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Verify a chain of D draft tokens per row; returns (num_accepted ``[B]``, committed ``[B, D+1]``).
 
@@ -68,6 +69,7 @@ def verify_chain(
     ``committed[:, :num_accepted + 1]`` are the tokens to commit; later columns are don't-care.
     ``lengths`` ``[B]``: drafts shorter than D (an n-gram proposer's); a row accepts at most its
     own length, and the token after a fully accepted short draft is a sample of p there.
+    ``fault``: "residual_argmax" or "bonus_argmax" seed those faults (``engine/config.py``).
     """
     b, d = draft.shape
     argmax = target_probs.argmax(dim=-1)  # [B, D+1]
@@ -82,7 +84,11 @@ def verify_chain(
     if lengths is not None:
         accept = accept & (torch.arange(d, device=draft.device)[None, :] < lengths[:, None])
     num_accepted = torch.cumprod(accept.long(), dim=1).sum(dim=1)
-    residual = sample_from((target_probs[:, :d] - draft_probs).clamp_min(0.0), generator)
+    leftover = (target_probs[:, :d] - draft_probs).clamp_min(0.0)
+    residual = leftover.argmax(dim=-1) if fault == "residual_argmax" \
+        else sample_from(leftover, generator)
+    if fault == "bonus_argmax":  # every bonus token (after a fully accepted draft) the argmax
+        sampled = argmax
     # the token committed after the accepted prefix: bonus (all accepted) or correction
     spec_fix = torch.cat([residual, sampled[:, d:]], dim=1)  # [B, D+1]
     if lengths is not None:  # past a row's own draft: the bonus, a sample of p

@@ -77,6 +77,8 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
     top1: np.ndarray | None
     expected: np.ndarray | None
     var: np.ndarray | None
+    pit_sum: np.ndarray | None = None
+    pit_var: np.ndarray | None = None
     mismatches: np.ndarray
     if full_rows:
         stats = np.zeros((n, _stats.ROW_WIDTH - base), dtype=np.float32)
@@ -90,6 +92,9 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         top1 = np.where(truth, stats[:, _stats.COL_NUM_TOP1 - base], 0).astype(i64)
         expected = np.where(truth, stats[:, _stats.COL_EXPECTED_TOP1 - base], 0).astype(f64)
         var = np.where(truth, stats[:, _stats.COL_VAR_TOP1 - base], 0).astype(f64)
+        # the whole-distribution test's sums, NaN where the entry has no statistics
+        pit_sum = np.where(truth, stats[:, _stats.COL_PIT_SUM - base], np.nan).astype(f64)
+        pit_var = np.where(truth, stats[:, _stats.COL_PIT_VAR - base], np.nan).astype(f64)
         margin = np.where(truth & (temps <= 0), stats[:, _stats.COL_MISMATCH_MARGIN - base], -1.0)
         mismatches = np.flatnonzero(margin > 0)
     else:  # no statistics in this drain
@@ -103,7 +108,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         num_drafted=drafted, num_draft_tokens=draft_tokens, num_accepted=accepted,
         mode_requested=requested, mode_used=used,
         num_verified=verified, num_top1=top1, expected_top1=expected, var_top1=var,
-        draft_hist=hist, mode_names=tuple(names),
+        draft_hist=hist, mode_names=tuple(names), pit_sum=pit_sum, pit_var=pit_var,
         seq=np.arange(len(metas), dtype=i64),
         step=np.fromiter((m[0] for m in metas), dtype=i64, count=len(metas)),
         batch_size=step_sizes,

@@ -16,8 +16,8 @@ from typing import Any, Sequence, cast
 
 import numpy as np
 
-from .. import sampling
-from ..exact import (ALPHA, INCONCLUSIVE, PASS_ALPHA, decide_rate, positions_to_detect,
+from .. import pit, sampling
+from ..exact import (ALPHA, FAIL, INCONCLUSIVE, PASS, PASS_ALPHA, decide_rate, positions_to_detect,
                      tie_margin, truth_state)
 #: drafted positions after which a draft-probability check is decided (the half-precision
 #: ceiling's sample, ``exact.positions_to_detect(0.75)``)
@@ -69,7 +69,8 @@ class UntilDecided:
     A sampled class is decided where its check is: PASS (the fault ruled out at its size,
     ``exact.truth_state``, the collector's own rule) or FAIL; one whose expected rate is too
     close to greedy to tell apart, or that has not decided by ``undecidable_positions``, stops
-    asking then. The greedy class is decided where its check passes or fails, or at its first
+    asking then. Where the statistics carry the whole-distribution test (``specscope.pit``), a
+    sampled class decides only where that test has decided too (or either has failed). The greedy class is decided where its check passes or fails, or at its first
     mismatch beyond ``tie_margin``. Drafted positions with a draft probability decide at
     ``DRAFT_POSITIONS``.
     """
@@ -85,7 +86,8 @@ class UntilDecided:
         self.undecidable_positions = undecidable_positions
         self.tie_margin = tie_margin("") if margin is None else margin
         self.pass_alpha = pass_alpha
-        self.totals: dict[int, list[float]] = {}  #: class -> [positions, argmax hits, expected]
+        #: class -> [positions, argmax hits, expected, PIT positions, PIT sum, PIT variance]
+        self.totals: dict[int, list[float]] = {}
         self.draft_positions = 0
         self.decided: set[int] = set()
         #: ``decided`` as an array, replaced whole by the drain side: read by the hot path
@@ -125,30 +127,41 @@ class UntilDecided:
     def observe(self, temperature: Sequence[float], top_p: Sequence[float] | None,
                 top_k: Sequence[int] | None, num_verified: np.ndarray | None,
                 num_top1: np.ndarray | None, expected_top1: np.ndarray | None,
-                draft_positions: int = 0, structural: bool = False) -> None:
+                draft_positions: int = 0, structural: bool = False,
+                pit_sum: np.ndarray | None = None, pit_var: np.ndarray | None = None) -> None:
         """What one drain's statistics held, per entry (entries without statistics have 0
-        positions); ``structural``: a greedy mismatch beyond the tie margin was seen."""
+        positions; ``pit_sum`` NaN where an entry has no whole-distribution figures);
+        ``structural``: a greedy mismatch beyond the tie margin was seen."""
         with self._lock:
             if draft_positions:
-                self.totals.setdefault(DRAFT, [0, 0, 0.0])[0] += draft_positions
+                self.totals.setdefault(DRAFT, [0, 0, 0.0, 0, 0.0, 0.0])[0] += draft_positions
             if num_verified is not None and len(num_verified):
                 assert num_top1 is not None and expected_top1 is not None  # given together
                 code = class_codes(temperature, top_p, top_k)
+                has_pit = np.zeros(len(num_verified), dtype=bool) if pit_sum is None or \
+                    pit_var is None else np.isfinite(pit_sum) & np.isfinite(pit_var)
                 for c in np.unique(code[num_verified > 0]).tolist():
                     rows = (code == c) & (num_verified > 0)
-                    acc = self.totals.setdefault(c, [0, 0, 0.0])
+                    acc = self.totals.setdefault(c, [0, 0, 0.0, 0, 0.0, 0.0])
                     acc[0] += int(num_verified[rows].sum())
                     acc[1] += int(num_top1[rows].sum())
                     acc[2] += float(expected_top1[rows].sum())
+                    with_pit = rows & has_pit
+                    if with_pit.any():
+                        assert pit_sum is not None and pit_var is not None  # has_pit
+                        acc[3] += int(num_verified[with_pit].sum())
+                        acc[4] += float(pit_sum[with_pit].sum())
+                        acc[5] += float(pit_var[with_pit].sum())
             if structural:
-                self.totals.setdefault(0, [0, 0, 0.0])
+                self.totals.setdefault(0, [0, 0, 0.0, 0, 0.0, 0.0])
                 self.decided.add(0)
             for c, acc in self.totals.items():
                 if c not in self.decided and self._decides(c, *acc):
                     self.decided.add(c)
             self._decided_codes = np.array(sorted(self.decided), dtype=np.int64)
 
-    def _decides(self, c: int, n: float, k: float, expected: float) -> bool:
+    def _decides(self, c: int, n: float, k: float, expected: float, pit_n: float = 0,
+                 pit_sum: float = 0.0, pit_var: float = 0.0) -> bool:
         if c == DRAFT:
             return n >= DRAFT_POSITIONS
         if not n:
@@ -162,7 +175,12 @@ class UntilDecided:
         exp = min(1.0, max(0.0, expected / n))
         state = truth_state(int(k), int(n), exp, self.min_excess, alpha=self.alpha,
                             pass_alpha=self.pass_alpha)
-        return state != INCONCLUSIVE or (1.0 - exp <= self.min_excess and n >= 512)
+        dist = pit.decide(pit_sum, int(pit_n), pit_var, alpha=self.alpha,
+                          pass_alpha=self.pass_alpha).state if pit_n else None
+        if FAIL in (state, dist):
+            return True
+        top1 = state != INCONCLUSIVE or (1.0 - exp <= self.min_excess and n >= 512)
+        return top1 and dist in (None, PASS)
 
     def state(self) -> dict[str, Any]:
         """What it has decided, for tests and the engine's log."""

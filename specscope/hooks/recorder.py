@@ -306,7 +306,7 @@ class Recorder:
                                             scratch=self._scratch_for(logits) if rows is not None
                                             else None, truncated=cut)
                 if rows is not None:  # the other rows keep 0 verified positions: no statistics
-                    out = torch.zeros(batch, 6, device=dev).index_copy_(0, pick, out)
+                    out = torch.zeros(batch, out.shape[1], device=dev).index_copy_(0, pick, out)
                 cols[:, _stats.COL_NUM_VERIFIED:_stats.COL_HIST] = out[:, :4]
                 cols[:, _stats.COL_MISMATCH_MARGIN:] = out[:, 4:]
             if draft_top1 is not None:
@@ -347,7 +347,8 @@ class Recorder:
                 continue
             hist = int(c.draft_hist.sum()) if c.draft_hist is not None else 0
             observe(c.temperature, c.top_p, c.top_k, c.num_verified, c.num_top1,
-                    c.expected_top1, draft_positions=hist)
+                    c.expected_top1, draft_positions=hist, pit_sum=c.pit_sum,
+                    pit_var=c.pit_var)
 
     def _to_device(self, values, dtype, dev) -> torch.Tensor:
         host = torch.tensor(values, dtype=dtype)

@@ -6,6 +6,8 @@ recorder copies out with a non-blocking copy; nothing is read back on the host.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..schema import DRAFT_HIST_BINS
@@ -24,7 +26,12 @@ COL_HIST = 7
 #: the position along the verified path where it is
 COL_MISMATCH_MARGIN = COL_HIST + DRAFT_HIST_BINS
 COL_MISMATCH_POS = COL_MISMATCH_MARGIN + 1
-ROW_WIDTH = COL_MISMATCH_POS + 1
+#: the whole-distribution test: over the verified positions, the sum of each committed token's
+#: mid-rank probability-integral transform (``pit_columns``; exactly 1/2 per position in
+#: expectation under honest sampling) and the sum of each position's variance bound for it
+COL_PIT_SUM = COL_MISMATCH_POS + 1
+COL_PIT_VAR = COL_PIT_SUM + 1
+ROW_WIDTH = COL_PIT_VAR + 1
 
 
 def expected_top1(
@@ -64,17 +71,43 @@ def expected_top1(
     return torch.where(greedy, torch.ones_like(p_max), p_max)
 
 
+def pit_columns(weights: torch.Tensor, chosen: torch.Tensor,
+                total: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The committed token's mid-rank PIT and a bound on its variance, per position.
+
+    ``weights`` ``[..., V]`` are the position's unnormalised probabilities (0 outside a
+    truncation), ``chosen`` ``[...]`` the committed token's weight (its own value, tied tokens
+    included), ``total`` the normaliser (by default the weights' sum). Tokens are ranked from
+    the most probable down; the transform is the mass ranked above the committed token plus half
+    the mass of its tie group: ``u = (sum w[w > c] + sum w[w >= c]) / (2 sum w)``. For a token
+    drawn from the distribution, ``E[u] = 1/2`` exactly (ties included) and ``Var[u] = (1 -
+    sum g^3) / 12`` over the tie groups' masses g, at most ``(1 - sum p^3) / 12``, the second
+    figure returned. A token outside the truncation ranks below all of it: u = 1. Three
+    reductions over the vocabulary, no sort."""
+    c = chosen[..., None]
+    s = weights.sum(dim=-1) if total is None else total
+    zero = torch.zeros((), dtype=weights.dtype, device=weights.device)
+    above = torch.where(weights > c, weights, zero).sum(dim=-1)
+    at_or_above = torch.where(weights >= c, weights, zero).sum(dim=-1)
+    u = (above + at_or_above) / (2.0 * s)
+    cube = (weights / s[..., None]).pow(3).sum(dim=-1)
+    return u, (1.0 - cube).clamp_min(0.0) / 12.0
+
+
 #: the largest tokens a truncated distribution's p_max is computed from (``expected_top1_topk``)
 TOPK_WIDTH = 1024
 
 
 def expected_top1_topk(logits: torch.Tensor, temperature: torch.Tensor,
                        top_p: torch.Tensor | None, top_k: torch.Tensor | None,
-                       width: int = TOPK_WIDTH) -> torch.Tensor:
+                       width: int = TOPK_WIDTH, committed: torch.Tensor | None = None) -> Any:
     """``expected_top1`` for rows that asked for top-k or top-p, from the ``width`` largest
     logits instead of a sort of the whole vocabulary (top-k then top-p, as ``expected_top1``).
     NaN where that is not enough to know it (a nucleus reaching past ``width`` tokens, or a
-    top-k wider than it): the row's statistics are then unknown, never guessed."""
+    top-k wider than it): the row's statistics are then unknown, never guessed.
+
+    With ``committed`` (``[B, P]`` tokens): (p_max, PIT, PIT variance bound) of those tokens in
+    the truncated distribution (``pit_columns``), NaN where p_max is."""
     x = logits.float()
     v = x.shape[-1]
     t = temperature.to(x.dtype).clamp_min(1e-6)[:, None, None]
@@ -97,14 +130,26 @@ def expected_top1_topk(logits: torch.Tensor, temperature: torch.Tensor,
     keep = keep & (~p_on[:, None, None] | (before < p[:, None, None]))
     p_max = torch.exp(-torch.logsumexp(zs.masked_fill(~keep, float("-inf")), dim=-1))
     # untruncated rows: the whole vocabulary's p_max
-    p_max = torch.where((~k_on & ~p_on)[:, None], torch.reciprocal(whole), p_max)
+    untruncated = (~k_on & ~p_on)[:, None]
+    p_max = torch.where(untruncated, torch.reciprocal(whole), p_max)
     unknown = torch.zeros_like(p_max, dtype=torch.bool)
     if w < v:
         unknown |= (k_on & (k > w))[:, None]  # the top-k set wider than the width
         # top-p over the whole vocabulary whose mass within the width is short of top_p: the
         # nucleus goes on past it
         unknown |= (~k_on & p_on)[:, None] & (probs.sum(dim=-1) < p[:, None])
-    return torch.where(unknown, torch.full_like(p_max, float("nan")), p_max)
+    nan = torch.full_like(p_max, float("nan"))
+    if committed is None:
+        return torch.where(unknown, nan, p_max)
+    zc = z.gather(-1, committed.clamp(0, v - 1).long()[..., None])[..., 0]
+    kept = torch.exp(zs.masked_fill(~keep, float("-inf")))
+    # an untruncated row ranks its token against the whole vocabulary's mass; past the width
+    # its rank is unknown
+    u, var = pit_columns(kept, torch.exp(zc), torch.where(untruncated, whole, kept.sum(dim=-1)))
+    if w < v:
+        unknown = unknown | (untruncated & (zc < zs[..., -1]))
+    return (torch.where(unknown, nan, p_max), torch.where(unknown, nan, u),
+            torch.where(unknown, nan, var))
 
 
 def truth_columns(
@@ -165,44 +210,57 @@ def verify_columns(
     scratch: torch.Tensor | None = None,
     truncated: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``truth_columns`` and ``mismatch_columns`` in one: ``[B, 6]``, the columns
-    ``COL_NUM_VERIFIED`` .. ``COL_VAR_TOP1`` then ``COL_MISMATCH_MARGIN``, ``COL_MISMATCH_POS``.
+    """``truth_columns`` and ``mismatch_columns`` in one, and the whole-distribution test:
+    ``[B, 8]``, the columns ``COL_NUM_VERIFIED`` .. ``COL_VAR_TOP1``, ``COL_MISMATCH_MARGIN``,
+    ``COL_MISMATCH_POS``, ``COL_PIT_SUM``, ``COL_PIT_VAR``.
 
-    Fewer passes over the ``[B, P, V]`` logits than the two apart: one max gives both the
+    Fewer passes over the ``[B, P, V]`` logits than the parts apart: one max gives both the
     argmax and its logit; without truncation p_max is ``1 / sum(exp((x - max x) / T))``, one
     shifted copy scaled and exponentiated in place and one sum (the same figure as
-    ``exp(max y - logsumexp y)``); the committed logit is one gather. ``scratch``: a float32
-    buffer of the logits' shape for the shifted copy (else one is allocated). ``truncated``:
-    the rows that asked for top-k or top-p (an index on the device), the only ones that take
-    the truncated path (``expected_top1_topk``); without it, every row takes the full sort
+    ``exp(max y - logsumexp y)``); the committed logit is one gather; the PIT reads the same
+    exponentiated copy (``pit_columns``: three more reductions). ``scratch``: a float32 buffer
+    of the logits' shape for the shifted copy (else one is allocated). ``truncated``: the rows
+    that asked for top-k or top-p (an index on the device), the only ones that take the
+    truncated path (``expected_top1_topk``); without it, every row takes the full sort
     (``expected_top1``) when ``top_p`` or ``top_k`` is given."""
     x = logits.float()
     top, arg = x.max(dim=-1)
     positions = torch.arange(committed.shape[1], device=committed.device)
     valid = positions[None, :] <= num_accepted[:, None]
     validf = valid.to(torch.float32)
+    safe = committed.clamp(0, x.shape[-1] - 1).long()
     if (top_p is None and top_k is None) or truncated is not None:
         t = temperature.to(x.dtype).clamp_min(1e-6)[:, None, None]
         z = torch.sub(x, top[..., None], out=scratch) if scratch is not None \
             else torch.sub(x, top[..., None])
         z.div_(t).exp_()
-        p_max = torch.reciprocal(z.sum(dim=-1))
+        total = z.sum(dim=-1)
+        p_max = torch.reciprocal(total)
         p_max = torch.where((temperature <= 0)[:, None], torch.ones_like(p_max), p_max)
+        u, u_var = pit_columns(z, z.gather(-1, safe[..., None])[..., 0], total)
         if truncated is not None and truncated.numel():
-            p_max = p_max.index_copy(0, truncated, expected_top1_topk(
+            cut_max, cut_u, cut_var = expected_top1_topk(
                 logits.index_select(0, truncated), temperature.index_select(0, truncated),
                 None if top_p is None else top_p.index_select(0, truncated),
-                None if top_k is None else top_k.index_select(0, truncated)))
+                None if top_k is None else top_k.index_select(0, truncated),
+                committed=committed.index_select(0, truncated))
+            p_max = p_max.index_copy(0, truncated, cut_max)
+            u = u.index_copy(0, truncated, cut_u)
+            u_var = u_var.index_copy(0, truncated, cut_var)
     else:
         p_max = expected_top1(logits, temperature, top_p, top_k)
-    safe = committed.clamp(0, x.shape[-1] - 1).long()
+        _, u, u_var = expected_top1_topk(logits, temperature, top_p, top_k,
+                                         width=x.shape[-1], committed=committed)
     chosen = x.gather(-1, safe[..., None])[..., 0]
     is_top1 = (committed == arg).to(torch.float32)
     margin = torch.where(valid & (chosen < top), top - chosen, torch.full_like(top, -1.0))
     worst, where = margin.max(dim=1)
-    pv = torch.where(valid, p_max, torch.zeros_like(p_max))  # NaN (unknown) only where verified
+    zero = torch.zeros_like(p_max)
+    pv = torch.where(valid, p_max, zero)  # NaN (unknown) only where verified
     return torch.stack([validf.sum(dim=1), (is_top1 * validf).sum(dim=1), pv.sum(dim=1),
-                        (pv * (1.0 - pv)).sum(dim=1), worst, where.to(worst.dtype)], dim=1)
+                        (pv * (1.0 - pv)).sum(dim=1), worst, where.to(worst.dtype),
+                        torch.where(valid, u, zero).sum(dim=1),
+                        torch.where(valid, u_var, zero).sum(dim=1)], dim=1)
 
 
 def draft_hist_columns(draft_top1: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,7 @@ the columnar twin of a run of ``VerifyStepRecord``s: ``to_records()`` rebuilds t
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -113,6 +114,10 @@ class VerifyColumns:
     #: int64 [N, DRAFT_HIST_BINS] (zeros where not sampled); None when no entry carries one
     draft_hist: np.ndarray | None
     mode_names: tuple[str, ...] = MODES
+    #: the whole-distribution test's sums (schema.VerifyEntry), float64, NaN where an entry
+    #: carries none; both None when no entry does
+    pit_sum: np.ndarray | None = None
+    pit_var: np.ndarray | None = None
     # ---- detail, for rebuilding records
     seq: np.ndarray | None = None  #: int64, which step record (0..num_steps-1) each entry is of
     step: np.ndarray | None = None  #: int64, the step number
@@ -169,7 +174,9 @@ class VerifyColumns:
                 rows.append((r.t_ns, e.num_drafted, e.num_draft_tokens, e.num_accepted,
                              code(e.mode_requested), code(e.mode_used),
                              e.num_verified, e.num_top1, e.expected_top1, e.var_top1, hist,
-                             seq, depth, e.top_p, e.top_k))
+                             seq, depth, e.top_p, e.top_k,
+                             math.nan if e.pit_sum is None else e.pit_sum,
+                             math.nan if e.pit_var is None else e.pit_var))
                 if r.depth_reason and seq not in reasons.setdefault(key, {}):
                     reasons[key][seq] = r.depth_reason
                 if detail:
@@ -180,7 +187,7 @@ class VerifyColumns:
                          e.top_k, flags))
         out = []
         for key, rows in groups.items():
-            cols = list(zip(*rows)) if rows else [()] * 15
+            cols = list(zip(*rows)) if rows else [()] * 17
             c = cls(
                 run_id=key[0], config_id=key[1], rank=key[2], node=key[3], num_steps=steps[key],
                 t_ns=np.asarray(cols[0], dtype=np.int64),
@@ -200,6 +207,9 @@ class VerifyColumns:
                 depth_reasons=reasons.get(key) or None,
                 # the sampling-truth classes pool by top-p and top-k (collector's truth_key)
                 top_p=np.asarray(cols[13], dtype=np.float64), top_k=np.asarray(cols[14], dtype=np.int64))
+            pit_sum = np.asarray(cols[15], dtype=np.float64)
+            if len(pit_sum) and not np.isnan(pit_sum).all():
+                c.pit_sum, c.pit_var = pit_sum, np.asarray(cols[16], dtype=np.float64)
             if detail:
                 x = list(zip(*extra.get(key, []))) or [()] * 9
                 c.step = np.asarray(x[1], dtype=np.int64)
@@ -235,6 +245,8 @@ class VerifyColumns:
                           self.num_top1, self.expected_top1, self.var_top1,
                           self.temperature, self.top_p, self.top_k, self.flags)]
         hist = self.draft_hist.tolist() if self.draft_hist is not None else None
+        pits = (self.pit_sum.tolist(), self.pit_var.tolist()) \
+            if self.pit_sum is not None and self.pit_var is not None else None
         bounds = np.flatnonzero(np.diff(seq)) + 1
         starts = [0] + bounds.tolist()
         ends = bounds.tolist() + [n]
@@ -255,7 +267,8 @@ class VerifyColumns:
                     expected_top1=cols[7][i] if truth else 0.0,
                     var_top1=cols[8][i] if truth else 0.0,
                     draft_top1_hist=tuple(hist[i]) if hist is not None and flags & HAS_HIST
-                    else ()))
+                    else (), **(_pit(pits[0][i], pits[1][i]) if pits is not None and truth
+                                else {})))
             depth = int(draft_depth[s])
             out.append(schema.VerifyStepRecord(
                 run_id=self.run_id, config_id=self.config_id, rank=self.rank, node=self.node,
@@ -270,7 +283,8 @@ class VerifyColumns:
         if self.step_sizes is not None:
             return self.per_entry().select(mask)
         arrays: dict[str, Any] = {name: None if getattr(self, name) is None
-                                  else getattr(self, name)[mask] for name in AGGREGATE_ARRAYS}
+                                  else getattr(self, name)[mask]
+                                  for name in AGGREGATE_ARRAYS + PIT_ARRAYS}
         return VerifyColumns(run_id=self.run_id, config_id=self.config_id, rank=self.rank,
                              node=self.node, num_steps=0, mode_names=self.mode_names, **arrays)
 
@@ -278,10 +292,17 @@ class VerifyColumns:
 AGGREGATE_ARRAYS = ("t_ns", "num_drafted", "num_draft_tokens", "num_accepted", "mode_requested",
                     "mode_used", "num_verified", "num_top1", "expected_top1", "var_top1",
                     "draft_hist")
+#: the whole-distribution test's arrays: optional (None where no entry carries them)
+PIT_ARRAYS = ("pit_sum", "pit_var")
 #: fields with one value per verify step (compact when ``step_sizes`` is set)
 STEP_ARRAYS = ("t_ns", "seq", "step", "batch_size", "draft_depth")
 DETAIL_ARRAYS = ("seq", "step", "batch_size", "draft_depth", "temperature", "top_p", "top_k",
                  "flags")
+
+
+def _pit(u_sum: float, var: float) -> dict[str, float]:
+    """An entry's PIT fields, left out (None) where the columns hold NaN."""
+    return {} if math.isnan(u_sum) or math.isnan(var) else {"pit_sum": u_sum, "pit_var": var}
 
 
 def expand(items: Iterable[Any]) -> list[Any]:

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from .. import schema
 from ..schema import TraceError
-from .columns import HAS_HIST, HAS_TRUTH, VerifyColumns, expand
+from .columns import HAS_HIST, HAS_TRUTH, PIT_ARRAYS, VerifyColumns, expand
 from .intervals import BATCHES
 from .store import (UNKNOWN, Store, Where, day, open_store, partition_path, partition_values,
                     row_time)
@@ -102,7 +102,10 @@ def write_parquet(records: Iterable[Any], out_dir: str | os.PathLike,
             folder = partition_path(kind, day(row_time(row)), config, run_id, node)
             groups.setdefault(folder, []).append(row)
         for folder, part in groups.items():
-            parts.append((folder, pa.Table.from_pylist(part)))
+            table = pa.Table.from_pylist(part)
+            if kind == "verify":
+                table = _float_columns(table, pa, PIT_ARRAYS)
+            parts.append((folder, table))
     for c in columns:
         if len(c):
             t0 = int(c.t_ns[0]) if len(c.t_ns) else None
@@ -118,6 +121,16 @@ def write_parquet(records: Iterable[Any], out_dir: str | os.PathLike,
         meta = {_VERSION_KEY: str(schema.SCHEMA_VERSION).encode(), b"specscope_kind": kind.encode()}
         store.write(folder, table.replace_schema_metadata(meta))
     return Path(store.root) if store.local else store.uri
+
+
+def _float_columns(table: Any, pa: Any, names: Sequence[str]) -> Any:
+    """``table`` with each of ``names`` as float64 where every value was None (inferred as
+    the null type): every part file of a kind keeps one schema."""
+    for name in names:
+        i = table.schema.get_field_index(name)
+        if i >= 0 and pa.types.is_null(table.schema.field(i).type):
+            table = table.set_column(i, name, table.column(i).cast(pa.float64()))
+    return table
 
 
 def _columns_table(c: VerifyColumns, pa: Any) -> Any:
@@ -175,6 +188,10 @@ def _columns_table(c: VerifyColumns, pa: Any) -> Any:
         "var_top1": pa.array(stat(c.var_top1, zero_f)),
         "draft_top1_hist": pa.ListArray.from_arrays(pa.array(hist_off), pa.array(hist_values)),
     }
+    for name in PIT_ARRAYS:  # null where the entry has none
+        values = getattr(c, name)
+        values = np.full(n, np.nan) if values is None else np.where(truth, values, np.nan)
+        data[name] = pa.array(values, pa.float64(), mask=np.isnan(values))
     return pa.table(data)
 
 
@@ -325,6 +342,11 @@ def iter_verify_columns(path: str | os.PathLike, where: Where | None = None):
                 reasons = {int(seq[i]): col["depth_reason"][int(i)].as_py() for i in said}
 
             hist = _hist_matrix(col["draft_top1_hist"], len(batch), np)
+            pits = {}
+            if all(p in file_schema.names for p in PIT_ARRAYS):
+                got = pf.read_row_group(group, columns=list(PIT_ARRAYS))
+                pits = {p: got.column(p).combine_chunks().to_numpy(zero_copy_only=False)
+                        .astype(np.float64) for p in PIT_ARRAYS}  # null -> NaN
             req = _codes(col["mode_requested"], np)
             used = _codes(col["mode_used"], np)
             runs = col["run_id"] if hasattr(col["run_id"], "indices") else col["run_id"].dictionary_encode()
@@ -352,6 +374,8 @@ def iter_verify_columns(path: str | os.PathLike, where: Where | None = None):
                     num_top1=arr("num_top1", np.int64)[mask],
                     expected_top1=arr("expected_top1", np.float64)[mask],
                     var_top1=arr("var_top1", np.float64)[mask], draft_hist=hist[mask],
+                    **({p: v[mask] for p, v in pits.items()}
+                       if pits and not np.isnan(pits["pit_sum"][mask]).all() else {}),
                     seq=None if seq is None else seq[mask],
                     draft_depth=None if depth is None else depth[mask], depth_reasons=reasons or None)
 

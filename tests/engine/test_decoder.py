@@ -226,3 +226,10 @@ def test_config_validation():
         SpecConfig(num_steps=3, topk=2, num_draft_tokens=6, fault="draft_prob_shortcut")
     assert SpecConfig(num_steps=3).num_draft_tokens == 4  # SGLang counts the root
     assert SpecConfig(num_steps=3).config_id == "draft-model-s3-k1-d4"
+
+
+def test_the_cli_offers_every_seeded_fault():
+    from specscope.cli.spec import FAULTS as OFFERED
+    from specscope.engine.config import FAULTS
+
+    assert OFFERED == FAULTS

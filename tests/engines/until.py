@@ -49,3 +49,20 @@ def rounds_until(one_round: Callable[[int], Any], done: Callable[[], bool], *,
         i += 1
         if done() or capped() or time.monotonic() - t0 > max_s:
             return out, time.monotonic() - t0
+
+
+def pit_cap(shift: float, miss: float = 1e-4) -> int:
+    """Positions by which a fault that moves the committed tokens' mean PIT by ``shift`` has
+    failed the whole-distribution test (``specscope.pit``) except with probability ``miss``:
+    its summed deviation, ``shift * n`` less ``z(miss)`` standard deviations (u lies in [0, 1]:
+    at most sqrt(n) / 2), is past the FAIL threshold at the largest variance an honest
+    position has (1/12)."""
+    from statistics import NormalDist
+
+    from specscope import pit
+
+    z = NormalDist().inv_cdf(1.0 - miss)
+    n = 16
+    while shift * n - z * math.sqrt(n) / 2 < pit.threshold(n / 12):
+        n = math.ceil(n * 1.05)
+    return n

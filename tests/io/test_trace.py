@@ -184,7 +184,7 @@ def test_a_version_7_trace_reads_under_the_schema_8_names(tmp_path):
     again = tmp_path / "v8.jsonl"
     write_trace(again, trace.records)
     text = again.read_text()
-    assert json.loads(text.splitlines()[0])["schema_version"] == schema.SCHEMA_VERSION == 8
+    assert json.loads(text.splitlines()[0])["schema_version"] == schema.SCHEMA_VERSION == 9
     for old in ('"num_accepted_tokens"', '"draft_tokens"', '"accepted_tokens"'):
         assert old not in text
     assert read_trace(again).records == trace.records
