@@ -13,6 +13,7 @@ FLOORS: dict[str, int] = {
     "layers": 0,
     "schema": 0,
     "exact": 0,  #: exact tails and sample sizes of the checks, pure math (hooks and collector)
+    "pit": 1,  #: the whole-distribution test's sequential bound, pure math (hooks and collector)
     "sampling": 0,  #: the sampling class: one code, one name, one parser (hooks, collector, probe)
     "io": 1,
     "hooks": 2,

@@ -16,8 +16,11 @@ then temperature with top-k (20), last because it is the likeliest to crash an e
 0.32's CPU build under speculation; leave it out with --classes where an engine cannot take
 it). Prompts make drafts run long (copying, lists, code edits) and
 open-ended text. Every request asks for logprobs with --top-logprobs alternatives (lowered to
-what the server allows). Bounded by --requests, --max-tokens, --token-budget, --concurrency,
---timeout and --deadline.
+what the server allows). Then it keeps asking: more rounds, each for the classes whose
+checks more positions could settle, until every check has decided, one has failed, or
+--deadline passes (default 120 s; --once sends the plan once). Top-k is sent only after the
+other classes have decided. Each round is bounded by --requests, --max-tokens, --token-budget,
+--concurrency and --timeout.
 
 What it checks, per class, from the engine's own log-probabilities:
   greedy losslessness     every committed token is its position's top-1; one that trails it
@@ -30,6 +33,12 @@ What it checks, per class, from the engine's own log-probabilities:
                           the mass ranked above it, unknown tail bounded, in the engine's
                           sampler order) or beyond its top-k, by more than the
                           dtype's tie margin (--dtype)
+  distribution honoured   where in its distribution each committed token fell (mid-rank
+                          PIT: mean 0.5 under honest sampling), bounded from the returned
+                          alternatives, both sides at a sequential bound: verify sharper
+                          (a temperature applied twice, a residual or bonus taken as its
+                          argmax) or flatter (a truncation dropped) than asked; raw figures
+                          of truncating requests are not tested, processed ones are
 
 Server flags, per engine:
   vLLM       log-probabilities by default (--max-logprobs caps the alternatives; the probe
@@ -87,7 +96,8 @@ def _cmd_probe(args: argparse.Namespace) -> int:
                      max_tokens=args.max_tokens, concurrency=args.concurrency,
                      token_budget=args.token_budget, timeout_s=args.timeout,
                      deadline_s=args.deadline, endpoint=args.endpoint, seed=args.seed,
-                     fail_fast=not args.no_fail_fast, ngram=ngram)
+                     fail_fast=not args.no_fail_fast, ngram=ngram,
+                     until_decided=not args.once)
     def once():
         return probe(args.url, plan, model=args.model, engine=args.engine,
                      logprobs_mode=args.logprobs_mode, top_logprobs=args.top_logprobs,
@@ -172,7 +182,11 @@ def register(sub) -> None:
     p.add_argument("--token-budget", type=int, default=4096,
                    help="stop sending once this many output tokens came back (default 4096)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
-    p.add_argument("--deadline", type=float, default=300.0, help="seconds for the whole probe")
+    p.add_argument("--deadline", type=float, default=120.0,
+                   help="seconds for the whole probe, every round (default 120)")
+    p.add_argument("--once", action="store_true",
+                   help="send the plan's requests once; by default the probe keeps asking, a "
+                   "round at a time, until every check decides or the deadline passes")
     p.add_argument("--endpoint", choices=("chat", "completions", "generate"), default="chat",
                    help="/v1/chat/completions, /v1/completions, or SGLang's native /generate "
                    "(return_logprob, meta_info)")

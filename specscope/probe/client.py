@@ -347,26 +347,29 @@ def engine_message(text: str) -> str:
 
 def send(url: str, engine: str, model: str, plan: Any, requests: list[tuple[str, str, dict]],
          top_logprobs: int, stop: Any = None, *,
-         client: httpx.Client | None = None) -> tuple[list[Answer], int]:
+         client: httpx.Client | None = None,
+         t_start: float | None = None) -> tuple[list[Answer], int]:
     """Every request with at most ``plan.concurrency`` in flight, in the plan's order, until the
     token budget or the deadline is spent, ``stop(answers so far)`` says the verdict is in (a
     check failed), or the engine fails (HTTP 5xx, a dropped or refused connection, no answer
     within the timeout: nothing more is sent to it); returns the answers and the top-logprobs
-    count the server took. ``client``: the probe's (``http_client``), else a fresh one."""
+    count the server took. ``client``: the probe's (``http_client``), else a fresh one.
+    ``t_start``: the monotonic time the answers' send and done times count from (default:
+    now); the deadline counts from now."""
     with _using(client) as http:
-        return _send(http, url, engine, model, plan, requests, top_logprobs, stop)
+        return _send(http, url, engine, model, plan, requests, top_logprobs, stop, t_start)
 
 
 def _send(http: httpx.Client, url: str, engine: str, model: str, plan: Any,
           requests: list[tuple[str, str, dict]], top_logprobs: int,
-          stop: Any) -> tuple[list[Answer], int]:
+          stop: Any, t_start: float | None = None) -> tuple[list[Answer], int]:
     answers = [Answer(cls, prompt, sampling, index=i)
                for i, (cls, prompt, sampling) in enumerate(requests)]
     used = {"tokens": 0, "stopped": False, "engine_failed": False, "next": 0}
     lock = threading.Lock()
     limit = {"n": top_logprobs}
-    t_start = time.monotonic()
-    t_end = t_start + plan.deadline_s
+    t_end = time.monotonic() + plan.deadline_s
+    t_start = time.monotonic() if t_start is None else t_start
 
     def fail(a: Answer, error: str, status: int | None, engine_failed: bool) -> None:
         with lock:

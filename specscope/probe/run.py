@@ -12,9 +12,10 @@ from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
 from ..exact import tie_margin
 from .checks import Semantics, greedy_check, overall, temperature_check, truncation_check
 from .client import ENABLE, Answer, ProbeError, detect, http_client, place, semantics, send
+from .distribution import distribution_check
 from .result import ERROR, ProbeResult
 from .verified import guard, infer_ngram, select
-from .workload import CLASSES, ProbePlan
+from .workload import CLASSES, RISKY, ProbePlan
 
 if TYPE_CHECKING:
     import httpx
@@ -33,10 +34,7 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
         found, model = detect(url, model, client=http)
         engine = engine or found
         sem = semantics(engine, logprobs_mode)
-        stop = ((lambda done: overall(run_checks(done, sem, dtype)) == FAIL) if plan.fail_fast
-                else None)
-        answers, took = send(url, engine, model, plan, plan.requests_to_send(), top_logprobs,
-                             stop, client=http)
+        answers, took = ask(url, engine, model, plan, sem, dtype, top_logprobs, http)
         inferred_note = "" if plan.ngram is not None else place_by_inference(answers)
         got = [a for a in answers if a.response is not None]
         if not got:
@@ -71,6 +69,63 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
                                                    top_logprobs, client=http))
             result.verdict = overall(result.checks)
         return result
+
+
+def ask(url: str, engine: str, model: str, plan: ProbePlan, sem: Semantics, dtype: str,
+        top_logprobs: int, http: Any) -> tuple[list[Answer], int]:
+    """The plan's requests, then (``plan.until_decided``) more rounds, each for the classes
+    whose checks could still be settled by more positions, until every check has decided, one
+    has failed (``plan.fail_fast``), the engine fails, or the deadline passes. The risky
+    classes go last, once the others have decided. Returns every answer (indices and times
+    across rounds) and the top-logprobs count the server took."""
+    t0 = time.monotonic()
+    answers: list[Answer] = []
+
+    def stop_at(before: list[Answer]):
+        if not plan.fail_fast:
+            return None
+        return lambda done: overall(run_checks(before + list(done), sem, dtype)) == FAIL
+
+    if not plan.until_decided:
+        return send(url, engine, model, plan, plan.requests_to_send(), top_logprobs,
+                    stop_at([]), client=http, t_start=t0)
+    safe = tuple(c for c in plan.classes if c not in RISKY)
+    risky = tuple(c for c in plan.classes if c in RISKY)
+    per_class = max(1, plan.requests // max(1, len(plan.classes)))
+    classes, sent, took = safe or risky, {c: 0 for c in plan.classes}, top_logprobs
+    while classes:
+        left = plan.deadline_s - (time.monotonic() - t0)
+        if left <= 0:
+            break
+        first = not answers
+        n = (plan.requests - per_class * len(risky) if first and safe else
+             per_class * len(classes))
+        offset = min(sent[c] for c in classes)
+        part = replace(plan, classes=classes, requests=max(n, len(classes)), deadline_s=left,
+                       offset=offset, seed=plan.seed + len(answers))
+        got, took = send(url, engine, model, part, part.requests_to_send(), took,
+                         stop_at(answers), client=http, t_start=t0)
+        for a in got:
+            a.index += len(answers)
+            sent[a.cls] += 1
+        answers += got
+        if any(a.engine_failed for a in got) or not any(a.response for a in got):
+            break
+        checks = run_checks(answers, sem, dtype)
+        if plan.fail_fast and overall(checks) == FAIL:
+            break
+        classes = undecided(checks, classes)
+        if not classes and risky and not any(sent[c] for c in risky):
+            classes = risky  # the others have decided: now the classes that may crash it
+    return answers, took
+
+
+def undecided(checks: list[Assessment], classes: tuple[str, ...]) -> tuple[str, ...]:
+    """The classes among ``classes`` with a check that more positions could settle
+    (INCONCLUSIVE with a count it needs)."""
+    open_ = {c.evidence.get("probe_class") for c in checks
+             if c.state == INCONCLUSIVE and c.need is not None}
+    return tuple(c for c in classes if c in open_)
 
 
 def place_by_inference(answers: list[Answer]) -> str:
@@ -148,6 +203,9 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
         else:
             sel = select(mine, silent_drafted_nothing=sem.engine == "llamacpp")
             found = [guard(temperature_check(sel.positions, sem, label=cls), sel, sem)]
+            dist = distribution_check(sel.positions, sem, label=cls, blind=sel.how == "blind")
+            if dist is not None:
+                found.append(dist)
             if code & (sampling.TOP_P | sampling.TOP_K):
                 found.append(truncation_check(positions, sem, label=cls, margin=tie_margin(dtype)))
         checks += [replace(c, evidence={**c.evidence, "probe_class": cls}) for c in found]

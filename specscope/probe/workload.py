@@ -61,7 +61,14 @@ class ProbePlan:
     concurrency: int = 4
     token_budget: int = 4096  #: no request is sent once this many output tokens came back
     timeout_s: float = 120.0  #: per request
-    deadline_s: float = 300.0  #: the whole probe
+    deadline_s: float = 120.0  #: the whole probe, every round
+    #: keep asking until it knows: after the plan's requests, more rounds for the classes whose
+    #: checks are still INCONCLUSIVE and could be settled by more positions, until every check
+    #: has decided or the deadline passes (``token_budget`` bounds each round). The risky
+    #: classes (``RISKY``) are sent only once every other class has decided.
+    until_decided: bool = True
+    #: requests per class sent in earlier rounds: a later round takes the next prompts
+    offset: int = 0
     endpoint: str = "chat"  #: "chat", "completions" or "generate" (SGLang's native API)
     seed: int = 0
     #: more fields for every request; never a logit bias (``ignore_eos`` is one): the checks
@@ -85,8 +92,12 @@ class ProbePlan:
         out = []
         for i in range(self.requests):
             cls = self.classes[i % len(self.classes)]
-            j = i // len(self.classes)
-            pool = REPETITIVE if cls == "greedy" or j % 2 == 0 else OPEN_ENDED
-            out.append((cls, pool[(j // (1 if cls == "greedy" else 2)) % len(pool)],
-                        dict(CLASSES[cls])))
+            j = i // len(self.classes) + self.offset
+            if cls == "greedy":  # the repetitive prompts, then the open-ended ones, in turn
+                pool = REPETITIVE if (j // len(REPETITIVE)) % 2 == 0 else OPEN_ENDED
+                prompt = pool[j % len(pool)]
+            else:
+                pool = REPETITIVE if j % 2 == 0 else OPEN_ENDED
+                prompt = pool[(j // 2) % len(pool)]
+            out.append((cls, prompt, dict(CLASSES[cls])))
         return sorted(out, key=lambda r: r[0] in RISKY)  # stable: the turn order otherwise

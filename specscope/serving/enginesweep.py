@@ -479,8 +479,11 @@ def _probe_if_blind(srv: Any, p: EnginePoint, windows: list[Window], mode: str) 
         return None
     from ..probe import ProbePlan, ProbeError, probe, probe_records
 
+    # the plan once: a sweep point's gate is its in-engine verdict; the probe beside it is
+    # bounded to the plan's requests (its INCONCLUSIVE stays INCONCLUSIVE)
     plan = ProbePlan(classes=("greedy", "temperature", "top-p"), requests=12, max_tokens=32,
-                     concurrency=min(4, max(w.point.concurrency for w in windows)), deadline_s=180)
+                     concurrency=min(4, max(w.point.concurrency for w in windows)), deadline_s=180,
+                     until_decided=False)
     try:
         result = probe(srv.url, plan, engine=p.engine)
     except ProbeError as exc:

@@ -170,7 +170,8 @@ def test_probe_never_fails_a_clean_llamacpp_and_says_what_it_cannot_see(
     # (exact.greedy_positions_needed, exact.positions_to_rule_out(0.05))
     n = 48 if speculation == "none" else 8
     # top-k goes last: a deadline that a loaded machine can reach must not starve its class
-    plan = ProbePlan(requests=n, max_tokens=64, concurrency=2, token_budget=n * 64, deadline_s=900)
+    plan = ProbePlan(requests=n, max_tokens=64, concurrency=2, token_budget=n * 64, deadline_s=900,
+                     until_decided=False)
     with srv:
         if speculation != "none":
             result = probe(srv.url, plan)

@@ -93,7 +93,7 @@ def probe(url: str, *extra: str) -> tuple[int, float, dict]:
     t0 = time.monotonic()
     with contextlib.redirect_stdout(out):
         rc = main(["probe", url, "--engine", "sglang", "--dtype", "bfloat16", "--json",
-                   "--concurrency", "3", "--max-tokens", "48", *extra])
+                   "--concurrency", "3", "--max-tokens", "48", "--once", *extra])
     return rc, time.monotonic() - t0, json.loads(out.getvalue())
 
 

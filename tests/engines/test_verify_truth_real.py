@@ -36,7 +36,7 @@ from tests.engines.until import ARGMAX_MASS_CAP, argmax_mass
 pytestmark = pytest.mark.slow
 
 PLAN = ProbePlan(classes=("greedy", "temperature", "top-p"), requests=18, max_tokens=48,
-                 concurrency=6, token_budget=18 * 48, deadline_s=120)
+                 concurrency=6, token_budget=18 * 48, deadline_s=120, until_decided=False)
 #: against a seeded fault the probe stops at its first FAIL: twice PLAN's requests is its cap
 #: there (its checks are the in-engine rules on bounds from the returned log-probabilities, so
 #: 12 temperature answers of 48 tokens carry several times ``ARGMAX_MASS_CAP``)

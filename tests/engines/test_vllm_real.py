@@ -117,7 +117,8 @@ def test_a_failing_plugin_never_stops_vllm(vllm_env):
 #: prompt lookup's settings on the n-gram server (issue 42's), as the probe is told them
 NGRAM = NgramSettings(k=4, min_n=2, max_n=5)
 NGRAM_PLAN = ProbePlan(classes=("greedy", "temperature", "top-p"), requests=24, max_tokens=64,
-                       concurrency=4, token_budget=24 * 64, deadline_s=150, ngram=NGRAM)
+                       concurrency=4, token_budget=24 * 64, deadline_s=150, ngram=NGRAM,
+                       until_decided=False)
 
 
 def probe_prompt_lookup(srv: VllmServer) -> dict[str, ProbeResult]:
@@ -251,7 +252,8 @@ def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_c
         probed = probe_prompt_lookup(srv)
         # last: the probe's default classes, top-k at the end, which brings vLLM 0.32's CPU
         # engine core down (a step whose batch drafted nothing, with a top-k request in it)
-        crash = probe(srv.url, ProbePlan(requests=12, max_tokens=32, concurrency=4, ngram=NGRAM),
+        crash = probe(srv.url, ProbePlan(requests=12, max_tokens=32, concurrency=4, ngram=NGRAM,
+                                         until_decided=False),
                       dtype="bfloat16")
     steps = [r for r in records if isinstance(r, schema.VerifyStepRecord)]
     assert steps and min(s.t_ns for s in steps) >= t0  # nothing recorded while broken

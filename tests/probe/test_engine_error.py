@@ -20,19 +20,19 @@ from specscope.collector.report import build_report
 from specscope.probe import ERROR, ProbeError, ProbePlan, format_probe, probe, probe_records
 from specscope.probe.exporter import ProbeLoop
 from specscope.probe.workload import RISKY
+from tests.probe import honest
 
 CRASH = ("EngineCore encountered an issue. See stack trace (above) for the root cause. "
          "RuntimeError: max(): Expected reduction dim to be specified for input.numel() == 0.")
 
 
-def _response(n_tokens: int, greedy: bool, seed: int) -> dict:
+def _response(body: dict) -> dict:
     """A chat completion with log-probabilities: each position's distribution over four
-    tokens, the committed token the top-1 for greedy requests and one of the three best
-    (inside every class's truncation) else."""
-    lps = [math.log(x) for x in (0.4, 0.3, 0.2, 0.1)]
+    tokens, the committed token drawn honestly from what the request asked for."""
+    n_tokens, seed = body["max_tokens"], body["seed"]
+    lps = [math.log(x) for x in honest.PROBS]
     content = []
-    for i in range(n_tokens):
-        rank = 0 if greedy else (i * 7 + seed) % 3
+    for i, rank in enumerate(honest.ranks(body, n_tokens)):
         top = [{"token": f"t{j}", "logprob": lp} for j, lp in enumerate(lps)]
         content.append({"token": f"t{rank}", "logprob": lps[rank], "top_logprobs": top})
     return {"id": f"chatcmpl-{seed}", "object": "chat.completion",
@@ -66,8 +66,7 @@ class FakeEngine:
                         engine.dead = True
                     fail = engine.dead or n > engine.answer
                 if not fail:
-                    greedy = body.get("temperature") == 0
-                    return self._json(200, _response(body["max_tokens"], greedy, body["seed"]))
+                    return self._json(200, _response(body))
                 if engine.mode == "drop":
                     self.close_connection = True
                     return  # no status line at all: the client sees the connection dropped
@@ -98,8 +97,10 @@ class FakeEngine:
         self.server.server_close()
 
 
+#: the plan sent once (``until_decided=False``): these tests attribute an engine's failure
+#: within one plan; ``test_loop`` holds the rounds
 PLAN = ProbePlan(requests=16, max_tokens=8, concurrency=1, timeout_s=10, deadline_s=60,
-                 fail_fast=False)
+                 fail_fast=False, until_decided=False)
 
 
 def test_a_500_after_answers_is_an_error_naming_the_request_and_the_engines_words():
@@ -145,7 +146,8 @@ def test_a_dropped_connection_is_an_engine_error_too():
 
 
 def test_top_k_goes_last_and_its_crash_is_named():
-    plan = ProbePlan(requests=16, max_tokens=8, concurrency=1, timeout_s=10, deadline_s=60)
+    plan = ProbePlan(requests=16, max_tokens=8, concurrency=1, timeout_s=10, deadline_s=60,
+                     until_decided=False)
     order = [cls for cls, _, _ in plan.requests_to_send()]
     first = order.index(RISKY[0])
     assert set(order[first:]) == {"top-k"} and order[:first].count("greedy") == 4
@@ -162,7 +164,7 @@ def test_top_k_goes_last_and_its_crash_is_named():
 def test_cli_exit_status_3_on_error_2_when_nothing_was_answered(capsys):
     with FakeEngine(answer=4) as eng:
         rc = main(["probe", eng.url, "--requests", "8", "--max-tokens", "8", "--concurrency", "1",
-                   "--json"])
+                   "--once", "--json"])
         out = json.loads(capsys.readouterr().out)
         assert rc == 3 and out["verdict"] == "error" and out["engine_error"]["index"] == 4
         with pytest.raises(ProbeError, match="no request was answered"):
@@ -172,7 +174,7 @@ def test_cli_exit_status_3_on_error_2_when_nothing_was_answered(capsys):
         assert "K:MIN:MAX" in capsys.readouterr().err
     with FakeEngine(answer=4) as eng:  # as an exporter's rounds: 3 once the engine failed
         rc = main(["probe", eng.url, "--requests", "8", "--max-tokens", "8", "--concurrency", "1",
-                   "--every", "0.01", "--rounds", "1"])
+                   "--once", "--every", "0.01", "--rounds", "1"])
         assert rc == 3 and "probe ERROR" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["probe", "--help"])
@@ -183,14 +185,15 @@ def test_cli_exit_status_3_on_error_2_when_nothing_was_answered(capsys):
 def test_cli_exit_status_4_on_inconclusive_unless_told_it_is_ok(capsys):
     """A gate that ruled nothing out does not pass: INCONCLUSIVE exits 4, and 0 only with
     --inconclusive-ok; the exporter counts such rounds and says passed 0."""
-    args = ["--requests", "8", "--max-tokens", "8", "--concurrency", "1", "--json"]
+    args = ["--requests", "8", "--max-tokens", "8", "--concurrency", "1", "--once", "--json"]
     with FakeEngine() as eng:  # honest, but 8 short answers cannot rule a fault out
         rc = main(["probe", eng.url, *args])
         out = json.loads(capsys.readouterr().out)
         assert out["verdict"] == "inconclusive" and rc == 4, (rc, out["verdict"])
         assert main(["probe", eng.url, *args, "--inconclusive-ok"]) == 0
         capsys.readouterr()
-        loop = ProbeLoop(eng.url, lambda: probe(eng.url, ProbePlan(requests=8, max_tokens=8)),
+        loop = ProbeLoop(eng.url, lambda: probe(eng.url, ProbePlan(requests=8, max_tokens=8,
+                                                                    until_decided=False)),
                          every_s=600)
         loop.round()
     fams = {f.name: f for f in text_string_to_metric_families(loop.render())}
@@ -210,7 +213,8 @@ def test_the_exporter_says_success_0_and_counts_the_engine_error():
 
 
 def test_requests_go_out_in_the_plans_order_at_any_concurrency():
-    plan = ProbePlan(requests=24, max_tokens=8, concurrency=4, timeout_s=10, deadline_s=60)
+    plan = ProbePlan(requests=24, max_tokens=8, concurrency=4, timeout_s=10, deadline_s=60,
+                     until_decided=False)
     with FakeEngine() as eng:
         result = probe(eng.url, plan)
     sent = sorted((a for a in result.answers if a.t_sent_s is not None), key=lambda a: a.t_sent_s)

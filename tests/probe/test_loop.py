@@ -17,6 +17,8 @@ from typing import Any, Callable
 import httpx
 import pytest
 
+from tests.probe import honest
+
 from specscope.probe import ERROR, ProbeError, ProbePlan, format_probe, probe
 
 URL = "http://engine:8000"
@@ -35,8 +37,8 @@ def _position(rank: int, known: bool = True) -> dict[str, Any]:
 
 class Engine:
     """Answers ``/v1/models`` and chat completions as ``owner`` serves them. Greedy requests
-    commit ``greedy_rank`` (0: the top-1, honest); sampled ones one of the three best, each a
-    third of the time (inside every class's truncation). ``logprobs``: "all", "first" (none
+    commit ``greedy_rank`` (0: the top-1, honest); sampled ones a rank drawn honestly from
+    what they asked for (``honest.py``). ``logprobs``: "all", "first" (none
     after the first token, llama.cpp's) or "none". ``dies_after``: requests answered before
     every later one gets ``failure(request)`` (a response, or it raises)."""
 
@@ -67,8 +69,8 @@ class Engine:
                 body["top_logprobs"]), "type": "BadRequestError", "code": 400}})
         time.sleep(self.delay_s)
         greedy = body.get("temperature") == 0
-        ranks = [self.greedy_rank if greedy else (i * 7 + body["seed"]) % 3
-                 for i in range(body["max_tokens"])]
+        ranks = [self.greedy_rank] * body["max_tokens"] if greedy else \
+            honest.ranks(body, body["max_tokens"])
         choice: dict[str, Any] = {"index": 0, "finish_reason": "length",
                                   "message": {"role": "assistant", "content": "x" * len(ranks)}}
         if self.logprobs != "none":
@@ -92,25 +94,32 @@ def _http_500(request: httpx.Request) -> httpx.Response:
     return httpx.Response(500, json={"error": {"message": "EngineCore encountered an issue."}})
 
 
+#: the plan once (``until_decided=False``); ``test_rounds_until_every_check_decides`` holds the
+#: probe that keeps asking
 PLAN = ProbePlan(classes=("greedy", "temperature", "top-p"), requests=18, max_tokens=64,
-                 concurrency=1, timeout_s=5, deadline_s=30)
+                 concurrency=1, timeout_s=5, deadline_s=30, until_decided=False)
 
 
 def test_a_healthy_engine_passes_with_every_request_answered_in_the_plans_order():
+    """Asked until every check decides: the plan's 18 requests, then rounds for the sampled
+    classes whose checks need more positions; PASS, each request a seed of its own."""
     eng = Engine()
-    result = probe(URL, PLAN, transport=eng.transport)
+    result = probe(URL, replace(PLAN, until_decided=True), transport=eng.transport)
     assert result.verdict == "pass", format_probe(result)
     assert result.engine == "vllm" and result.model == "m" and result.top_logprobs == 20
-    assert [b["seed"] for b in eng.received] == list(range(18))
+    seeds = [b["seed"] for b in eng.received]
+    assert seeds[:18] == list(range(18)) and len(set(seeds)) == len(seeds) > 18
+    # later rounds ask only for the classes still deciding: greedy decided in the first
+    assert [b["temperature"] for b in eng.received[18:]] == [0.8] * (len(seeds) - 18)
     assert {b["top_logprobs"] for b in eng.received} == {20}
-    assert result.to_json()["requests"]["answered"] == 18
+    assert result.to_json()["requests"]["answered"] == len(seeds)
 
 
 def test_a_refused_count_of_alternatives_is_asked_again_with_what_the_server_allows():
     eng = Engine(max_logprobs=5)
-    result = probe(URL, PLAN, transport=eng.transport)
+    result = probe(URL, replace(PLAN, until_decided=True), transport=eng.transport)
     # the first request is refused once and sent again with 5; every later one asks for 5
-    assert [b["top_logprobs"] for b in eng.received] == [20] + [5] * 18
+    assert [b["top_logprobs"] for b in eng.received] == [20] + [5] * (len(eng.received) - 1)
     assert [b["seed"] for b in eng.received[:2]] == [0, 0]
     assert result.top_logprobs == 5 and result.engine_error is None
     assert result.to_json()["requests"]["failed"] == []
@@ -238,3 +247,19 @@ def test_llamacpp_requests_switch_off_every_truncation_the_class_does_not_ask_fo
     assert sent["top_p"] == (CLASSES[cls]["top_p"] if code & sampling.TOP_P else 1.0)
     assert sent["top_k"] == (CLASSES[cls]["top_k"] if code & sampling.TOP_K else 0)
     assert sent["min_p"] == 0.0
+
+
+def test_the_risky_class_is_sent_once_the_others_have_decided():
+    """Asked until every check decides, top-k (the class that may bring an engine down) goes
+    out only once the greedy and temperature checks have decided on the answers before it."""
+    from specscope.probe.checks import Semantics
+    from specscope.probe.run import run_checks, undecided
+
+    eng = Engine()
+    plan = replace(PLAN, classes=("greedy", "temperature", "top-k"), until_decided=True)
+    result = probe(URL, plan, transport=eng.transport)
+    first = min(a.t_sent_s for a in result.answers if a.cls == "top-k")
+    before = [a for a in result.answers if a.t_done_s is not None and a.t_done_s <= first]
+    assert {a.cls for a in result.answers if a.t_sent_s >= first} == {"top-k"}
+    assert not undecided(run_checks(before, Semantics("vllm")), ("greedy", "temperature"))
+    assert result.verdict in ("pass", "inconclusive"), format_probe(result)

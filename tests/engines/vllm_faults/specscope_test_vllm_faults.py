@@ -15,6 +15,12 @@ the server runs (clean phase, then faulted phase, one server).
   do not see.
 - ``draft_prob_one``: under ``draft_sample_method: probabilistic``, the draft's probabilities
   are replaced by a one-hot at the token it drafted (its top-1 probability hard-coded to 1.0).
+- ``temperature_twice``: verify scores the target at the square of each sampled request's
+  temperature (the temperature applied in two places); vLLM samples the bonus token apart from
+  verify, at the right temperature.
+- ``top_p_ignored``: verify drops top-p (a sampling setting lost under speculation): the
+  rejection sampler sees no top-p, so requests that asked for it verify against the whole
+  distribution.
 - ``break_specscope``: what specscope runs on the engine's hot path (reading the verify inputs,
   recording the step, timing the phase, building a request's record) raises ``SystemExit``, to
   show that vLLM serves regardless and the failures are counted.
@@ -67,6 +73,7 @@ def register():
         _repair_cpu_expand(rs)
     if not (os.environ.get("SPECSCOPE_TEST_FAULT") or os.environ.get("SPECSCOPE_TEST_FAULT_FILE")):
         return
+    import torch
     from vllm.v1.sample import rejection_sampler as rs
 
     sample = rs.rejection_sample
@@ -84,6 +91,12 @@ def register():
         temperature[md.top_p.to(temperature.device) < 1.0] = 0.0
         return dataclasses.replace(md, temperature=temperature, all_random=False)
 
+    def _temperature_twice(md):
+        if md.all_greedy or md.temperature is None:
+            return md
+        t = md.temperature
+        return dataclasses.replace(md, temperature=torch.where(t > 0, t * t, t))
+
     def rejection_sample(*args, **kwargs):
         args = list(args)
         if _active("silent_greedy"):
@@ -91,6 +104,10 @@ def register():
                 md, all_greedy=True, all_random=False))
         elif _active("top_p_greedy"):
             _metadata(args, kwargs, _top_p_greedy)
+        if _active("temperature_twice"):
+            _metadata(args, kwargs, _temperature_twice)
+        if _active("top_p_ignored"):
+            _metadata(args, kwargs, lambda md: dataclasses.replace(md, top_p=None))
         out = sample(*args, **kwargs)
         if _active("lossy"):
             draft = kwargs.get("draft_token_ids", args[0] if args else None)
@@ -105,7 +122,6 @@ def register():
 
     rs.rejection_sample = rejection_sample
 
-    import torch
     from vllm.v1.spec_decode import llm_base_proposer as lbp
 
     proposer = lbp.SpecDecodeBaseProposer

@@ -1,0 +1,119 @@
+"""The probe's whole-distribution check: where in its distribution each committed token fell
+(mid-rank PIT, ``specscope.pit``), from the engine's own log-probabilities. Pure functions over
+``Position``s; never imports torch.
+
+The returned alternatives give the PIT of a committed token only within bounds: the tokens not
+returned (the tail) hold the rest of the mass, and at a temperature still to apply (raw
+log-probabilities) the tempered normaliser is known only between the returned tokens' tempered
+mass and that plus the tail's bound (``checks._tail_bound``). Each position contributes an
+interval [lo, hi] for u; the check fails the low side only where even the sum of the upper ends
+is too low (committed tokens too high in their distribution, verify sharper than asked), the
+high side only where even the sum of the lower ends is too high, at the same sequential bound
+as in-engine. Raw log-probabilities of a request that truncates (top-p, top-k) are not tested:
+the truncated distribution's normaliser is bounded too loosely there; processed ones (vLLM's
+``processed_logprobs``) are the truncated distribution and are.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from .. import pit
+from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
+from ..exact import ALPHA, PASS_ALPHA, fmt_p
+from .checks import SLACK, Position, Semantics, _tail_bound, temperature_left
+
+CHECK = "distribution honoured"
+
+
+def interval(p: Position, sem: Semantics) -> tuple[float, float, float] | None:
+    """(lowest u, highest u, a variance bound) of ``p``'s committed token, or None where the
+    returned figures do not bound it (unknown, or raw figures under truncation)."""
+    if not p.known or p.temperature <= 0:
+        return None
+    assert p.logprob is not None  # known
+    if (p.top_p < 1.0 or p.top_k > 0) and not sem.processed:
+        return None
+    if sem.processed and p.logprob == -math.inf:
+        return 1.0, 1.0, 1.0 / 12  # outside the processed distribution: ranked below all of it
+    t = 1.0 if sem.processed else max(temperature_left(p, sem), 1e-6)
+    returned = {tok: lp for tok, lp in p.top if lp > -math.inf}
+    inside = p.token in returned
+    lps = list(returned.values()) + ([] if inside else [p.logprob])
+    ref = max(lps)
+    w = [math.exp((lp - ref) / t) for lp in lps]
+    c = math.exp((p.logprob - ref) / t)
+    above = sum(x for lp, x in zip(lps, w) if lp > p.logprob + SLACK)
+    tie = sum(x for lp, x in zip(lps, w) if abs(lp - p.logprob) <= SLACK) or c
+    known = sum(w)
+    if t == 1.0:  # the returned figures are probabilities: the normaliser is 1 (scaled here)
+        z_lo = z_hi = math.exp(-ref)
+        rest = max(0.0, z_hi - known)
+    else:
+        rest = _tail_bound(list(returned.values()), t, sem.vocab) * math.exp(-ref / t)
+        z_lo, z_hi = known, known + rest
+    lo = (above + tie / 2) / z_hi
+    # tail tokens rank above a committed token that is not among the returned ones only where
+    # it sits below every returned one: at most the whole tail
+    hi = (above + (0.0 if inside else rest) + tie / 2) / z_lo
+    cube = sum((x / z_hi) ** 3 for x in w)
+    return max(0.0, lo), min(1.0, hi), max(0.0, 1.0 - cube) / 12
+
+
+def distribution_check(positions: Sequence[Position], sem: Semantics, *, label: str,
+                       blind: bool = False, alpha: float = ALPHA,
+                       pass_alpha: float = PASS_ALPHA) -> Assessment | None:
+    """The committed tokens' mean PIT is 1/2 (both sides, from the intervals' ends); None
+    where the check does not apply (raw log-probabilities of a truncating class: nothing to
+    read, which the other checks' evidence already says).
+    ``blind``: the positions may include tokens verify never produced (undrafted ones, honest
+    whatever verify does): a FAIL stands, a PASS cannot rule out a fault confined to the others
+    and is INCONCLUSIVE."""
+    found = [(p, interval(p, sem)) for p in positions]
+    got = [x for _, x in found if x is not None]
+    n = len(got)
+    lo = sum(x[0] for x in got)
+    hi = sum(x[1] for x in got)
+    var = sum(x[2] for x in got)
+    check = f"{CHECK} ({label})"
+    ev: dict[str, Any] = {"mode_requested": label, "num_positions": n,
+                          "num_unknown": len(positions) - n, "reading": sem.mode,
+                          "pit_mean_bounds": [lo / n, hi / n] if n else None,
+                          "rules_out": f"rules out committed tokens whose mean rank in their "
+                                       f"distribution is {pit.PASS_SHIFT:g} or more off honest "
+                                       "sampling's 1/2 (mid-rank PIT), in either direction"}
+    if not n:
+        if positions and not sem.processed and all(p.top_p < 1.0 or p.top_k > 0
+                                                   for p in positions):
+            return None
+        ev.update(positions_needed=None, reason="no position whose rank the returned "
+                  "log-probabilities bound")
+        return Assessment(check, INCONCLUSIVE, ev)
+    low = pit.decide(hi, n, var, alpha=alpha, pass_alpha=pass_alpha)  # the sharp side
+    high = pit.decide(lo, n, var, alpha=alpha, pass_alpha=pass_alpha)  # the flat side
+    for d, side in ((low, -1), (high, 1)):
+        if d.state == FAIL and d.shift is not None and math.copysign(1, d.shift) == side:
+            ev.update(p_value=d.p_fail, positions_needed=None, lean="fault", message=(
+                f"the committed tokens' mean rank in their distribution (mid-rank PIT) is "
+                f"{'at most' if side < 0 else 'at least'} {0.5 + d.shift:.3f} where honest "
+                f"sampling gives 0.500 (p {fmt_p(d.p_fail)} over {n} positions, {sem.mode} "
+                "log-probabilities): "
+                + ("verify commits tokens sharper than asked" if side < 0 else
+                   "verify commits tokens flatter than asked")))
+            return Assessment(check, FAIL, ev)
+    ev["p_value"] = min(low.p_fail, high.p_fail)
+    wide = max(abs(lo - n / 2), abs(hi - n / 2))
+    bound = (wide + pit.threshold(var, pass_alpha / 2.0, levels=1)) / n
+    if bound < pit.PASS_SHIFT and not blind:
+        ev.update(positions_needed=None, lean="honest", shift_bound=bound)
+        return Assessment(check, PASS, ev)
+    needs = [d.need for d in (low, high) if d.need is not None]
+    need = max(needs) if needs else None
+    ev.update(positions_needed=None if need is None else n + need,
+              lean="fault" if "fault" in (low.lean, high.lean) else "honest", shift_bound=bound)
+    if blind and bound < pit.PASS_SHIFT:
+        ev["reason"] = ("which tokens verify produced is unknown: a fault confined to them "
+                        "could hide among the undrafted ones")
+        need = None
+    return Assessment(check, INCONCLUSIVE, ev, need, "positions")
