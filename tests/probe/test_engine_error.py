@@ -32,7 +32,7 @@ def _response(body: dict) -> dict:
     n_tokens, seed = body["max_tokens"], body["seed"]
     lps = [math.log(x) for x in honest.PROBS]
     content = []
-    for i, rank in enumerate(honest.ranks(body, n_tokens)):
+    for rank in honest.ranks(body, n_tokens):
         top = [{"token": f"t{j}", "logprob": lp} for j, lp in enumerate(lps)]
         content.append({"token": f"t{rank}", "logprob": lps[rank], "top_logprobs": top})
     return {"id": f"chatcmpl-{seed}", "object": "chat.completion",
