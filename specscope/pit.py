@@ -55,20 +55,22 @@ def _budget(var: float) -> float:
     return _V_MIN * GRID ** math.ceil(math.log(var / _V_MIN) / math.log(GRID) - 1e-12)
 
 
-def tail(dev: float, var: float) -> float:
+def tail(dev: float, var: float, b: float = 0.5) -> float:
     """The sequential two-sided p-value of a summed deviation ``dev`` (sum of u - 1/2) with
-    predictable variance ``var``: every grid budget's share included."""
+    predictable variance ``var``, each increment at most ``b`` from its mean: every grid
+    budget's share included."""
     t = abs(dev)
     v = _budget(var)
-    return min(1.0, _LEVELS * 2.0 * math.exp(-t * t / (2.0 * v + t / 3.0)))
+    return min(1.0, _LEVELS * 2.0 * math.exp(-t * t / (2.0 * v + 2.0 * b * t / 3.0)))
 
 
-def threshold(var: float, alpha: float = ALPHA, levels: int = _LEVELS) -> float:
-    """The summed deviation at which ``tail`` reaches ``alpha`` (the root of t^2 - (L/3) t -
+def threshold(var: float, alpha: float = ALPHA, levels: int = _LEVELS, b: float = 0.5) -> float:
+    """The summed deviation at which ``tail`` reaches ``alpha`` (the root of t^2 - (2bL/3) t -
     2 v L = 0, L = ln(2 levels / alpha))."""
     big = math.log(2.0 * levels / alpha)
     v = _budget(var) if levels == _LEVELS else var
-    return (big / 3.0 + math.sqrt(big * big / 9.0 + 8.0 * v * big)) / 2.0
+    c = 2.0 * b * big / 3.0
+    return (c + math.sqrt(c * c + 8.0 * v * big)) / 2.0
 
 
 @dataclass(frozen=True)
@@ -86,28 +88,37 @@ class PitDecision:
 def decide(u_sum: float, n: int, var: float, *, alpha: float = ALPHA,
            pass_alpha: float = PASS_ALPHA, pass_shift: float = PASS_SHIFT,
            fail_shift: float = FAIL_SHIFT) -> PitDecision:
-    """FAIL: the mean PIT is off 1/2 at ``alpha`` (sequential, both sides) and by more than
-    ``fail_shift``; PASS: a shift of ``pass_shift`` or more is excluded at ``pass_alpha`` (a
-    fixed-sample Bernstein bound: a PASS is read once, where a run ends); else INCONCLUSIVE,
-    with the positions that would settle it at the shift seen (a FAIL where it is past
-    ``pass_shift / 2``, else a PASS)."""
+    """The PIT sum ``u_sum`` over ``n`` positions: ``decide_sum`` of its deviation from n/2
+    (increments within 1/2 of their mean)."""
+    return decide_sum(u_sum - n / 2.0, n, var, 0.5, alpha=alpha, pass_alpha=pass_alpha,
+                      pass_shift=pass_shift, fail_shift=fail_shift)
+
+
+def decide_sum(dev: float, n: int, var: float, b: float, *, alpha: float = ALPHA,
+               pass_alpha: float = PASS_ALPHA, pass_shift: float = PASS_SHIFT,
+               fail_shift: float = FAIL_SHIFT) -> PitDecision:
+    """A summed deviation ``dev`` of ``n`` increments, each within ``b`` of its predictable
+    mean, of predictable variance ``var``. FAIL: off 0 at ``alpha`` (sequential, both sides)
+    and by more than ``fail_shift`` per increment; PASS: a mean shift of ``pass_shift`` or more
+    is excluded at ``pass_alpha`` (a fixed-sample Bernstein bound: a PASS is read once, where a
+    run ends); else INCONCLUSIVE, with the increments that would settle it at the shift seen (a
+    FAIL where it is past ``pass_shift / 2``, else a PASS)."""
     if n <= 0:
         return PitDecision(INCONCLUSIVE, None, 1.0, None, None, "honest")
-    dev = u_sum - n / 2.0
     shift = dev / n
-    p = tail(dev, var)
-    bound = (abs(dev) + threshold(var, pass_alpha / 2.0, levels=1)) / n
+    p = tail(dev, var, b)
+    bound = (abs(dev) + threshold(var, pass_alpha / 2.0, levels=1, b=b)) / n
     if p <= alpha and abs(shift) > fail_shift:
         return PitDecision(FAIL, shift, p, bound, None, "fault")
     if bound < pass_shift:
         return PitDecision(PASS, shift, p, bound, None, "honest")
-    per = max(var / n, 1e-6)  # variance per position
+    per = max(var / n, 1e-6)  # variance per increment
     toward = abs(shift) >= pass_shift / 2
     lean = "fault" if toward or p < pass_alpha else "honest"
     if toward:  # settles as a FAIL: the deviation grows as n, the bound as its square root
-        need = _positions(lambda m: abs(shift) * m >= threshold(per * m, alpha), n)
+        need = _positions(lambda m: abs(shift) * m >= threshold(per * m, alpha, b=b), n)
     else:  # settles as a PASS
-        need = _positions(lambda m: abs(shift) + threshold(per * m, pass_alpha / 2.0, 1) / m
+        need = _positions(lambda m: abs(shift) + threshold(per * m, pass_alpha / 2.0, 1, b) / m
                           < pass_shift, n)
     return PitDecision(INCONCLUSIVE, shift, p, bound, need, lean)
 

@@ -20,7 +20,8 @@ SCHEMA_VERSION = 9
 #: records (a greedy request's committed token that is not its position's argmax, with the margin);
 #: 7 added the node (host) a record's process ran on (``node``, "" where unknown); 8 named each
 #: count by what it means, one spelling on every record (``RENAMED``: older traces still read);
-#: 9 added the whole-distribution test's sums on verify entries (``pit_sum``, ``pit_var``).
+#: 9 added the whole-distribution test's sums on verify entries (``pit_sum``, ``pit_var``) and
+#: the acceptance rule's (``accept_expected``, ``accept_var``).
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 #: what the ``node`` field means, said once for every record that has one
 NODE_DOC = "the node (host) the recording process ran on: $SPECSCOPE_NODE, else the hostname"
@@ -120,6 +121,12 @@ class VerifyEntry:
     #: that gives the top-1 figures only).
     pit_sum: float | None = None
     pit_var: float | None = None
+    #: The acceptance rule over the draft positions verify tested (the first ``num_accepted +
+    #: 1``, at most ``num_drafted``): the sum of the probability an honest verify accepts each
+    #: draft token, min(1, p / q), and of its variance. None where not computed (greedy rows,
+    #: trees, a source that does not pass the draft tokens).
+    accept_expected: float | None = None
+    accept_var: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -101,7 +101,7 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
             r = req[sampled]
             per = [np.bincount(r, weights=w[sampled], minlength=n_modes * width) for w in cols]
             groups = [(code, [p[code] for p in per]) for code in np.flatnonzero(per[0]).tolist()]
-        for code, (nv, nt, ex, var, pn, ps, pv) in groups:
+        for code, (nv, nt, ex, var, pn, ps, pv, at, ah, ae, av) in groups:
             key = truth_class(modes[code // width], code % width)
             t = stats.truth.setdefault(key, TruthStats())
             t.num_verified += int(nv)
@@ -111,6 +111,10 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
             t.pit_positions += int(pn)
             t.pit_sum += float(ps)
             t.pit_var += float(pv)
+            t.accept_trials += int(at)
+            t.accept_hits += int(ah)
+            t.accept_expected += float(ae)
+            t.accept_var += float(av)
     if c.draft_hist is not None:
         hist = c.draft_hist.sum(axis=0)
         if hist.any():
@@ -123,8 +127,18 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
 def _pit_columns(c: VerifyColumns, verified: np.ndarray) -> list[np.ndarray]:
     """Per entry: the positions the whole-distribution test covers, its PIT sum and variance
     (zeros where an entry carries none)."""
+    zero = np.zeros(len(verified))
     if c.pit_sum is None or c.pit_var is None:
-        zero = np.zeros(len(verified))
-        return [zero, zero, zero]
-    has = np.isfinite(c.pit_sum) & np.isfinite(c.pit_var)
-    return [np.where(has, verified, 0), np.where(has, c.pit_sum, 0.0), np.where(has, c.pit_var, 0.0)]
+        out = [zero, zero, zero]
+    else:
+        has = np.isfinite(c.pit_sum) & np.isfinite(c.pit_var)
+        out = [np.where(has, verified, 0), np.where(has, c.pit_sum, 0.0),
+               np.where(has, c.pit_var, 0.0)]
+    # the acceptance rule: the draft positions verify tested (the first accepted + 1, at most
+    # the drafts) and how many it accepted, where the entry carries its sums
+    if c.accept_expected is None or c.accept_var is None:
+        return out + [zero, zero, zero, zero]
+    has = np.isfinite(c.accept_expected) & np.isfinite(c.accept_var)
+    trials = np.minimum(c.num_accepted + 1, c.num_drafted)
+    return out + [np.where(has, trials, 0), np.where(has, c.num_accepted, 0),
+                  np.where(has, c.accept_expected, 0.0), np.where(has, c.accept_var, 0.0)]

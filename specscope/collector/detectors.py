@@ -150,6 +150,7 @@ class SamplingTruthDetector:
                                   "positions, or a deficit as large)")}
         where = f" in request {scope}" if scope else ""
         dist = self._pit(t, evidence)
+        rule = self._accept(t, evidence)
         kind = message = None
         if hi.state == FAIL:
             kind, message = "silent_greedy", (
@@ -170,6 +171,14 @@ class SamplingTruthDetector:
                 + ("committed tokens sit too high, on the most probable ones (verify sharper "
                    "than asked)" if dist.shift < 0 else "committed tokens sit too low, in the "
                    "tail (verify flatter than asked)"))
+        elif rule is not None and rule.state == FAIL:
+            assert rule.shift is not None  # decided on trials
+            kind, message = "acceptance_mismatch", (
+                f"requests asking for {mode}{where} had {t.accept_hits} of {t.accept_trials} "
+                f"draft tokens accepted where the acceptance rule min(1, p/q) at the requested "
+                f"sampling gives {t.accept_expected:.1f} (p {fmt_p(rule.p_fail)}): verify "
+                + ("accepts more drafts than its own rule allows" if rule.shift > 0 else
+                   "accepts fewer drafts than its own rule gives"))
         if scope:
             evidence["request_id"] = scope
         check = f"{TRUTH_CHECK} ({mode})"
@@ -182,22 +191,42 @@ class SamplingTruthDetector:
                 f"honest sampling here commits the argmax {exp:.0%} of the time: too close to "
                 "greedy to tell apart"))
             return Assessment(check, INCONCLUSIVE, evidence, None, "positions")
-        dist_open = dist is not None and dist.state != PASS
+        dist_open = (dist is not None and dist.state != PASS) or \
+            (rule is not None and rule.state != PASS)
         if hi.state == PASS and lo.state == PASS and not dist_open:
             return Assessment(check, PASS, evidence, None, "positions")
         side = hi if obs >= exp else lo
         open_sides = [d for d in (hi, lo) if d.state != PASS]
-        needs = [d.need for d in open_sides] + ([dist.need] if dist is not None and dist_open
-                                                else [])
+        needs = [d.need for d in open_sides] + [x.need for x in (dist, rule)
+                                                if x is not None and x.state != PASS]
         need = max(n for n in needs if n is not None) if needs and None not in needs else None
-        evidence["lean"] = "fault" if any(d.lean == "fault" for d in (hi, lo)) or (
-            dist_open and dist is not None and dist.lean == "fault") else side.lean
+        evidence["lean"] = "fault" if any(d.lean == "fault" for d in (hi, lo)) or any(
+            x is not None and x.state != PASS and x.lean == "fault" for x in (dist, rule)) \
+            else side.lean
         if need is None:
             evidence["reason"] = (f"the observed rate sits at the fault's size ({obs:.1%} "
                                   f"against {exp:.1%}): no sample within reach settles it")
         else:
             evidence["positions_needed"] = n + need
         return Assessment(check, INCONCLUSIVE, evidence, need, "positions")
+
+    def _accept(self, t: TruthStats, evidence: dict) -> "pit.PitDecision | None":
+        """The acceptance rule's test of ``t``: the accepted count against the sum of the
+        probabilities an honest verify accepts each tested draft token with (Poisson-binomial;
+        the same sequential bound as the PIT's, increments within 1), its figures added to
+        ``evidence``; None where no entry carried it."""
+        if not t.accept_trials:
+            return None
+        d = pit.decide_sum(t.accept_hits - t.accept_expected, t.accept_trials, t.accept_var,
+                           1.0, alpha=self.alpha, pass_alpha=self.pass_alpha)
+        evidence.update(accept_trials=t.accept_trials,
+                        accept_observed_rate=t.accept_hits / t.accept_trials,
+                        accept_expected_rate=t.accept_expected / t.accept_trials,
+                        accept_p_value=d.p_fail, accept_state=d.state,
+                        p_value=min(evidence["p_value"], d.p_fail))
+        evidence["rules_out"] += (f"; and an acceptance rate {pit.PASS_SHIFT:g} or more off "
+                                  "what the acceptance rule min(1, p/q) gives the same drafts")
+        return d
 
     def _pit(self, t: TruthStats, evidence: dict) -> "pit.PitDecision | None":
         """The whole-distribution test of ``t``, its figures added to ``evidence``; None

@@ -131,7 +131,8 @@ def requests_to_detect(ref_hits: int, ref_n: int, config: GateConfig = GateConfi
 
 
 #: anomaly kinds (found per request, or live) that fail the gate's sampling-truth checks
-_TRUTH_KINDS = ("silent_greedy", "sampling_mismatch", "distribution_mismatch", "greedy_mismatch")
+_TRUTH_KINDS = ("silent_greedy", "sampling_mismatch", "distribution_mismatch", "acceptance_mismatch",
+                "greedy_mismatch")
 
 
 def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence[Any] = (),

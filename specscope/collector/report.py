@@ -150,6 +150,11 @@ def _truth(s: SpecStats, checks: Sequence[Assessment]) -> list[dict[str, Any]]:
             #: positions it covers; None where the entries carry no PIT
             "pit_mean": a.evidence.get("pit_mean") if a else None,
             "pit_positions": (t.pit_positions or None) if t else None,
+            #: the acceptance rule: accepted share of the draft tokens verify tested against
+            #: the share min(1, p/q) gives them, over that many; None where not computed
+            "accept_observed_rate": a.evidence.get("accept_observed_rate") if a else None,
+            "accept_expected_rate": a.evidence.get("accept_expected_rate") if a else None,
+            "accept_trials": (t.accept_trials or None) if t else None,
         })
     return out
 

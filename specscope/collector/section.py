@@ -111,6 +111,11 @@ class Truth:
     #: the committed tokens' mean mid-rank PIT (honest: 0.5) and the positions it covers
     pit_mean: float | None = None
     pit_positions: int | None = None
+    #: the acceptance rule: accepted share of the tested draft tokens, the share min(1, p/q)
+    #: gives them, and how many were tested
+    accept_observed_rate: float | None = None
+    accept_expected_rate: float | None = None
+    accept_trials: int | None = None
 
     @property
     def flagged(self) -> bool:
@@ -260,7 +265,8 @@ def _truth(t: Mapping[str, Any]) -> Truth:
                  t.get("observed_top1_rate"), t.get("expected_top1_rate"),
                  tuple(band) if band else None, z, t.get("state"), t.get("state_text"),
                  t.get("p_value"), (b99[0], b99[1]) if b99 else None, t.get("pit_mean"),
-                 t.get("pit_positions"))
+                 t.get("pit_positions"), t.get("accept_observed_rate"),
+                 t.get("accept_expected_rate"), t.get("accept_trials"))
 
 
 def _run(data: Mapping[str, Any] | None) -> schema.RunRecord | None:

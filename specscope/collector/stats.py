@@ -53,6 +53,13 @@ class TruthStats:
     pit_positions: int = by(total, default=0)
     pit_sum: float = by(total, default=0.0)
     pit_var: float = by(total, default=0.0)
+    #: the acceptance rule: draft positions verify tested (where entries carry it), how many
+    #: it accepted, and the sum of the probabilities an honest verify accepts them with and of
+    #: their variances (``hooks/stats.acceptance_columns``)
+    accept_trials: int = by(total, default=0)
+    accept_hits: int = by(total, default=0)
+    accept_expected: float = by(total, default=0.0)
+    accept_var: float = by(total, default=0.0)
 
     def merge(self, other: "TruthStats") -> "TruthStats":
         return merged(self, other)
@@ -385,6 +392,11 @@ class SpecStats:
                     t.pit_positions += e.num_verified
                     t.pit_sum += e.pit_sum
                     t.pit_var += e.pit_var
+                if e.accept_expected is not None and e.accept_var is not None:
+                    t.accept_trials += min(e.num_accepted + 1, e.num_drafted)
+                    t.accept_hits += e.num_accepted
+                    t.accept_expected += e.accept_expected
+                    t.accept_var += e.accept_var
             if e.draft_top1_hist:
                 self.draft_hist = _add_lists(self.draft_hist, list(e.draft_top1_hist))
 

@@ -73,6 +73,9 @@ def _section_lines(sec: Section) -> list[str]:
                      + (f"  99% {_f(b99[0])}-{_f(b99[1])}" if b99 and None not in b99 else "")
                      + (f"  PIT {_f(row.pit_mean)} (honest 0.500, n {row.pit_positions})"
                         if row.pit_mean is not None else "")
+                     + (f"  accepted {_f(row.accept_observed_rate)} vs rule "
+                        f"{_f(row.accept_expected_rate)} (n {row.accept_trials})"
+                        if row.accept_trials else "")
                      + (f"  {row.state_text}" if row.state_text else ""))
     flagged = sec.requests_flagged
     for r in flagged[:5]:

@@ -21,11 +21,14 @@ from .policy import parse_policy
 #: sample of it (speculative sampling on a chain)
 #: bonus_argmax: the bonus token after a fully accepted draft is the target's argmax, not a
 #: sample (speculative sampling on a chain)
+#: accept_ignores_q: the acceptance test compares a uniform draw with p alone, as if the draft
+#: were deterministic, while the draft samples (speculative sampling on a chain): verify
+#: accepts fewer drafts than min(1, p/q) gives (the acceptance rule's check)
 FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
           "greedy_second_choice", "temperature_twice", "top_p_ignored", "residual_argmax",
-          "bonus_argmax")
+          "bonus_argmax", "accept_ignores_q")
 #: the faults that live in speculative sampling's chain verify
-CHAIN_FAULTS = ("draft_prob_shortcut", "residual_argmax", "bonus_argmax")
+CHAIN_FAULTS = ("draft_prob_shortcut", "residual_argmax", "bonus_argmax", "accept_ignores_q")
 
 
 @dataclass

@@ -345,6 +345,17 @@ class SpeculativeDecoder:
                     fixed = sampling.second_choice(fixed, logits, num_acc, mode)
             else:
                 num_acc, fixed, path_logits, keep_idx, top1 = self._verify_tree(tree, logits, p, mode)
+            drafted = q_drafted = None
+            if self.recorder is not None and cfg.topk == 1:
+                # the acceptance rule's inputs: each row's draft tokens (-1 past a short n-gram
+                # draft) and, where verify runs speculative sampling, the draft's probability
+                # of each (target-only and greedy rows accept on equality: 1)
+                drafted = draft if lengths is None else torch.where(
+                    torch.arange(d, device=dev)[None, :] < lengths[:, None], draft,
+                    torch.full_like(draft, -1))
+                q_drafted = torch.where((mode == 2)[:, None],
+                                        q.gather(-1, draft[..., None])[..., 0],
+                                        torch.ones(b, d, device=dev))
             if self.recorder is not None:
                 self.recorder.record_verify(
                     request_ids=[r.request_id for r in rs], num_accepted=num_acc,
@@ -353,7 +364,8 @@ class SpeculativeDecoder:
                     temperature=[r.temperature for r in rs],
                     top_p=[r.top_p for r in rs], top_k=[r.top_k for r in rs], mode_used=used,
                     committed_tokens=fixed, target_logits=path_logits, draft_top1_probs=top1,
-                    step=self.step_index, draft_depth=d, depth_reason=why)
+                    step=self.step_index, draft_depth=d, depth_reason=why,
+                    draft_tokens=drafted, draft_token_probs=q_drafted)
             acc = num_acc.tolist()  # the engine's own readback: it must know what to commit
             toks = fixed.tolist()
         for row, a, n in zip(rows, acc, lens):  # the request's own figures, from the host copy

@@ -69,7 +69,8 @@ def verify_chain(
     ``committed[:, :num_accepted + 1]`` are the tokens to commit; later columns are don't-care.
     ``lengths`` ``[B]``: drafts shorter than D (an n-gram proposer's); a row accepts at most its
     own length, and the token after a fully accepted short draft is a sample of p there.
-    ``fault``: "residual_argmax" or "bonus_argmax" seed those faults (``engine/config.py``).
+    ``fault``: "residual_argmax", "bonus_argmax" or "accept_ignores_q" seed those faults
+    (``engine/config.py``).
     """
     b, d = draft.shape
     argmax = target_probs.argmax(dim=-1)  # [B, D+1]
@@ -80,7 +81,7 @@ def verify_chain(
     q_d = draft_probs.gather(-1, draft[..., None]).squeeze(-1)
     u = torch.rand(b, d, generator=generator, device=draft.device)
     spec = (row_mode == 2)[:, None]
-    accept = torch.where(spec, u * q_d < p_d, match)
+    accept = torch.where(spec, (u if fault == "accept_ignores_q" else u * q_d) < p_d, match)
     if lengths is not None:
         accept = accept & (torch.arange(d, device=draft.device)[None, :] < lengths[:, None])
     num_accepted = torch.cumprod(accept.long(), dim=1).sum(dim=1)

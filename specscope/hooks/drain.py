@@ -79,6 +79,8 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
     var: np.ndarray | None
     pit_sum: np.ndarray | None = None
     pit_var: np.ndarray | None = None
+    accept_expected: np.ndarray | None = None
+    accept_var: np.ndarray | None = None
     mismatches: np.ndarray
     if full_rows:
         stats = np.zeros((n, _stats.ROW_WIDTH - base), dtype=np.float32)
@@ -95,6 +97,11 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         # the whole-distribution test's sums, NaN where the entry has no statistics
         pit_sum = np.where(truth, stats[:, _stats.COL_PIT_SUM - base], np.nan).astype(f64)
         pit_var = np.where(truth, stats[:, _stats.COL_PIT_VAR - base], np.nan).astype(f64)
+        # the acceptance rule's sums, NaN where the entry has none (greedy, no draft tokens)
+        tried = truth & (verified > 0)
+        accept_expected = np.where(tried, stats[:, _stats.COL_ACCEPT_EXPECTED - base],
+                                   np.nan).astype(f64)
+        accept_var = np.where(tried, stats[:, _stats.COL_ACCEPT_VAR - base], np.nan).astype(f64)
         margin = np.where(truth & (temps <= 0), stats[:, _stats.COL_MISMATCH_MARGIN - base], -1.0)
         mismatches = np.flatnonzero(margin > 0)
     else:  # no statistics in this drain
@@ -109,6 +116,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         mode_requested=requested, mode_used=used,
         num_verified=verified, num_top1=top1, expected_top1=expected, var_top1=var,
         draft_hist=hist, mode_names=tuple(names), pit_sum=pit_sum, pit_var=pit_var,
+        accept_expected=accept_expected, accept_var=accept_var,
         seq=np.arange(len(metas), dtype=i64),
         step=np.fromiter((m[0] for m in metas), dtype=i64, count=len(metas)),
         batch_size=step_sizes,

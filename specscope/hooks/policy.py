@@ -86,7 +86,8 @@ class UntilDecided:
         self.undecidable_positions = undecidable_positions
         self.tie_margin = tie_margin("") if margin is None else margin
         self.pass_alpha = pass_alpha
-        #: class -> [positions, argmax hits, expected, PIT positions, PIT sum, PIT variance]
+        #: class -> [positions, argmax hits, expected, PIT positions, PIT sum, PIT variance,
+        #: acceptance trials, accepted, expected accepted, its variance]
         self.totals: dict[int, list[float]] = {}
         self.draft_positions = 0
         self.decided: set[int] = set()
@@ -128,13 +129,17 @@ class UntilDecided:
                 top_k: Sequence[int] | None, num_verified: np.ndarray | None,
                 num_top1: np.ndarray | None, expected_top1: np.ndarray | None,
                 draft_positions: int = 0, structural: bool = False,
-                pit_sum: np.ndarray | None = None, pit_var: np.ndarray | None = None) -> None:
+                pit_sum: np.ndarray | None = None, pit_var: np.ndarray | None = None,
+                accept: tuple | None = None) -> None:
         """What one drain's statistics held, per entry (entries without statistics have 0
-        positions; ``pit_sum`` NaN where an entry has no whole-distribution figures);
+        positions; ``pit_sum`` NaN where an entry has no whole-distribution figures; ``accept``:
+        the acceptance rule's (trials, accepted, expected, variance) per entry, NaN expected
+        where it has none);
         ``structural``: a greedy mismatch beyond the tie margin was seen."""
         with self._lock:
             if draft_positions:
-                self.totals.setdefault(DRAFT, [0, 0, 0.0, 0, 0.0, 0.0])[0] += draft_positions
+                self.totals.setdefault(DRAFT, [0, 0, 0.0, 0, 0.0, 0.0, 0, 0, 0.0, 0.0])[0] += \
+                    draft_positions
             if num_verified is not None and len(num_verified):
                 assert num_top1 is not None and expected_top1 is not None  # given together
                 code = class_codes(temperature, top_p, top_k)
@@ -142,7 +147,7 @@ class UntilDecided:
                     pit_var is None else np.isfinite(pit_sum) & np.isfinite(pit_var)
                 for c in np.unique(code[num_verified > 0]).tolist():
                     rows = (code == c) & (num_verified > 0)
-                    acc = self.totals.setdefault(c, [0, 0, 0.0, 0, 0.0, 0.0])
+                    acc = self.totals.setdefault(c, [0, 0, 0.0, 0, 0.0, 0.0, 0, 0, 0.0, 0.0])
                     acc[0] += int(num_verified[rows].sum())
                     acc[1] += int(num_top1[rows].sum())
                     acc[2] += float(expected_top1[rows].sum())
@@ -152,8 +157,16 @@ class UntilDecided:
                         acc[3] += int(num_verified[with_pit].sum())
                         acc[4] += float(pit_sum[with_pit].sum())
                         acc[5] += float(pit_var[with_pit].sum())
+                    if accept is not None:
+                        trials, hits, expected, var = accept
+                        tried = rows & np.isfinite(expected)
+                        if tried.any():
+                            acc[6] += int(trials[tried].sum())
+                            acc[7] += int(hits[tried].sum())
+                            acc[8] += float(expected[tried].sum())
+                            acc[9] += float(var[tried].sum())
             if structural:
-                self.totals.setdefault(0, [0, 0, 0.0, 0, 0.0, 0.0])
+                self.totals.setdefault(0, [0, 0, 0.0, 0, 0.0, 0.0, 0, 0, 0.0, 0.0])
                 self.decided.add(0)
             for c, acc in self.totals.items():
                 if c not in self.decided and self._decides(c, *acc):
@@ -161,7 +174,9 @@ class UntilDecided:
             self._decided_codes = np.array(sorted(self.decided), dtype=np.int64)
 
     def _decides(self, c: int, n: float, k: float, expected: float, pit_n: float = 0,
-                 pit_sum: float = 0.0, pit_var: float = 0.0) -> bool:
+                 pit_sum: float = 0.0, pit_var: float = 0.0, trials: float = 0,
+                 hits: float = 0, accept_expected: float = 0.0,
+                 accept_var: float = 0.0) -> bool:
         if c == DRAFT:
             return n >= DRAFT_POSITIONS
         if not n:
@@ -177,10 +192,13 @@ class UntilDecided:
                             pass_alpha=self.pass_alpha)
         dist = pit.decide(pit_sum, int(pit_n), pit_var, alpha=self.alpha,
                           pass_alpha=self.pass_alpha).state if pit_n else None
-        if FAIL in (state, dist):
+        rule = pit.decide_sum(hits - accept_expected, int(trials), accept_var, 1.0,
+                              alpha=self.alpha, pass_alpha=self.pass_alpha).state \
+            if trials else None
+        if FAIL in (state, dist, rule):
             return True
         top1 = state != INCONCLUSIVE or (1.0 - exp <= self.min_excess and n >= 512)
-        return top1 and dist in (None, PASS)
+        return top1 and dist in (None, PASS) and rule in (None, PASS)
 
     def state(self) -> dict[str, Any]:
         """What it has decided, for tests and the engine's log."""

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
+import numpy as np
 import torch
 
 from .. import schema
@@ -161,6 +162,8 @@ class Recorder:
         logits_processed: bool = False,
         draft_depth: int | None = None,
         depth_reason: str = "",
+        draft_tokens: torch.Tensor | None = None,
+        draft_token_probs: torch.Tensor | None = None,
     ) -> None:
         """Record one verify step of a batch. Never syncs, never blocks, never raises.
 
@@ -176,6 +179,10 @@ class Recorder:
         top-k/top-p applied, as Hugging Face's logits processors leave them), so the statistics
         take them as they are. ``draft_depth``: the k this step ran with (an adaptive policy
         changes it; ``depth_reason`` says why, on the step where it changed).
+        ``draft_tokens`` ``[B, D]`` (-1 where a row drafted fewer), with the sampling-truth
+        inputs, enable the acceptance-rule statistics; ``draft_token_probs`` ``[B, D]``: the
+        draft's probability of each (None: a deterministic draft, or a verify that accepts a
+        draft only where a sample of the target equals it).
         """
         if not self.enabled:
             return
@@ -183,14 +190,14 @@ class Recorder:
             self._record_verify(request_ids, num_accepted, num_drafted, temperature, top_p, top_k,
                                 mode_used, num_draft_tokens, committed_tokens, target_logits,
                                 draft_top1_probs, step, logits_processed, draft_depth,
-                                depth_reason)
+                                depth_reason, draft_tokens, draft_token_probs)
         except (Exception, SystemExit):
             self.count_error()
 
     def _record_verify(self, request_ids, num_accepted, num_drafted, temperature, top_p, top_k,
                        mode_used, num_draft_tokens, committed_tokens, target_logits,
                        draft_top1_probs, step, logits_processed=False, draft_depth=None,
-                       depth_reason="") -> None:
+                       depth_reason="", draft_tokens=None, draft_token_probs=None) -> None:
         batch = len(request_ids)
         if step is None:
             step = self._step
@@ -231,7 +238,9 @@ class Recorder:
                 rows = self._stats_rows(batch, stat_t, stat_p, stat_k) if has_truth else None
                 packed = self._pack(batch, num_accepted, num_drafted, num_draft_tokens, stat_t,
                                     stat_p, stat_k, committed_tokens, target_logits,
-                                    draft_top1_probs, sampled, rows)
+                                    draft_top1_probs, sampled, rows,
+                                    None if logits_processed else draft_tokens,
+                                    draft_token_probs)
                 self._host[idx, :batch].copy_(packed, non_blocking=True)
                 on_device = packed.is_cuda
             event = None
@@ -273,8 +282,8 @@ class Recorder:
         return rows
 
     def _pack(self, batch, num_accepted, num_drafted, num_draft_tokens, temperature, top_p,
-              top_k, committed, logits, draft_top1, sampled: bool, rows: Any = None
-              ) -> torch.Tensor:
+              top_k, committed, logits, draft_top1, sampled: bool, rows: Any = None,
+              draft_tokens: Any = None, draft_q: Any = None) -> torch.Tensor:
         dev = num_accepted.device
         cols = torch.zeros(batch, _stats.ROW_WIDTH, dtype=torch.float32, device=dev)
         if isinstance(num_drafted, (list, tuple)):
@@ -291,6 +300,10 @@ class Recorder:
                 if rows is not None:  # the step's budget: these rows only
                     pick = self._to_device(rows.tolist(), torch.long, dev)
                     logits, committed, acc = _rows_of(rows, pick, logits, committed, num_accepted)
+                    if draft_tokens is not None:
+                        (draft_tokens,) = _rows_of(rows, pick, draft_tokens)
+                    if draft_q is not None:
+                        (draft_q,) = _rows_of(rows, pick, draft_q)
                     temperature, top_p, top_k = (None if v is None else [v[i] for i in rows]
                                                  for v in (temperature, top_p, top_k))
                 temps = self._to_device(temperature, torch.float32, dev)
@@ -304,7 +317,9 @@ class Recorder:
                                           torch.long, dev)
                 out = _stats.verify_columns(logits, committed, acc, temps, tp, tk,
                                             scratch=self._scratch_for(logits) if rows is not None
-                                            else None, truncated=cut)
+                                            else None, truncated=cut,
+                                            draft_tokens=draft_tokens,
+                                            draft_token_probs=draft_q)
                 if rows is not None:  # the other rows keep 0 verified positions: no statistics
                     out = torch.zeros(batch, out.shape[1], device=dev).index_copy_(0, pick, out)
                 cols[:, _stats.COL_NUM_VERIFIED:_stats.COL_HIST] = out[:, :4]
@@ -348,7 +363,9 @@ class Recorder:
             hist = int(c.draft_hist.sum()) if c.draft_hist is not None else 0
             observe(c.temperature, c.top_p, c.top_k, c.num_verified, c.num_top1,
                     c.expected_top1, draft_positions=hist, pit_sum=c.pit_sum,
-                    pit_var=c.pit_var)
+                    pit_var=c.pit_var, accept=None if c.accept_expected is None else (
+                        np.minimum(c.num_accepted + 1, c.num_drafted), c.num_accepted,
+                        c.accept_expected, c.accept_var))
 
     def _to_device(self, values, dtype, dev) -> torch.Tensor:
         host = torch.tensor(values, dtype=dtype)

@@ -31,7 +31,11 @@ COL_MISMATCH_POS = COL_MISMATCH_MARGIN + 1
 #: expectation under honest sampling) and the sum of each position's variance bound for it
 COL_PIT_SUM = COL_MISMATCH_POS + 1
 COL_PIT_VAR = COL_PIT_SUM + 1
-ROW_WIDTH = COL_PIT_VAR + 1
+#: the acceptance rule: over the draft positions verify tested, the sum of the probability an
+#: honest verify accepts each draft token and of its variance (``acceptance_columns``)
+COL_ACCEPT_EXPECTED = COL_PIT_VAR + 1
+COL_ACCEPT_VAR = COL_ACCEPT_EXPECTED + 1
+ROW_WIDTH = COL_ACCEPT_VAR + 1
 
 
 def expected_top1(
@@ -145,11 +149,16 @@ def expected_top1_topk(logits: torch.Tensor, temperature: torch.Tensor,
     kept = torch.exp(zs.masked_fill(~keep, float("-inf")))
     # an untruncated row ranks its token against the whole vocabulary's mass; past the width
     # its rank is unknown
-    u, var = pit_columns(kept, torch.exp(zc), torch.where(untruncated, whole, kept.sum(dim=-1)))
+    norm = torch.where(untruncated, whole, kept.sum(dim=-1))
+    u, var = pit_columns(kept, torch.exp(zc), norm)
     if w < v:
         unknown = unknown | (untruncated & (zc < zs[..., -1]))
+    # the smallest weight the truncation keeps (0 where nothing is cut): a token's probability
+    # in the truncated distribution is its weight over ``norm`` at or above it, else 0
+    floor = torch.where(untruncated, torch.zeros_like(norm),
+                        kept.masked_fill(~keep, float("inf")).amin(dim=-1))
     return (torch.where(unknown, nan, p_max), torch.where(unknown, nan, u),
-            torch.where(unknown, nan, var))
+            torch.where(unknown, nan, var), norm, floor)
 
 
 def truth_columns(
@@ -209,10 +218,15 @@ def verify_columns(
     top_k: torch.Tensor | None = None,
     scratch: torch.Tensor | None = None,
     truncated: torch.Tensor | None = None,
+    draft_tokens: torch.Tensor | None = None,
+    draft_token_probs: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``truth_columns`` and ``mismatch_columns`` in one, and the whole-distribution test:
-    ``[B, 8]``, the columns ``COL_NUM_VERIFIED`` .. ``COL_VAR_TOP1``, ``COL_MISMATCH_MARGIN``,
-    ``COL_MISMATCH_POS``, ``COL_PIT_SUM``, ``COL_PIT_VAR``.
+    """``truth_columns`` and ``mismatch_columns`` in one, the whole-distribution test and the
+    acceptance rule: ``[B, 10]``, the columns ``COL_NUM_VERIFIED`` .. ``COL_VAR_TOP1``,
+    ``COL_MISMATCH_MARGIN``, ``COL_MISMATCH_POS``, ``COL_PIT_SUM``, ``COL_PIT_VAR``,
+    ``COL_ACCEPT_EXPECTED``, ``COL_ACCEPT_VAR`` (``acceptance_columns``; NaN without
+    ``draft_tokens``, ``[B, P - 1]``, -1 where a row drafted fewer; ``draft_token_probs``: the
+    draft's probability of each, None for a deterministic draft).
 
     Fewer passes over the ``[B, P, V]`` logits than the parts apart: one max gives both the
     argmax and its logit; without truncation p_max is ``1 / sum(exp((x - max x) / T))``, one
@@ -238,8 +252,9 @@ def verify_columns(
         p_max = torch.reciprocal(total)
         p_max = torch.where((temperature <= 0)[:, None], torch.ones_like(p_max), p_max)
         u, u_var = pit_columns(z, z.gather(-1, safe[..., None])[..., 0], total)
+        norm, floor = total, torch.zeros_like(total)
         if truncated is not None and truncated.numel():
-            cut_max, cut_u, cut_var = expected_top1_topk(
+            cut_max, cut_u, cut_var, cut_norm, cut_floor = expected_top1_topk(
                 logits.index_select(0, truncated), temperature.index_select(0, truncated),
                 None if top_p is None else top_p.index_select(0, truncated),
                 None if top_k is None else top_k.index_select(0, truncated),
@@ -247,20 +262,58 @@ def verify_columns(
             p_max = p_max.index_copy(0, truncated, cut_max)
             u = u.index_copy(0, truncated, cut_u)
             u_var = u_var.index_copy(0, truncated, cut_var)
+            norm = norm.index_copy(0, truncated, cut_norm)
+            floor = floor.index_copy(0, truncated, cut_floor)
     else:
         p_max = expected_top1(logits, temperature, top_p, top_k)
-        _, u, u_var = expected_top1_topk(logits, temperature, top_p, top_k,
-                                         width=x.shape[-1], committed=committed)
+        _, u, u_var, norm, floor = expected_top1_topk(logits, temperature, top_p, top_k,
+                                                      width=x.shape[-1], committed=committed)
     chosen = x.gather(-1, safe[..., None])[..., 0]
     is_top1 = (committed == arg).to(torch.float32)
     margin = torch.where(valid & (chosen < top), top - chosen, torch.full_like(top, -1.0))
     worst, where = margin.max(dim=1)
     zero = torch.zeros_like(p_max)
     pv = torch.where(valid, p_max, zero)  # NaN (unknown) only where verified
-    return torch.stack([validf.sum(dim=1), (is_top1 * validf).sum(dim=1), pv.sum(dim=1),
-                        (pv * (1.0 - pv)).sum(dim=1), worst, where.to(worst.dtype),
-                        torch.where(valid, u, zero).sum(dim=1),
-                        torch.where(valid, u_var, zero).sum(dim=1)], dim=1)
+    if draft_tokens is None:
+        accept = torch.full((x.shape[0], 2), float("nan"), device=x.device)
+    else:
+        accept = acceptance_columns(x, top, temperature, norm, floor, draft_tokens,
+                                    draft_token_probs, num_accepted)
+    return torch.cat([torch.stack([validf.sum(dim=1), (is_top1 * validf).sum(dim=1),
+                                   pv.sum(dim=1), (pv * (1.0 - pv)).sum(dim=1), worst,
+                                   where.to(worst.dtype), torch.where(valid, u, zero).sum(dim=1),
+                                   torch.where(valid, u_var, zero).sum(dim=1)], dim=1),
+                      accept], dim=1)
+
+
+def acceptance_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Tensor,
+                       norm: torch.Tensor, floor: torch.Tensor, draft_tokens: torch.Tensor,
+                       draft_token_probs: torch.Tensor | None,
+                       num_accepted: torch.Tensor) -> torch.Tensor:
+    """``[B, 2]``: over the draft positions verify tested (each row's first ``num_accepted +
+    1``, at most its drafts), the sum of the probability an honest verify accepts each draft
+    token, a = min(1, p / q), and of a (1 - a). p: the token's probability in the distribution
+    the request asked for (weights ``exp((x - top) / T)`` over ``norm``, 0 below the
+    truncation's ``floor``); q: the draft's probability of it (1 for a deterministic draft:
+    n-gram, greedy drafting; and where verify accepts a draft only when a sample of p equals
+    it). The accepted count is then Poisson-binomial with these probabilities. Greedy rows
+    are NaN (their acceptance is not random). One gather over the logits."""
+    d = x.shape[1] - 1
+    tok = draft_tokens[:, :d]
+    drafted = tok >= 0
+    t = temperature.to(x.dtype).clamp_min(1e-6)[:, None]
+    w = torch.exp((x[:, :d].gather(-1, tok.clamp(0, x.shape[-1] - 1).long()[..., None])[..., 0]
+                   - top[:, :d]) / t)
+    p = torch.where(w >= floor[:, :d], w / norm[:, :d], torch.zeros_like(w))
+    q = torch.ones_like(p) if draft_token_probs is None else \
+        draft_token_probs[:, :d].to(p.dtype).clamp_min(1e-30)
+    a = torch.clamp(p / q, max=1.0)
+    positions = torch.arange(d, device=x.device)
+    tried = drafted & (positions[None, :] <= num_accepted[:, None])
+    zero = torch.zeros_like(a)
+    out = torch.stack([torch.where(tried, a, zero).sum(dim=1),
+                       torch.where(tried, a * (1.0 - a), zero).sum(dim=1)], dim=1)
+    return torch.where((temperature > 0)[:, None], out, torch.full_like(out, float("nan")))
 
 
 def draft_hist_columns(draft_top1: torch.Tensor) -> torch.Tensor:

@@ -118,6 +118,9 @@ class VerifyColumns:
     #: carries none; both None when no entry does
     pit_sum: np.ndarray | None = None
     pit_var: np.ndarray | None = None
+    #: the acceptance rule's sums (schema.VerifyEntry), as the PIT's
+    accept_expected: np.ndarray | None = None
+    accept_var: np.ndarray | None = None
     # ---- detail, for rebuilding records
     seq: np.ndarray | None = None  #: int64, which step record (0..num_steps-1) each entry is of
     step: np.ndarray | None = None  #: int64, the step number
@@ -176,7 +179,9 @@ class VerifyColumns:
                              e.num_verified, e.num_top1, e.expected_top1, e.var_top1, hist,
                              seq, depth, e.top_p, e.top_k,
                              math.nan if e.pit_sum is None else e.pit_sum,
-                             math.nan if e.pit_var is None else e.pit_var))
+                             math.nan if e.pit_var is None else e.pit_var,
+                             math.nan if e.accept_expected is None else e.accept_expected,
+                             math.nan if e.accept_var is None else e.accept_var))
                 if r.depth_reason and seq not in reasons.setdefault(key, {}):
                     reasons[key][seq] = r.depth_reason
                 if detail:
@@ -187,7 +192,7 @@ class VerifyColumns:
                          e.top_k, flags))
         out = []
         for key, rows in groups.items():
-            cols = list(zip(*rows)) if rows else [()] * 17
+            cols = list(zip(*rows)) if rows else [()] * 19
             c = cls(
                 run_id=key[0], config_id=key[1], rank=key[2], node=key[3], num_steps=steps[key],
                 t_ns=np.asarray(cols[0], dtype=np.int64),
@@ -210,6 +215,9 @@ class VerifyColumns:
             pit_sum = np.asarray(cols[15], dtype=np.float64)
             if len(pit_sum) and not np.isnan(pit_sum).all():
                 c.pit_sum, c.pit_var = pit_sum, np.asarray(cols[16], dtype=np.float64)
+            accept = np.asarray(cols[17], dtype=np.float64)
+            if len(accept) and not np.isnan(accept).all():
+                c.accept_expected, c.accept_var = accept, np.asarray(cols[18], dtype=np.float64)
             if detail:
                 x = list(zip(*extra.get(key, []))) or [()] * 9
                 c.step = np.asarray(x[1], dtype=np.int64)
@@ -247,6 +255,8 @@ class VerifyColumns:
         hist = self.draft_hist.tolist() if self.draft_hist is not None else None
         pits = (self.pit_sum.tolist(), self.pit_var.tolist()) \
             if self.pit_sum is not None and self.pit_var is not None else None
+        accepts = (self.accept_expected.tolist(), self.accept_var.tolist()) \
+            if self.accept_expected is not None and self.accept_var is not None else None
         bounds = np.flatnonzero(np.diff(seq)) + 1
         starts = [0] + bounds.tolist()
         ends = bounds.tolist() + [n]
@@ -268,7 +278,9 @@ class VerifyColumns:
                     var_top1=cols[8][i] if truth else 0.0,
                     draft_top1_hist=tuple(hist[i]) if hist is not None and flags & HAS_HIST
                     else (), **(_pit(pits[0][i], pits[1][i]) if pits is not None and truth
-                                else {})))
+                                else {}),
+                    **(_pair("accept_expected", "accept_var", accepts[0][i], accepts[1][i])
+                       if accepts is not None and truth else {})))
             depth = int(draft_depth[s])
             out.append(schema.VerifyStepRecord(
                 run_id=self.run_id, config_id=self.config_id, rank=self.rank, node=self.node,
@@ -284,7 +296,7 @@ class VerifyColumns:
             return self.per_entry().select(mask)
         arrays: dict[str, Any] = {name: None if getattr(self, name) is None
                                   else getattr(self, name)[mask]
-                                  for name in AGGREGATE_ARRAYS + PIT_ARRAYS}
+                                  for name in AGGREGATE_ARRAYS + OPTIONAL_ARRAYS}
         return VerifyColumns(run_id=self.run_id, config_id=self.config_id, rank=self.rank,
                              node=self.node, num_steps=0, mode_names=self.mode_names, **arrays)
 
@@ -294,6 +306,10 @@ AGGREGATE_ARRAYS = ("t_ns", "num_drafted", "num_draft_tokens", "num_accepted", "
                     "draft_hist")
 #: the whole-distribution test's arrays: optional (None where no entry carries them)
 PIT_ARRAYS = ("pit_sum", "pit_var")
+#: the acceptance rule's, likewise
+ACCEPT_ARRAYS = ("accept_expected", "accept_var")
+#: every optional array, in pairs that travel together (both or neither)
+OPTIONAL_ARRAYS = PIT_ARRAYS + ACCEPT_ARRAYS
 #: fields with one value per verify step (compact when ``step_sizes`` is set)
 STEP_ARRAYS = ("t_ns", "seq", "step", "batch_size", "draft_depth")
 DETAIL_ARRAYS = ("seq", "step", "batch_size", "draft_depth", "temperature", "top_p", "top_k",
@@ -302,7 +318,12 @@ DETAIL_ARRAYS = ("seq", "step", "batch_size", "draft_depth", "temperature", "top
 
 def _pit(u_sum: float, var: float) -> dict[str, float]:
     """An entry's PIT fields, left out (None) where the columns hold NaN."""
-    return {} if math.isnan(u_sum) or math.isnan(var) else {"pit_sum": u_sum, "pit_var": var}
+    return _pair("pit_sum", "pit_var", u_sum, var)
+
+
+def _pair(a: str, b: str, x: float, y: float) -> dict[str, float]:
+    """Two optional fields of an entry, left out (None) where the columns hold NaN."""
+    return {} if math.isnan(x) or math.isnan(y) else {a: x, b: y}
 
 
 def expand(items: Iterable[Any]) -> list[Any]:

@@ -21,7 +21,8 @@ from typing import Any, Iterable, Sequence
 
 from .. import schema
 from ..schema import TraceError
-from .columns import HAS_HIST, HAS_TRUTH, PIT_ARRAYS, VerifyColumns, expand
+from .columns import (ACCEPT_ARRAYS, HAS_HIST, HAS_TRUTH, OPTIONAL_ARRAYS, PIT_ARRAYS,
+                      VerifyColumns, expand)
 from .intervals import BATCHES
 from .store import (UNKNOWN, Store, Where, day, open_store, partition_path, partition_values,
                     row_time)
@@ -104,7 +105,7 @@ def write_parquet(records: Iterable[Any], out_dir: str | os.PathLike,
         for folder, part in groups.items():
             table = pa.Table.from_pylist(part)
             if kind == "verify":
-                table = _float_columns(table, pa, PIT_ARRAYS)
+                table = _float_columns(table, pa, OPTIONAL_ARRAYS)
             parts.append((folder, table))
     for c in columns:
         if len(c):
@@ -188,7 +189,7 @@ def _columns_table(c: VerifyColumns, pa: Any) -> Any:
         "var_top1": pa.array(stat(c.var_top1, zero_f)),
         "draft_top1_hist": pa.ListArray.from_arrays(pa.array(hist_off), pa.array(hist_values)),
     }
-    for name in PIT_ARRAYS:  # null where the entry has none
+    for name in OPTIONAL_ARRAYS:  # null where the entry has none
         values = getattr(c, name)
         values = np.full(n, np.nan) if values is None else np.where(truth, values, np.nan)
         data[name] = pa.array(values, pa.float64(), mask=np.isnan(values))
@@ -342,11 +343,12 @@ def iter_verify_columns(path: str | os.PathLike, where: Where | None = None):
                 reasons = {int(seq[i]): col["depth_reason"][int(i)].as_py() for i in said}
 
             hist = _hist_matrix(col["draft_top1_hist"], len(batch), np)
-            pits = {}
-            if all(p in file_schema.names for p in PIT_ARRAYS):
-                got = pf.read_row_group(group, columns=list(PIT_ARRAYS))
-                pits = {p: got.column(p).combine_chunks().to_numpy(zero_copy_only=False)
-                        .astype(np.float64) for p in PIT_ARRAYS}  # null -> NaN
+            extra = {}  # the optional pairs (null -> NaN), each kept where any entry has it
+            for pair in (PIT_ARRAYS, ACCEPT_ARRAYS):
+                if all(p in file_schema.names for p in pair):
+                    got = pf.read_row_group(group, columns=list(pair))
+                    extra.update({p: got.column(p).combine_chunks().to_numpy(
+                        zero_copy_only=False).astype(np.float64) for p in pair})
             req = _codes(col["mode_requested"], np)
             used = _codes(col["mode_used"], np)
             runs = col["run_id"] if hasattr(col["run_id"], "indices") else col["run_id"].dictionary_encode()
@@ -374,8 +376,9 @@ def iter_verify_columns(path: str | os.PathLike, where: Where | None = None):
                     num_top1=arr("num_top1", np.int64)[mask],
                     expected_top1=arr("expected_top1", np.float64)[mask],
                     var_top1=arr("var_top1", np.float64)[mask], draft_hist=hist[mask],
-                    **({p: v[mask] for p, v in pits.items()}
-                       if pits and not np.isnan(pits["pit_sum"][mask]).all() else {}),
+                    **{p: extra[p][mask] for pair in (PIT_ARRAYS, ACCEPT_ARRAYS)
+                       if pair[0] in extra and not np.isnan(extra[pair[0]][mask]).all()
+                       for p in pair},
                     seq=None if seq is None else seq[mask],
                     draft_depth=None if depth is None else depth[mask], depth_reasons=reasons or None)
 

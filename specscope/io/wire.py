@@ -24,8 +24,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import schema
-from .columns import (AGGREGATE_ARRAYS, DETAIL_ARRAYS, HAS_HIST, HAS_TRUTH, PIT_ARRAYS,
-                      STEP_ARRAYS, Strings, VerifyColumns)
+from .columns import (ACCEPT_ARRAYS, AGGREGATE_ARRAYS, DETAIL_ARRAYS, HAS_HIST, HAS_TRUTH, OPTIONAL_ARRAYS,
+                      PIT_ARRAYS, STEP_ARRAYS, Strings, VerifyColumns)
 
 MAX_MESSAGE_BYTES = 16 * 2**20
 MAX_ENTRIES = 1 << 16  #: verify entries per message (~9 MiB with every array)
@@ -40,13 +40,14 @@ WIRE_DTYPES = {
     "expected_top1": "<f8", "var_top1": "<f8", "draft_hist": "<i4",
     "seq": "<i4", "step": "<i8", "batch_size": "<i4", "draft_depth": "<i4",
     "temperature": "<f8", "top_p": "<f8", "top_k": "<i4", "flags": "i1", "step_sizes": "<i4",
-    "pit_sum": "<f8", "pit_var": "<f8",
+    "pit_sum": "<f8", "pit_var": "<f8", "accept_expected": "<f8", "accept_var": "<f8",
 }
 TRUTH_ARRAYS = ("num_verified", "num_top1", "expected_top1", "var_top1")
 LOCAL_DTYPES = {
     "mode_requested": np.int8, "mode_used": np.int8, "flags": np.int8,
     "expected_top1": np.float64, "var_top1": np.float64, "temperature": np.float64,
     "top_p": np.float64, "pit_sum": np.float64, "pit_var": np.float64,
+    "accept_expected": np.float64, "accept_var": np.float64,
 }
 _HEADER = struct.Struct("<I")
 
@@ -96,7 +97,7 @@ def _chunks(c: VerifyColumns) -> list[VerifyColumns]:
     for start in range(0, n, MAX_ENTRIES):
         sl = slice(start, start + MAX_ENTRIES)
         arrays: dict[str, Any] = {a: (None if getattr(c, a) is None else getattr(c, a)[sl])
-                                  for a in (*AGGREGATE_ARRAYS, *DETAIL_ARRAYS, *PIT_ARRAYS)}
+                                  for a in (*AGGREGATE_ARRAYS, *DETAIL_ARRAYS, *OPTIONAL_ARRAYS)}
         part = VerifyColumns(
             run_id=c.run_id, config_id=c.config_id, rank=c.rank, node=c.node, num_steps=0,
             mode_names=c.mode_names, **arrays)
@@ -134,7 +135,7 @@ def _column_header(c: VerifyColumns, buffers: list) -> dict[str, Any]:
         arrays["step_sizes"] = [WIRE_DTYPES["step_sizes"], offset, sizes.nbytes]
         buffers.append(sizes)
         offset += sizes.nbytes
-    names = list(AGGREGATE_ARRAYS) + [a for a in DETAIL_ARRAYS + PIT_ARRAYS
+    names = list(AGGREGATE_ARRAYS) + [a for a in DETAIL_ARRAYS + OPTIONAL_ARRAYS
                                       if getattr(c, a) is not None]
     for name in names:
         if (name == "draft_hist" and not has_hist) or (name in TRUTH_ARRAYS and not has_truth):
@@ -323,8 +324,9 @@ def _columns(head: Any, payload: memoryview) -> VerifyColumns:
         raise WireError("malformed", n)
     for name in ("draft_hist",) + TRUTH_ARRAYS:
         fields.setdefault(name, None)  # left out: all zero
-    if len([a for a in PIT_ARRAYS if a in fields]) == 1:  # both or neither
-        raise WireError("malformed", n)
+    for pair in (PIT_ARRAYS, ACCEPT_ARRAYS):
+        if len([a for a in pair if a in fields]) == 1:  # both or neither
+            raise WireError("malformed", n)
     missing = [a for a in AGGREGATE_ARRAYS if a not in fields]
     if missing or (sizes is not None and
                    step_level != {a for a in STEP_ARRAYS if a in fields}):
@@ -335,7 +337,7 @@ def _columns(head: Any, payload: memoryview) -> VerifyColumns:
     cols = VerifyColumns(run_id=run_id, config_id=config_id, rank=rank, node=node,
                          num_steps=num_steps, mode_names=modes, step_sizes=sizes,
                          **{a: fields[a] for a in AGGREGATE_ARRAYS},
-                         **{a: fields[a] for a in PIT_ARRAYS if a in fields})
+                         **{a: fields[a] for a in OPTIONAL_ARRAYS if a in fields})
     detail = [a for a in DETAIL_ARRAYS if a in fields]
     if detail:
         if len(detail) != len(DETAIL_ARRAYS) or not isinstance(head.get("ids"), list):

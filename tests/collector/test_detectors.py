@@ -93,3 +93,36 @@ def test_faults_of_other_shapes_fail_the_whole_distribution(tiny, tmp_path, faul
     print(f"{fault}: FAIL after {a.evidence['pit_positions']} positions ({i + 1} rounds), "
           f"mean PIT {a.evidence['pit_mean']:.3f}, top-1 {a.evidence['observed_top1_rate']:.3f} "
           f"against {a.evidence['expected_top1_rate']:.3f}")
+
+
+def test_a_verify_that_accepts_against_its_own_rule_fails_the_acceptance_check(tiny, tmp_path):
+    """``accept_ignores_q``: the acceptance test reads p alone while the draft samples, so
+    verify accepts fewer drafts than min(1, p/q) gives; the top-1 share and the PIT stay near
+    honest. Rounds until the acceptance check FAILs or ``accept_cap(0.1)`` tested drafts (by
+    which a verify 10 points off its rule has failed except with probability 1e-4); clean
+    rounds of the same size never FAIL it."""
+    from specscope.collector.detectors import SamplingTruthDetector
+
+    from tests.engines.until import accept_cap
+
+    def rounds(fault: str):
+        records: list = []
+        for i in range(32):
+            spec = WorkloadSpec(requests=16, concurrency=16, max_new_tokens=64, temperature=0.8,
+                                seed=i, reference=False)
+            path = run_workload(tiny, SpecConfig(num_steps=3, fault=fault), spec,
+                                tmp_path / f"{fault}{i}.jsonl", progress=False)
+            records += read_trace(path).records
+            (a,) = [x for x in SamplingTruthDetector().assess(SpecStats().observe_all(records))
+                    if x.evidence.get("accept_trials")]
+            if a.evidence["accept_state"] == "fail" or a.evidence["accept_trials"] >= cap:
+                return a
+        return a
+
+    cap = accept_cap(0.1)
+    a = rounds("accept_ignores_q")
+    assert a.state == "fail" and a.anomaly is not None and a.anomaly.kind == "acceptance_mismatch"
+    assert a.evidence["accept_observed_rate"] < a.evidence["accept_expected_rate"] - 0.1
+    assert a.evidence["pit_state"] != "fail", a.evidence  # the distribution looks honest
+    clean = rounds("")
+    assert clean.evidence["accept_state"] != "fail" and clean.state != "fail", clean.evidence

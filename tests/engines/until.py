@@ -66,3 +66,19 @@ def pit_cap(shift: float, miss: float = 1e-4) -> int:
     while shift * n - z * math.sqrt(n) / 2 < pit.threshold(n / 12):
         n = math.ceil(n * 1.05)
     return n
+
+
+def accept_cap(shift: float, miss: float = 1e-4) -> int:
+    """Draft positions tested by which a verify that accepts ``shift`` more or fewer of them
+    than the acceptance rule gives has failed its check except with probability ``miss``:
+    ``pit_cap``'s reasoning, each trial a Bernoulli (standard deviation at most 1/2, variance
+    at most 1/4, increments within 1)."""
+    from statistics import NormalDist
+
+    from specscope import pit
+
+    z = NormalDist().inv_cdf(1.0 - miss)
+    n = 16
+    while shift * n - z * math.sqrt(n) / 2 < pit.threshold(n / 4, b=1.0):
+        n = math.ceil(n * 1.05)
+    return n

@@ -30,11 +30,13 @@ def test_sweep_gates_each_point_and_flags_the_faulted_one(tmp_path):
     print(table)
     by = {(r.point.setting.name, r.point.temperature): r for r in results}
     assert by[("3-1-4", 0.0)].figures["gate"] == "pass"  # greedy output == target-only output
-    # sampled: sampling truth and draft health pass; 32 requests may be too few to show a
-    # 30-point rise in invalid output against the reference, so the gate may say INCONCLUSIVE
+    # sampled: nothing fails; 32 requests of 40 tokens may be too few to rule out a 30-point
+    # rise in invalid output against the reference, or (the whole-distribution and acceptance
+    # tests need several hundred positions) a sampling fault of the stated sizes, so the gate
+    # may say INCONCLUSIVE, each waiting check with what it would need
     sampled = by[("3-1-4", 0.8)].figures
     assert sampled["gate"] in ("pass", "inconclusive") and not sampled["failed"]
-    assert all("rate vs reference" in w for w in sampled["waiting"])
+    assert all("need" in w or "leans" in w for w in sampled["waiting"]), sampled["waiting"]
     faulted = by[("2-1-3", 0.8)]
     assert faulted.figures["gate"] == "fail" and "silent_greedy" in faulted.figures["anomalies"]
     assert "UNTRUSTED" in next(line for line in table.splitlines() if faulted.point.name in line)

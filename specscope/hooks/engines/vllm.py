@@ -157,8 +157,10 @@ def processed(sampling_metadata: Any) -> bool:
 def gather_inputs(metadata: Any, draft_probs: Any, logits: Any) -> dict:
     """What the statistics need from the verify call's inputs, read before vLLM changes them:
     the target logits at each row's ``drafted + 1`` positions, ``[B, P, V]`` (P = the widest
-    row's drafts + 1; rows are contiguous in ``logits``), and the draft's top-1 probability per
-    drafted position, ``[B, P - 1]`` (-1 where a row drafted fewer: not counted)."""
+    row's drafts + 1; rows are contiguous in ``logits``), the draft's top-1 probability per
+    drafted position, ``[B, P - 1]`` (-1 where a row drafted fewer: not counted), and for the
+    acceptance rule each row's draft tokens (-1 past its drafts) with, under probabilistic
+    drafting, the draft's probability of each (without ``draft_probs`` the draft is one-hot)."""
     import torch
 
     nums = [int(n) for n in metadata.num_draft_tokens]
@@ -172,6 +174,16 @@ def gather_inputs(metadata: Any, draft_probs: Any, logits: Any) -> dict:
     lim = torch.tensor(nums)
     rows = torch.tensor(starts)[:, None] + torch.minimum(pos[None, :], lim[:, None])
     out = {"logits": logits[rows.to(dev, non_blocking=True)]}
+    ids = getattr(metadata, "draft_token_ids", None)
+    cu = torch.tensor([s - i for i, s in enumerate(starts)])  # start of each row's drafts
+    didx = (cu[:, None] + torch.minimum(pos[None, :-1], (lim - 1).clamp_min(0)[:, None])) \
+        .clamp_max(max(sum(nums) - 1, 0)).to(dev, non_blocking=True)
+    drafted = (pos[None, :-1] < lim[:, None]).to(dev, non_blocking=True)
+    if ids is not None and ids.dim() == 1 and ids.shape[0] == sum(nums) and sum(nums):
+        tokens = ids[didx]
+        out["draft_tokens"] = torch.where(drafted, tokens, torch.full_like(tokens, -1))
+        if draft_probs is not None and draft_probs.dim() == 2:
+            out["draft_q"] = draft_probs[didx, tokens.clamp_min(0).long()]
     if draft_probs is not None and draft_probs.dim() == 2:
         top1 = draft_probs.amax(dim=-1)  # [num_tokens], row-major by request
         cu = torch.tensor([s - i for i, s in enumerate(starts)])  # start of each row's drafts
@@ -208,6 +220,10 @@ def record_rejection(recorder: Any, metadata: Any, sampling_metadata: Any, outpu
         truth["committed_tokens"] = out[:, :inputs["logits"].shape[1]]
         if "draft_top1" in inputs:
             truth["draft_top1_probs"] = inputs["draft_top1"]
+        if "draft_tokens" in inputs:
+            truth["draft_tokens"] = inputs["draft_tokens"]
+            if "draft_q" in inputs:
+                truth["draft_token_probs"] = inputs["draft_q"]
     ids = facts["ids"]
     drafted: Any = nums
     if len(keep) < len(nums):  # rows without a draft are no verify entries
