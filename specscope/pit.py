@@ -40,6 +40,11 @@ PASS_SHIFT = 0.05
 #: FAIL needs the mean off 1/2 by more than this as well as the tail below alpha: a bias this
 #: small (float rounding between the engine's sampler and the statistics) is never a FAIL
 FAIL_SHIFT = 0.01
+#: the acceptance rule's (``decide_sum`` over tested draft tokens): PASS rules out an acceptance
+#: rate 10 points or more off what min(1, p/q) gives the same drafts (each trial a Bernoulli of
+#: variance up to 1/4, so 5 points would need four times the drafts); FAIL needs 2 points
+ACCEPT_PASS_SHIFT = 0.1
+ACCEPT_FAIL_SHIFT = 0.02
 #: ratio between neighbouring variance budgets, and the budgets' range (in variance units: one
 #: position holds at most 1/12): from 1 to 10^7 positions' worth
 GRID = 1.25

@@ -218,14 +218,16 @@ class SamplingTruthDetector:
         if not t.accept_trials:
             return None
         d = pit.decide_sum(t.accept_hits - t.accept_expected, t.accept_trials, t.accept_var,
-                           1.0, alpha=self.alpha, pass_alpha=self.pass_alpha)
+                           1.0, alpha=self.alpha, pass_alpha=self.pass_alpha,
+                           pass_shift=pit.ACCEPT_PASS_SHIFT, fail_shift=pit.ACCEPT_FAIL_SHIFT)
         evidence.update(accept_trials=t.accept_trials,
                         accept_observed_rate=t.accept_hits / t.accept_trials,
                         accept_expected_rate=t.accept_expected / t.accept_trials,
                         accept_p_value=d.p_fail, accept_state=d.state,
                         p_value=min(evidence["p_value"], d.p_fail))
-        evidence["rules_out"] += (f"; and an acceptance rate {pit.PASS_SHIFT:g} or more off "
-                                  "what the acceptance rule min(1, p/q) gives the same drafts")
+        evidence["rules_out"] += (f"; and an acceptance rate {pit.ACCEPT_PASS_SHIFT:.0%} or "
+                                  "more off what the acceptance rule min(1, p/q) gives the "
+                                  "same drafts")
         return d
 
     def _pit(self, t: TruthStats, evidence: dict) -> "pit.PitDecision | None":

@@ -135,12 +135,13 @@ class Collector:
                     key = self._key(run_id, r.rank, node)
                     for t, n in token_times(r):
                         self._window(key, t).undrafted_request_steps += n
-            self.health["records_observed"] += len(records) - len(columns)
         for sink in self.sinks:
             try:
                 sink.write(records)
             except Exception:
                 self.health["sink_errors"] += 1
+        with self._lock:  # counted once the sinks have them: a record counted is on disk
+            self.health["records_observed"] += len(records) - len(columns)
 
     def observe_columns(self, cols: VerifyColumns) -> None:
         """Fast path: fold columnar verify entries in."""

@@ -193,8 +193,9 @@ class UntilDecided:
         dist = pit.decide(pit_sum, int(pit_n), pit_var, alpha=self.alpha,
                           pass_alpha=self.pass_alpha).state if pit_n else None
         rule = pit.decide_sum(hits - accept_expected, int(trials), accept_var, 1.0,
-                              alpha=self.alpha, pass_alpha=self.pass_alpha).state \
-            if trials else None
+                              alpha=self.alpha, pass_alpha=self.pass_alpha,
+                              pass_shift=pit.ACCEPT_PASS_SHIFT,
+                              fail_shift=pit.ACCEPT_FAIL_SHIFT).state if trials else None
         if FAIL in (state, dist, rule):
             return True
         top1 = state != INCONCLUSIVE or (1.0 - exp <= self.min_excess and n >= 512)
