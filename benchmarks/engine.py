@@ -53,13 +53,15 @@ def bench_hooks(reps: int) -> list[Row]:
                        max_stats_rows=rows)
         acc, committed = sample_only(logits)
         top1 = q.amax(-1)
+        q_drafted = q.gather(-1, draft[..., None])[..., 0]  # the acceptance rule's q
         out = []
         for _ in range(reps):
             t0 = time.perf_counter()
             for step in range(calls):
                 rec.record_verify(request_ids=ids, num_accepted=acc, num_drafted=d,
                                   temperature=[0.7] * b, committed_tokens=committed,
-                                  target_logits=logits, draft_top1_probs=top1, step=step)
+                                  target_logits=logits, draft_top1_probs=top1, step=step,
+                                  draft_tokens=draft, draft_token_probs=q_drafted)
             out.append((time.perf_counter() - t0) / calls)
             rec.drain()  # the drain thread's work, off the hot path
         return out
