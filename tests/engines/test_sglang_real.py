@@ -415,3 +415,68 @@ def repaired_only(responses: list, records: list, calls: int, verdict: dict, rc:
     assert not {"silent_greedy", "sampling_mismatch", "greedy_mismatch"} & \
         {a["kind"] for a in section["anomalies"]}
     assert rc != 1 and verdict["verdict"] != "fail", verdict
+
+
+#: faults of other shapes in the stand-in's repaired CPU verify (``sgl_kernel/_sampling.py``):
+#: (fault, its class's sampling, the class's truth row, the probe check that must fail)
+SHAPE_FAULTS = (
+    ("sharpened", {"temperature": 0.8}, schema.TARGET_TEMPERATURE,
+     "distribution honoured (temperature)"),
+    ("top_p_dropped", {"temperature": 0.8, "top_p": 0.9}, schema.TARGET_TEMPERATURE + "+top-p",
+     "truncation honoured (top-p)"),
+)
+
+
+def test_repaired_verify_with_faults_of_other_shapes_fails_in_engine_and_by_probe(
+        sglang_env, sglang_model, prompts, tmp_path):  # noqa: F811
+    """STANDALONE with its CPU verify repaired (target-only sampling, as on a GPU), then a
+    fault seeded in its sampling kernel, switched at run time, one class each (after a class
+    has FAILed, the default statistics policy samples it at one step in 32): probabilities
+    squared (the temperature halved) for temperature requests, top-p dropped for top-p ones.
+    The top-1 share moves little; each FAILs in-engine (the whole distribution, the
+    acceptance rule) and by the probe, with traffic of the class until its in-engine FAIL or
+    ``pit_cap(0.04)`` positions, by which a fault moving the mean PIT 0.04 has failed except
+    with probability 1e-4."""
+    from tests.engines.until import pit_cap
+
+    switch = tmp_path / "fault"
+    switch.write_text("")
+    srv = sglang_server(sglang_env, sglang_model, tmp_path / "shapes", "STANDALONE", repaired=True)
+    srv.env["SGLANG_STANDIN_FAULT"] = str(switch)
+    found = {}
+    with srv:
+        for fault, sampling, row, _ in SHAPE_FAULTS:
+            switch.write_text(fault)
+            since = time.time_ns()
+            t0 = time.monotonic()
+
+            def one(i: int, sampling=sampling) -> list:
+                batch = prompts[(8 * i) % 40:(8 * i) % 40 + 8]
+                with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                    return list(pool.map(lambda p: generate(srv.url, chat(p), {
+                        **sampling, "max_new_tokens": 48}), batch))
+
+            def current(since: int = since, row: str = row) -> dict:
+                time.sleep(1.0)  # the recorder's drain
+                records = read_trace(sorted(srv.trace_dir.glob("*.jsonl"))).records
+                kept = [r for r in records if not isinstance(
+                    r, (schema.VerifyStepRecord, schema.FallbackRecord)) or r.t_ns >= since]
+                return truth(section_of(kept)).get(row) or {}
+
+            rounds_until(one, lambda: current().get("state") == "fail",
+                         capped=lambda: (current().get("pit_positions") or 0) >= pit_cap(0.04))
+            engine_s = time.monotonic() - t0
+            got = current()
+            rc, probe_s, verdict = probe(srv.url, "--endpoint", "generate", "--classes",
+                                         "temperature" if "top_p" not in sampling else "top-p",
+                                         "--requests", PROBE_CAP)
+            found[fault] = (got, engine_s, rc, probe_s, verdict)
+    for fault, _, _, check in SHAPE_FAULTS:
+        got, engine_s, rc, probe_s, verdict = found[fault]
+        print(f"{fault}: in-engine {got.get('state')} after {engine_s:.0f} s (top-1 "
+              f"{got.get('observed_top1_rate')} vs {got.get('expected_top1_rate')}, PIT "
+              f"{got.get('pit_mean')}, accepted {got.get('accept_observed_rate')} vs "
+              f"{got.get('accept_expected_rate')}); probe {verdict['verdict']} in {probe_s:.0f} s")
+        assert got.get("state") == "fail", got
+        states = {c["check"]: c["state"] for c in verdict["checks"]}
+        assert rc == 1 and states.get(check) == "fail", (fault, states)

@@ -91,6 +91,20 @@ def truth_inputs(logits: Any, predict: Any, accept_index: Any) -> dict:
     return {"target_logits": logits[rows], "committed_tokens": committed}
 
 
+def chain_drafts(verify_input: Any, batch: int) -> dict:
+    """A chain's draft tokens ``[B, D]`` for the acceptance rule (its candidates past the root,
+    in depth order); nothing for a tree, under rejection sampling, or where the input does not
+    hold them. SGLang's target-only verify accepts a draft where a sample of the target equals
+    it: the draft's probability plays no part (q = 1)."""
+    try:
+        if int(getattr(verify_input, "topk", 0) or 0) != 1 or _rejection_sampling():
+            return {}  # a tree, or rejection sampling (which reads draft probabilities)
+        tokens = verify_input.draft_token.reshape(batch, -1)
+        return {"draft_tokens": tokens[:, 1:]}
+    except Exception:  # an input of another shape: the step keeps its other statistics
+        return {}
+
+
 def _spec() -> Any:
     from sglang.srt.runtime_context import get_spec  # type: ignore
 
@@ -148,6 +162,8 @@ def record_eagle_sample(recorder: Any, verify_input: Any, batch: Any, result: tu
             (schema.FALLBACK_ARGMAX if mode_used == schema.GREEDY else mode_used)
             for t, _, _ in asked]
     truth = {} if logits is None else truth_inputs(logits, predict, accept_index)
+    if truth:
+        truth.update(chain_drafts(verify_input, len(reqs)))
     drafted = int(verify_input.draft_token_num) - 1  # what SGLang counts as proposed per step
     step = recorder._step
     recorder.record_verify(

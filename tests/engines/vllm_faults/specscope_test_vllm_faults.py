@@ -104,10 +104,6 @@ def register():
                 md, all_greedy=True, all_random=False))
         elif _active("top_p_greedy"):
             _metadata(args, kwargs, _top_p_greedy)
-        if _active("temperature_twice"):
-            _metadata(args, kwargs, _temperature_twice)
-        if _active("top_p_ignored"):
-            _metadata(args, kwargs, lambda md: dataclasses.replace(md, top_p=None))
         out = sample(*args, **kwargs)
         if _active("lossy"):
             draft = kwargs.get("draft_token_ids", args[0] if args else None)
@@ -121,6 +117,21 @@ def register():
         return out
 
     rs.rejection_sample = rejection_sample
+
+    # the faults of other shapes act where verify turns the target's logits into the
+    # distribution it samples from (temperature, top-k, top-p): RejectionSampler.forward calls
+    # this module-level function before rejection_sample
+    constrain = rs.apply_sampling_constraints
+
+    def apply_sampling_constraints(logits, cu_num_draft_tokens, sampling_metadata):
+        md = sampling_metadata
+        if _active("temperature_twice"):
+            md = _temperature_twice(md)
+        if _active("top_p_ignored"):
+            md = dataclasses.replace(md, top_p=None)
+        return constrain(logits, cu_num_draft_tokens, md)
+
+    rs.apply_sampling_constraints = apply_sampling_constraints
 
     from vllm.v1.spec_decode import llm_base_proposer as lbp
 

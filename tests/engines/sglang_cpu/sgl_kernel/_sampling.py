@@ -1,9 +1,27 @@
 """Sampling ops for verify's sampling branch, which SGLang's CPU build never reaches as shipped
-(its CPU verify commits the argmax); the tests' repaired verify reaches them."""
+(its CPU verify commits the argmax); the tests' repaired verify reaches them.
+
+``SGLANG_STANDIN_FAULT`` (tests only) names a file read at each call: ``sharpened`` verifies
+against the target's probabilities squared and renormalised (its temperature halved: the
+temperature applied twice over); ``top_p_dropped`` makes the top-p renormalisation return its
+input (a sampling setting dropped under speculation). Anything else: honest."""
 
 from __future__ import annotations
 
+import os
+
 import torch
+
+
+def _fault() -> str:
+    path = os.environ.get("SGLANG_STANDIN_FAULT")
+    if not path:
+        return ""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def top_k_renorm_prob(probs, top_ks) -> torch.Tensor:
@@ -24,6 +42,8 @@ def top_p_renorm_prob(probs, top_ps) -> torch.Tensor:
     Summed in float32 whatever ``probs``' dtype, as sgl-kernel's kernel does: a bfloat16
     running sum near 0.9 drops every probability below about 0.002 and so keeps tokens far
     outside the nucleus."""
+    if _fault() == "top_p_dropped":
+        return probs
     work = probs.float()
     p = top_ps.reshape(-1, 1).float()
     ordered, order = work.sort(dim=-1, descending=True)
@@ -60,6 +80,9 @@ def tree_speculative_sampling_target_only(predicts, accept_index, accept_token_n
     coins = uniform_samples.reshape(bs, -1).tolist()
     final = uniform_samples_for_final_sampling.reshape(-1).tolist()
     probs = target_probs.reshape(bs * n, -1)
+    if _fault() == "sharpened":
+        probs = probs.double() ** 2
+        probs = probs / probs.sum(dim=-1, keepdim=True)
     for b in range(bs):
         last, local, accepted, rejected = index[b][0], 0, 0, False
         accept_index[b, 0] = last
