@@ -21,7 +21,8 @@ SCHEMA_VERSION = 9
 #: 7 added the node (host) a record's process ran on (``node``, "" where unknown); 8 named each
 #: count by what it means, one spelling on every record (``RENAMED``: older traces still read);
 #: 9 added the whole-distribution test's sums on verify entries (``pit_sum``, ``pit_var``) and
-#: the acceptance rule's (``accept_expected``, ``accept_var``).
+#: the acceptance rule's (``accept_expected``, ``accept_var``), and the positions committed
+#: outside the truncation (``num_outside``).
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 #: what the ``node`` field means, said once for every record that has one
 NODE_DOC = "the node (host) the recording process ran on: $SPECSCOPE_NODE, else the hostname"
@@ -127,6 +128,10 @@ class VerifyEntry:
     #: trees, a source that does not pass the draft tokens).
     accept_expected: float | None = None
     accept_var: float | None = None
+    #: Verified positions whose committed token lies outside the requested truncation (top-k,
+    #: top-p) by more than bfloat16's tie margin: impossible under honest sampling. None where
+    #: not computed.
+    num_outside: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -101,7 +101,7 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
             r = req[sampled]
             per = [np.bincount(r, weights=w[sampled], minlength=n_modes * width) for w in cols]
             groups = [(code, [p[code] for p in per]) for code in np.flatnonzero(per[0]).tolist()]
-        for code, (nv, nt, ex, var, pn, ps, pv, at, ah, ae, av) in groups:
+        for code, (nv, nt, ex, var, pn, ps, pv, at, ah, ae, av, out) in groups:
             key = truth_class(modes[code // width], code % width)
             t = stats.truth.setdefault(key, TruthStats())
             t.num_verified += int(nv)
@@ -115,6 +115,7 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
             t.accept_hits += int(ah)
             t.accept_expected += float(ae)
             t.accept_var += float(av)
+            t.num_outside += int(round(out))
     if c.draft_hist is not None:
         hist = c.draft_hist.sum(axis=0)
         if hist.any():
@@ -136,9 +137,11 @@ def _pit_columns(c: VerifyColumns, verified: np.ndarray) -> list[np.ndarray]:
                np.where(has, c.pit_var, 0.0)]
     # the acceptance rule: the draft positions verify tested (the first accepted + 1, at most
     # the drafts) and how many it accepted, where the entry carries its sums
+    outside = zero if c.num_outside is None else np.nan_to_num(c.num_outside, nan=0.0)
     if c.accept_expected is None or c.accept_var is None:
-        return out + [zero, zero, zero, zero]
+        return out + [zero, zero, zero, zero, outside]
     has = np.isfinite(c.accept_expected) & np.isfinite(c.accept_var)
     trials = np.minimum(c.num_accepted + 1, c.num_drafted)
     return out + [np.where(has, trials, 0), np.where(has, c.num_accepted, 0),
-                  np.where(has, c.accept_expected, 0.0), np.where(has, c.accept_var, 0.0)]
+                  np.where(has, c.accept_expected, 0.0), np.where(has, c.accept_var, 0.0),
+                  outside]

@@ -152,7 +152,14 @@ class SamplingTruthDetector:
         dist = self._pit(t, evidence)
         rule = self._accept(t, evidence)
         kind = message = None
-        if hi.state == FAIL:
+        if t.num_outside:
+            evidence["num_outside"] = t.num_outside
+        if t.num_outside:
+            kind, message = "truncation_violated", (
+                f"{t.num_outside} committed token(s) of requests asking for {mode}{where} lie "
+                "outside their top-k / top-p truncation by more than bfloat16's 0.25-nat tie "
+                "margin: verify samples tokens the request excludes")
+        elif hi.state == FAIL:
             kind, message = "silent_greedy", (
                 f"requests asking for {mode}{where} commit the target argmax {obs:.1%} of the "
                 f"time; honest sampling would give {exp:.1%} (p {fmt_p(hi.p_fail)} over {n} "

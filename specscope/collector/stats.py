@@ -60,6 +60,8 @@ class TruthStats:
     accept_hits: int = by(total, default=0)
     accept_expected: float = by(total, default=0.0)
     accept_var: float = by(total, default=0.0)
+    #: verified positions committed outside the requested truncation (``hooks/stats``)
+    num_outside: int = by(total, default=0)
 
     def merge(self, other: "TruthStats") -> "TruthStats":
         return merged(self, other)
@@ -397,6 +399,8 @@ class SpecStats:
                     t.accept_hits += e.num_accepted
                     t.accept_expected += e.accept_expected
                     t.accept_var += e.accept_var
+                if e.num_outside:
+                    t.num_outside += int(e.num_outside)
             if e.draft_top1_hist:
                 self.draft_hist = _add_lists(self.draft_hist, list(e.draft_top1_hist))
 

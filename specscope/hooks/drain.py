@@ -81,6 +81,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
     pit_var: np.ndarray | None = None
     accept_expected: np.ndarray | None = None
     accept_var: np.ndarray | None = None
+    outside: np.ndarray | None = None
     mismatches: np.ndarray
     if full_rows:
         stats = np.zeros((n, _stats.ROW_WIDTH - base), dtype=np.float32)
@@ -102,6 +103,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         accept_expected = np.where(tried, stats[:, _stats.COL_ACCEPT_EXPECTED - base],
                                    np.nan).astype(f64)
         accept_var = np.where(tried, stats[:, _stats.COL_ACCEPT_VAR - base], np.nan).astype(f64)
+        outside = np.where(truth, stats[:, _stats.COL_OUTSIDE - base], np.nan).astype(f64)
         margin = np.where(truth & (temps <= 0), stats[:, _stats.COL_MISMATCH_MARGIN - base], -1.0)
         mismatches = np.flatnonzero(margin > 0)
     else:  # no statistics in this drain
@@ -116,7 +118,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         mode_requested=requested, mode_used=used,
         num_verified=verified, num_top1=top1, expected_top1=expected, var_top1=var,
         draft_hist=hist, mode_names=tuple(names), pit_sum=pit_sum, pit_var=pit_var,
-        accept_expected=accept_expected, accept_var=accept_var,
+        accept_expected=accept_expected, accept_var=accept_var, num_outside=outside,
         seq=np.arange(len(metas), dtype=i64),
         step=np.fromiter((m[0] for m in metas), dtype=i64, count=len(metas)),
         batch_size=step_sizes,

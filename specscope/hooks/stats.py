@@ -35,7 +35,14 @@ COL_PIT_VAR = COL_PIT_SUM + 1
 #: honest verify accepts each draft token and of its variance (``acceptance_columns``)
 COL_ACCEPT_EXPECTED = COL_PIT_VAR + 1
 COL_ACCEPT_VAR = COL_ACCEPT_EXPECTED + 1
-ROW_WIDTH = COL_ACCEPT_VAR + 1
+#: verified positions whose committed token lies outside the requested truncation (top-k /
+#: top-p) by more than ``OUTSIDE_MARGIN``: impossible under honest sampling
+COL_OUTSIDE = COL_ACCEPT_VAR + 1
+ROW_WIDTH = COL_OUTSIDE + 1
+#: nats (logits at temperature 1): a token counts as outside the truncation only where its
+#: logit trails the least one kept by more than this (bfloat16's tie margin: the engine's
+#: own cut, in its own arithmetic, may keep a token at the edge that ours drops)
+OUTSIDE_MARGIN = 0.25
 
 
 def expected_top1(
@@ -224,7 +231,7 @@ def verify_columns(
     """``truth_columns`` and ``mismatch_columns`` in one, the whole-distribution test and the
     acceptance rule: ``[B, 10]``, the columns ``COL_NUM_VERIFIED`` .. ``COL_VAR_TOP1``,
     ``COL_MISMATCH_MARGIN``, ``COL_MISMATCH_POS``, ``COL_PIT_SUM``, ``COL_PIT_VAR``,
-    ``COL_ACCEPT_EXPECTED``, ``COL_ACCEPT_VAR`` (``acceptance_columns``; NaN without
+    ``COL_ACCEPT_EXPECTED``, ``COL_ACCEPT_VAR``, ``COL_OUTSIDE`` (``acceptance_columns``; NaN without
     ``draft_tokens``, ``[B, P - 1]``, -1 where a row drafted fewer; ``draft_token_probs``: the
     draft's probability of each, None for a deterministic draft).
 
@@ -274,6 +281,11 @@ def verify_columns(
     worst, where = margin.max(dim=1)
     zero = torch.zeros_like(p_max)
     pv = torch.where(valid, p_max, zero)  # NaN (unknown) only where verified
+    # a committed token below the truncation's least kept weight by more than the margin
+    t_cols = temperature.to(x.dtype).clamp_min(1e-6)[:, None]
+    w_c = torch.exp((chosen - top) / t_cols)
+    outside = valid & (w_c < floor * torch.exp(-OUTSIDE_MARGIN / t_cols)) & \
+        (temperature > 0)[:, None]
     if draft_tokens is None:
         accept = torch.full((x.shape[0], 2), float("nan"), device=x.device)
     else:
@@ -283,7 +295,7 @@ def verify_columns(
                                    pv.sum(dim=1), (pv * (1.0 - pv)).sum(dim=1), worst,
                                    where.to(worst.dtype), torch.where(valid, u, zero).sum(dim=1),
                                    torch.where(valid, u_var, zero).sum(dim=1)], dim=1),
-                      accept], dim=1)
+                      accept, outside.to(torch.float32).sum(dim=1, keepdim=True)], dim=1)
 
 
 def acceptance_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Tensor,

@@ -121,6 +121,8 @@ class VerifyColumns:
     #: the acceptance rule's sums (schema.VerifyEntry), as the PIT's
     accept_expected: np.ndarray | None = None
     accept_var: np.ndarray | None = None
+    #: positions committed outside the truncation (float64 counts, NaN where none carried)
+    num_outside: np.ndarray | None = None
     # ---- detail, for rebuilding records
     seq: np.ndarray | None = None  #: int64, which step record (0..num_steps-1) each entry is of
     step: np.ndarray | None = None  #: int64, the step number
@@ -181,7 +183,8 @@ class VerifyColumns:
                              math.nan if e.pit_sum is None else e.pit_sum,
                              math.nan if e.pit_var is None else e.pit_var,
                              math.nan if e.accept_expected is None else e.accept_expected,
-                             math.nan if e.accept_var is None else e.accept_var))
+                             math.nan if e.accept_var is None else e.accept_var,
+                             math.nan if e.num_outside is None else e.num_outside))
                 if r.depth_reason and seq not in reasons.setdefault(key, {}):
                     reasons[key][seq] = r.depth_reason
                 if detail:
@@ -192,7 +195,7 @@ class VerifyColumns:
                          e.top_k, flags))
         out = []
         for key, rows in groups.items():
-            cols = list(zip(*rows)) if rows else [()] * 19
+            cols = list(zip(*rows)) if rows else [()] * 20
             c = cls(
                 run_id=key[0], config_id=key[1], rank=key[2], node=key[3], num_steps=steps[key],
                 t_ns=np.asarray(cols[0], dtype=np.int64),
@@ -218,6 +221,9 @@ class VerifyColumns:
             accept = np.asarray(cols[17], dtype=np.float64)
             if len(accept) and not np.isnan(accept).all():
                 c.accept_expected, c.accept_var = accept, np.asarray(cols[18], dtype=np.float64)
+            outside = np.asarray(cols[19], dtype=np.float64)
+            if len(outside) and not np.isnan(outside).all():
+                c.num_outside = outside
             if detail:
                 x = list(zip(*extra.get(key, []))) or [()] * 9
                 c.step = np.asarray(x[1], dtype=np.int64)
@@ -257,6 +263,7 @@ class VerifyColumns:
             if self.pit_sum is not None and self.pit_var is not None else None
         accepts = (self.accept_expected.tolist(), self.accept_var.tolist()) \
             if self.accept_expected is not None and self.accept_var is not None else None
+        outside = self.num_outside.tolist() if self.num_outside is not None else None
         bounds = np.flatnonzero(np.diff(seq)) + 1
         starts = [0] + bounds.tolist()
         ends = bounds.tolist() + [n]
@@ -280,7 +287,9 @@ class VerifyColumns:
                     else (), **(_pit(pits[0][i], pits[1][i]) if pits is not None and truth
                                 else {}),
                     **(_pair("accept_expected", "accept_var", accepts[0][i], accepts[1][i])
-                       if accepts is not None and truth else {})))
+                       if accepts is not None and truth else {}),
+                    **({"num_outside": int(outside[i])} if outside is not None and truth
+                       and not math.isnan(outside[i]) else {})))
             depth = int(draft_depth[s])
             out.append(schema.VerifyStepRecord(
                 run_id=self.run_id, config_id=self.config_id, rank=self.rank, node=self.node,
@@ -309,19 +318,19 @@ PIT_ARRAYS = ("pit_sum", "pit_var")
 #: the acceptance rule's, likewise
 ACCEPT_ARRAYS = ("accept_expected", "accept_var")
 #: every optional array, in pairs that travel together (both or neither)
-OPTIONAL_ARRAYS = PIT_ARRAYS + ACCEPT_ARRAYS
+OPTIONAL_ARRAYS = PIT_ARRAYS + ACCEPT_ARRAYS + ("num_outside",)
 #: fields with one value per verify step (compact when ``step_sizes`` is set)
 STEP_ARRAYS = ("t_ns", "seq", "step", "batch_size", "draft_depth")
 DETAIL_ARRAYS = ("seq", "step", "batch_size", "draft_depth", "temperature", "top_p", "top_k",
                  "flags")
 
 
-def _pit(u_sum: float, var: float) -> dict[str, float]:
+def _pit(u_sum: float, var: float) -> dict[str, Any]:
     """An entry's PIT fields, left out (None) where the columns hold NaN."""
     return _pair("pit_sum", "pit_var", u_sum, var)
 
 
-def _pair(a: str, b: str, x: float, y: float) -> dict[str, float]:
+def _pair(a: str, b: str, x: float, y: float) -> dict[str, Any]:
     """Two optional fields of an entry, left out (None) where the columns hold NaN."""
     return {} if math.isnan(x) or math.isnan(y) else {a: x, b: y}
 

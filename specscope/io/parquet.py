@@ -125,11 +125,12 @@ def write_parquet(records: Iterable[Any], out_dir: str | os.PathLike,
 
 
 def _float_columns(table: Any, pa: Any, names: Sequence[str]) -> Any:
-    """``table`` with each of ``names`` as float64 where every value was None (inferred as
-    the null type): every part file of a kind keeps one schema."""
+    """``table`` with each of ``names`` as float64 (where every value was None, inferred as
+    the null type; counts, inferred as integers): every part file of a kind keeps one
+    schema."""
     for name in names:
         i = table.schema.get_field_index(name)
-        if i >= 0 and pa.types.is_null(table.schema.field(i).type):
+        if i >= 0 and not pa.types.is_float64(table.schema.field(i).type):
             table = table.set_column(i, name, table.column(i).cast(pa.float64()))
     return table
 
@@ -344,7 +345,7 @@ def iter_verify_columns(path: str | os.PathLike, where: Where | None = None):
 
             hist = _hist_matrix(col["draft_top1_hist"], len(batch), np)
             extra = {}  # the optional pairs (null -> NaN), each kept where any entry has it
-            for pair in (PIT_ARRAYS, ACCEPT_ARRAYS):
+            for pair in (PIT_ARRAYS, ACCEPT_ARRAYS, ("num_outside",)):
                 if all(p in file_schema.names for p in pair):
                     got = pf.read_row_group(group, columns=list(pair))
                     extra.update({p: got.column(p).combine_chunks().to_numpy(
@@ -376,7 +377,7 @@ def iter_verify_columns(path: str | os.PathLike, where: Where | None = None):
                     num_top1=arr("num_top1", np.int64)[mask],
                     expected_top1=arr("expected_top1", np.float64)[mask],
                     var_top1=arr("var_top1", np.float64)[mask], draft_hist=hist[mask],
-                    **{p: extra[p][mask] for pair in (PIT_ARRAYS, ACCEPT_ARRAYS)
+                    **{p: extra[p][mask] for pair in (PIT_ARRAYS, ACCEPT_ARRAYS, ("num_outside",))
                        if pair[0] in extra and not np.isnan(extra[pair[0]][mask]).all()
                        for p in pair},
                     seq=None if seq is None else seq[mask],

@@ -41,13 +41,14 @@ WIRE_DTYPES = {
     "seq": "<i4", "step": "<i8", "batch_size": "<i4", "draft_depth": "<i4",
     "temperature": "<f8", "top_p": "<f8", "top_k": "<i4", "flags": "i1", "step_sizes": "<i4",
     "pit_sum": "<f8", "pit_var": "<f8", "accept_expected": "<f8", "accept_var": "<f8",
+    "num_outside": "<f8",
 }
 TRUTH_ARRAYS = ("num_verified", "num_top1", "expected_top1", "var_top1")
 LOCAL_DTYPES = {
     "mode_requested": np.int8, "mode_used": np.int8, "flags": np.int8,
     "expected_top1": np.float64, "var_top1": np.float64, "temperature": np.float64,
     "top_p": np.float64, "pit_sum": np.float64, "pit_var": np.float64,
-    "accept_expected": np.float64, "accept_var": np.float64,
+    "accept_expected": np.float64, "accept_var": np.float64, "num_outside": np.float64,
 }
 _HEADER = struct.Struct("<I")
 

@@ -2,11 +2,12 @@
 (mid-rank PIT, ``specscope.pit``), from the engine's own log-probabilities. Pure functions over
 ``Position``s; never imports torch.
 
-The returned alternatives give the PIT of a committed token only within bounds: the tokens not
-returned (the tail) hold the rest of the mass, and at a temperature still to apply (raw
+The returned alternatives give the distribution coarsened: each returned token, and the
+tokens not returned as one group ranked below them (``interval``); its mid-rank PIT has mean
+1/2 under honest sampling as the full one does. At a temperature still to apply (raw
 log-probabilities) the tempered normaliser is known only between the returned tokens' tempered
-mass and that plus the tail's bound (``checks._tail_bound``). Each position contributes an
-interval [lo, hi] for u; the check fails the low side only where even the sum of the upper ends
+mass and that plus the tail's bound (``checks._tail_bound``), so each position contributes an
+interval [lo, hi] for u (a point where the figures are probabilities); the check fails the low side only where even the sum of the upper ends
 is too low (committed tokens too high in their distribution, verify sharper than asked), the
 high side only where even the sum of the lower ends is too high, at the same sequential bound
 as in-engine. Raw log-probabilities of a request that truncates (top-p, top-k) are not tested:
@@ -29,7 +30,16 @@ CHECK = "distribution honoured"
 
 def interval(p: Position, sem: Semantics) -> tuple[float, float, float] | None:
     """(lowest u, highest u, a variance bound) of ``p``'s committed token, or None where the
-    returned figures do not bound it (unknown, or raw figures under truncation)."""
+    returned figures do not bound it (unknown, or raw figures under truncation).
+
+    The distribution is read coarsened: each returned token on its own, every token not
+    returned in one group ranked below them all (each is less probable than any returned
+    one). The mid-rank PIT of the coarsened distribution has mean 1/2 under honest sampling
+    just as the full one does, and is known exactly where the normaliser is (probabilities as
+    returned: temperature 1, tempered, processed): a committed token outside the returned ones
+    sits in the tail group, u = (returned mass + half the tail's). With a temperature still
+    to apply, the normaliser lies between the returned tokens' tempered mass (plus the
+    committed token's, where it is outside them) and that plus the tail's bound."""
     if not p.known or p.temperature <= 0:
         return None
     assert p.logprob is not None  # known
@@ -40,23 +50,22 @@ def interval(p: Position, sem: Semantics) -> tuple[float, float, float] | None:
     t = 1.0 if sem.processed else max(temperature_left(p, sem), 1e-6)
     returned = {tok: lp for tok, lp in p.top if lp > -math.inf}
     inside = p.token in returned
-    lps = list(returned.values()) + ([] if inside else [p.logprob])
-    ref = max(lps)
+    lps = list(returned.values())
+    ref = max(lps + [p.logprob])
     w = [math.exp((lp - ref) / t) for lp in lps]
     c = math.exp((p.logprob - ref) / t)
-    above = sum(x for lp, x in zip(lps, w) if lp > p.logprob + SLACK)
-    tie = sum(x for lp, x in zip(lps, w) if abs(lp - p.logprob) <= SLACK) or c
-    known = sum(w)
+    listed = sum(w)
     if t == 1.0:  # the returned figures are probabilities: the normaliser is 1 (scaled here)
         z_lo = z_hi = math.exp(-ref)
-        rest = max(0.0, z_hi - known)
     else:
-        rest = _tail_bound(list(returned.values()), t, sem.vocab) * math.exp(-ref / t)
-        z_lo, z_hi = known, known + rest
-    lo = (above + tie / 2) / z_hi
-    # tail tokens rank above a committed token that is not among the returned ones only where
-    # it sits below every returned one: at most the whole tail
-    hi = (above + (0.0 if inside else rest) + tie / 2) / z_lo
+        tail = _tail_bound(lps, t, sem.vocab) * math.exp(-ref / t)
+        z_lo, z_hi = listed + (0.0 if inside else c), listed + max(tail, 0.0 if inside else c)
+    if inside:
+        above = sum(x for lp, x in zip(lps, w) if lp > p.logprob + SLACK)
+        tie = sum(x for lp, x in zip(lps, w) if abs(lp - p.logprob) <= SLACK) or c
+        lo, hi = (above + tie / 2) / z_hi, (above + tie / 2) / z_lo
+    else:  # in the tail group: every returned token above it, and half the tail's mass
+        lo, hi = 0.5 + listed / (2 * z_hi), 0.5 + listed / (2 * z_lo)
     cube = sum((x / z_hi) ** 3 for x in w)
     return max(0.0, lo), min(1.0, hi), max(0.0, 1.0 - cube) / 12
 

@@ -90,6 +90,8 @@ def test_faults_of_other_shapes_fail_the_whole_distribution(tiny, tmp_path, faul
     assert a.state == "fail" and a.anomaly is not None, a.evidence
     shift = a.evidence["pit_mean"] - 0.5
     assert (shift > 0) == (fault == "top_p_ignored"), shift  # dropped top-p is flatter
+    if fault == "top_p_ignored":  # and it commits tokens the nucleus excludes: named at once
+        assert a.anomaly.kind == "truncation_violated" and a.evidence["num_outside"] > 0
     print(f"{fault}: FAIL after {a.evidence['pit_positions']} positions ({i + 1} rounds), "
           f"mean PIT {a.evidence['pit_mean']:.3f}, top-1 {a.evidence['observed_top1_rate']:.3f} "
           f"against {a.evidence['expected_top1_rate']:.3f}")
