@@ -48,16 +48,16 @@ CASES = {
     "silent_greedy": ("silent_greedy", {"speculative-sampling"}, {"temperature honoured (temperature)"}),
     # the lossy verify, and the draft's probabilities one-hot at its token (top-1 = 1.0)
     "lossy": ("lossy,draft_prob_one", {"greedy", "draft health"}, {"greedy losslessness"}),
-    # faults of other shapes: the top-1 share moves little; the whole distribution (PIT) and
-    # the acceptance rule in-engine, the probe's distribution and truncation checks
-    "temperature_twice": ("temperature_twice", {"speculative-sampling"},
-                          {"distribution honoured (temperature)"}),
+    # a fault of another shape: top-p dropped at verify; the top-1 share falls a little, the
+    # in-engine truncation check names its first token outside the nucleus, as the probe's
+    # does (the plugin's temperature_twice is measured in BENCHMARKS.md: its in-engine FAIL
+    # takes over a minute here, too long for the suite)
     "top_p_ignored": ("top_p_ignored", {"speculative-sampling+top-p"},
                       {"truncation honoured (top-p)"}),
 }
-#: the faults whose in-engine FAIL comes from the whole distribution or the acceptance rule,
-#: not from the argmax: their cap is ``pit_cap`` positions, not the argmax mass
-SHAPES = ("temperature_twice", "top_p_ignored")
+#: the faults whose in-engine FAIL comes from the whole distribution, the acceptance rule or
+#: the truncation, not from the argmax: their cap is ``pit_cap`` positions, not the argmax mass
+SHAPES = ("top_p_ignored",)
 #: the least shift of the mean PIT the shapes make on SmolLM2 at temperature 0.8 (measured:
 #: see BENCHMARKS.md), by which their cap is set
 SHAPE_SHIFT = 0.04
