@@ -22,6 +22,13 @@ FAULTS = {
     "lossy verify (rejected draft token committed)": ("lossy", True, "greedy"),
     "vLLM 0.32 CPU as shipped (expand kernel, upstream #55005)": ("", False, "greedy"),
 }
+#: faults of other shapes (the top-1 share moves little): the whole distribution, the
+#: acceptance rule and the truncation check must find them
+SHAPE_FAULTS = {
+    "temperature applied twice at verify (T squared)": ("temperature_twice", True,
+                                                        "speculative-sampling"),
+    "top-p dropped at verify": ("top_p_ignored", True, "speculative-sampling+top-p"),
+}
 
 
 def _plan(**kw):
@@ -75,7 +82,13 @@ def bench_probe(reps: int) -> list[Row]:
     return rows
 
 
-def bench_verdicts(reps: int) -> list[Row]:
+def bench_shapes(reps: int) -> list[Row]:
+    """The time-to-verdict rows of the faults of other shapes (``SHAPE_FAULTS``), each on a
+    server of its own, the probe asking until it knows (its default)."""
+    return bench_verdicts(reps, SHAPE_FAULTS)
+
+
+def bench_verdicts(reps: int, faults: dict | None = None) -> list[Row]:
     """The time-to-verdict rows alone (each seeded vLLM fault, in-engine and by probe), without
     the clean rounds: what the statistics policy's row budget must not make slower."""
     from specscope.serving.vllm import vllm_python
@@ -90,7 +103,7 @@ def bench_verdicts(reps: int) -> list[Row]:
                            _vllm(tmp, name, fault, fix),
                            tmp / (fault or "shipped"), cls, _plan(),
                            "18 requests x 48 tokens, conc 6")
-                for label, (fault, fix, cls) in FAULTS.items()]
+                for label, (fault, fix, cls) in (faults or FAULTS).items()]
 
 
 def bench_sglang_probe(reps: int) -> list[Row]:

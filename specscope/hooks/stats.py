@@ -97,11 +97,13 @@ def pit_columns(weights: torch.Tensor, chosen: torch.Tensor,
     reductions over the vocabulary, no sort."""
     c = chosen[..., None]
     s = weights.sum(dim=-1) if total is None else total
-    zero = torch.zeros((), dtype=weights.dtype, device=weights.device)
-    above = torch.where(weights > c, weights, zero).sum(dim=-1)
-    at_or_above = torch.where(weights >= c, weights, zero).sum(dim=-1)
-    u = (above + at_or_above) / (2.0 * s)
-    cube = (weights / s[..., None]).pow(3).sum(dim=-1)
+    # products with the comparison masks, and cubes as products: on a CPU these run several
+    # times faster than torch.where over a broadcast zero or a 3-norm
+    above = (weights * (weights > c)).sum(dim=-1)
+    # the tie group: the committed token and any of exactly its weight
+    tie = chosen * (weights == c).sum(dim=-1).to(weights.dtype)
+    u = (above + 0.5 * tie) / s
+    cube = (weights * weights * weights).sum(dim=-1) / (s * s * s)
     return u, (1.0 - cube).clamp_min(0.0) / 12.0
 
 
