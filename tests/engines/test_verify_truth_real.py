@@ -42,18 +42,27 @@ PLAN = ProbePlan(classes=("greedy", "temperature", "top-p"), requests=18, max_to
 #: 12 temperature answers of 48 tokens carry several times ``ARGMAX_MASS_CAP``)
 FAULT_PLAN = dataclasses.replace(PLAN, requests=36, token_budget=36 * 48)
 #: per case: seeded faults, the in-engine checks that must fail (sampling-truth class, or
-#: "draft health") and the probe checks that must fail
+#: "draft health") and the probe checks the fault can fail. The probe stops at its first FAIL
+#: (a CI gate's default), so where a fault reaches several classes whichever decides first
+#: ends it: one of them must FAIL, and nothing the fault leaves honest
+SAMPLED = {"temperature honoured (temperature)", "distribution honoured (temperature)",
+           "temperature honoured (top-p)", "distribution honoured (top-p)",
+           "truncation honoured (top-p)"}
 CASES = {
-    "top_p_greedy": ("top_p_greedy", {"speculative-sampling+top-p"}, {"temperature honoured (top-p)"}),
-    "silent_greedy": ("silent_greedy", {"speculative-sampling"}, {"temperature honoured (temperature)"}),
-    # the lossy verify, and the draft's probabilities one-hot at its token (top-1 = 1.0)
-    "lossy": ("lossy,draft_prob_one", {"greedy", "draft health"}, {"greedy losslessness"}),
+    "top_p_greedy": ("top_p_greedy", {"speculative-sampling+top-p"},
+                     {"temperature honoured (top-p)", "distribution honoured (top-p)"}),
+    "silent_greedy": ("silent_greedy", {"speculative-sampling"},
+                      SAMPLED - {"truncation honoured (top-p)"}),
+    # the lossy verify, and the draft's probabilities one-hot at its token (top-1 = 1.0): it
+    # commits rejected drafts in every class
+    "lossy": ("lossy,draft_prob_one", {"greedy", "draft health"},
+              SAMPLED | {"greedy losslessness"}),
     # a fault of another shape: top-p dropped at verify; the top-1 share falls a little, the
     # in-engine truncation check names its first token outside the nucleus, as the probe's
     # does (the plugin's temperature_twice is measured in BENCHMARKS.md: its in-engine FAIL
     # takes over a minute here, too long for the suite)
     "top_p_ignored": ("top_p_ignored", {"speculative-sampling+top-p"},
-                      {"truncation honoured (top-p)"}),
+                      {"truncation honoured (top-p)", "distribution honoured (top-p)"}),
 }
 #: the faults whose in-engine FAIL comes from the whole distribution, the acceptance rule or
 #: the truncation, not from the argmax: their cap is ``pit_cap`` positions, not the argmax mass
@@ -209,7 +218,8 @@ def test_verify_faults_fail_at_the_defaults_in_engine_and_by_probe(case, fault_s
           f"{result.tokens} tokens; vLLM's acceptance rate {result.acceptance['acceptance_rate']}")
     probe_states = {c.check: c.state for c in result.checks}
     assert {m for m, s in states.items() if s == "fail"} >= engine_fails, states
-    assert {c for c, s in probe_states.items() if s == "fail"} >= probe_fails, probe_states
+    failed = {c for c, s in probe_states.items() if s == "fail"}
+    assert result.verdict == "fail" and failed and failed <= probe_fails, probe_states
     # the seconds to each FAIL are printed above: figures for BENCHMARKS.md (`make bench`),
     # which depend on the machine's load; the traffic ran until each check failed or passed
     # its cap, so the FAIL asserted above never rests on how long the probe's answers ran
