@@ -22,6 +22,7 @@ from .probe import bench_probe, bench_shapes, bench_sglang_probe, bench_verdicts
 from .reliability import bench_reliability
 from .scrape import bench_scrape
 from .serving import bench_serve, bench_sglang, bench_vllm
+from .stops import bench_stops
 from .sweeps import bench_sweeps
 from .wire import bench_wire
 
@@ -34,7 +35,7 @@ BENCHES = {"dashboard": bench_dashboard, "serve": bench_serve, "hooks": bench_ho
            "reliability": bench_reliability, "detectors": bench_detectors,
            "probe": bench_probe, "sglang-probe": bench_sglang_probe, "fleet": bench_fleet,
            "sweeps": bench_sweeps, "verdicts": bench_verdicts,
-           "shapes": bench_shapes}
+           "shapes": bench_shapes, "stops": bench_stops}
 
 
 def main() -> int:

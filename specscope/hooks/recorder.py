@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
 import threading
 import time
 from typing import Any, Callable, Iterable, Protocol, Sequence
@@ -20,16 +19,12 @@ import torch
 
 from .. import schema
 from ..io.columns import VerifyColumns
-from . import drain as _drain
 from . import stats as _stats
 from .drain import host_copy
+from .drainside import BUSY_INTERVAL_S, HEALTH_BUSY_S, IDLE_S, DrainSide  # noqa: F401
 from .timing import PhaseTimer
 
 StepPolicy = Callable[[int], bool]
-
-#: the drain thread's interval while records keep coming (seconds): the most a verify step
-#: waits to reach the sinks once it is recorded (the first after a quiet spell wakes it at once)
-BUSY_INTERVAL_S = 0.02
 
 
 def every_step(step: int) -> bool:
@@ -60,7 +55,7 @@ class Sink(Protocol):
 #: deciding phase then costs under 2% of the sampling kernel on two CPU cores
 DEFAULT_STATS_ROWS = 8
 
-class Recorder:
+class Recorder(DrainSide):
     """Records verify steps, requests, phases and fallbacks of one engine rank.
 
     ``run`` is the run's metadata. ``max_batch`` and ``max_depth`` size the ring (the widest batch
@@ -136,7 +131,6 @@ class Recorder:
         self._wake_at = max(1, ring_slots // 2)
         self._quiet = True  #: the drain's last wake found nothing: it sleeps its long interval
         self._last_ns = 0  #: when the last step drained was recorded (``clock_ns``)
-        self._gap_ns = 0.0  #: the moving average of the gap between steps (drain side)
         self._closed = False
         self._health_state: tuple | None = None  #: the counters as last written
         self._health_at = time.monotonic()
@@ -409,171 +403,6 @@ class Recorder:
         self.num_hook_errors += 1
         if self.num_hook_errors >= self.max_errors:
             self.enabled = False
-
-    # ----------------------------------------------------------------- drain side
-    def drain_columns(self, wait: bool = False) -> tuple[list[Any], list[VerifyColumns]]:
-        """Records ready so far, and the verify steps among them as VerifyColumns (one per
-        ``max_columns_entries`` entries, in the compact step-level form).
-
-        Polls device events; ``wait`` blocks until all are complete. Nothing here builds a
-        Python object per request entry.
-        """
-        with self._drain_lock:
-            ready = []
-            while self._pending:
-                idx, batch, event, meta = self._pending[0]
-                if event is not None and not event.query():
-                    if not wait:
-                        break
-                    event.synchronize()
-                ready.append(self._pending.popleft())
-            for *_, meta in ready:  # the engine's pace, for telling idle from between-steps
-                if self._last_ns:
-                    self._gap_ns += 0.2 * (meta[1] - self._last_ns - self._gap_ns)
-                self._last_ns = meta[1]
-            try:
-                cols = [_drain.columns(self, part)
-                        for part in _drain.parts(ready, self.max_columns_entries)]
-                if cols:
-                    try:
-                        self._tell_policy(cols)
-                    except (Exception, SystemExit):
-                        self.count_error()
-            finally:  # the slots are free once their contents are copied out
-                self._free.extend(idx for idx, _, _, _ in ready)
-                self.num_recorded += len(ready)
-            self.phases.resolve(wait)
-            out = []
-            while self._out:
-                out.append(self._out.popleft())
-        return out, cols
-
-    def drain(self, wait: bool = False) -> list[Any]:
-        """Records ready so far, verify steps as VerifyStepRecords (see ``drain_columns``)."""
-        out, cols = self.drain_columns(wait)
-        for c in cols:
-            out.extend(c.to_records())
-        return out
-
-    def flush(self, wait: bool = False) -> int:
-        """Drain into every sink; returns the number of records and verify steps handed over."""
-        out, cols = self.drain_columns(wait=wait)
-        if not out and not cols:
-            return 0
-        # run records, then the verify steps, then the rest (phases, requests): a sink that can
-        # take only part of a batch (a full disk) keeps the steps rather than a run of phases
-        runs = [r for r in out if isinstance(r, schema.RunRecord)]
-        rest = [r for r in out if not isinstance(r, schema.RunRecord)]
-        columnar = runs + cols + rest
-        expanded = None
-        for sink in self.sinks:
-            try:
-                if getattr(sink, "accepts_columns", False):
-                    sink.write(columnar)
-                else:
-                    if expanded is None:
-                        expanded = runs + [r for c in cols for r in c.to_records()] + rest
-                    sink.write(expanded)
-            except (Exception, SystemExit):
-                self.num_sink_errors += 1
-        return len(out) + sum(c.num_steps for c in cols)
-
-    def start(self, interval_s: float = 0.25, busy_interval_s: float = BUSY_INTERVAL_S) -> "Recorder":
-        """Start a daemon thread that flushes to the sinks every ``interval_s`` while the
-        engine is idle, every ``busy_interval_s`` after a flush that handed records over, at
-        once for the first step after a quiet spell, and as soon as half the ring is waiting
-        (a fast engine never waits on the interval). An engine that stops right after its last
-        verify step has that step on disk within ``busy_interval_s`` (plus the write); the
-        health snapshot that counts it follows once no step has come for twice the engine's
-        usual gap between steps (at least ``busy_interval_s``)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, args=(interval_s, busy_interval_s),
-                                            name="specscope-drain", daemon=True)
-            self._thread.start()
-        return self
-
-    def _loop(self, interval_s: float, busy_interval_s: float) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(interval_s if self._quiet else busy_interval_s)
-            self._wake.clear()
-            if self._stop.is_set():
-                break
-            try:
-                handed = self.flush()
-                # idle: nothing new, and no step for twice the engine's usual gap between steps
-                # (at least one busy interval): a slow engine between two steps is not idle
-                since = self.clock_ns() - self._last_ns
-                idle = handed == 0 and not self._pending and \
-                    since >= max(busy_interval_s * 1e9, 2.0 * self._gap_ns)
-                self._snapshot(idle=idle)
-            except (Exception, SystemExit):
-                self.num_sink_errors += 1
-                idle = True
-            self._quiet = idle
-
-    def attach(self, source: Any) -> None:
-        """Write ``source``'s cumulative figure with each health record: ``source.state()`` (a
-        tuple; a change calls for a new snapshot) and ``source.record(recorder, final)`` (the
-        record, e.g. an EngineCountsRecord of the engine's own counts)."""
-        self._beside.append(source)
-
-    def _counters(self) -> tuple:
-        """What a new health snapshot waits for. Sink errors are left out: a sink that fails
-        every write would otherwise make each snapshot the trigger of the next (they are in
-        every record written, and in the final one)."""
-        return (self.num_recorded, self.num_dropped_ring_full, self.num_dropped_batch_too_large,
-                self.num_dropped_out_full, self.num_hook_errors, self.enabled,
-                tuple(s.state() for s in self._beside))
-
-    def _write_health(self, final: bool) -> None:
-        self._out.append(self.health(final=final))
-        for source in self._beside:
-            try:
-                self._out.append(source.record(self, final))
-            except (Exception, SystemExit):
-                self.num_hook_errors += 1
-
-    def _snapshot(self, idle: bool) -> None:
-        """Write the cumulative health record when it changed and the recorder is idle (a
-        flush handed nothing over), or every ``HEALTH_EVERY_S`` while busy: an engine that
-        kills this process at shutdown (vLLM's workers at its default ``--shutdown-timeout
-        0``) still leaves its accounting as of its last idle moment."""
-        state = self._counters()
-        if state == self._health_state:
-            return
-        if not idle and time.monotonic() - self._health_at < schema.HEALTH_EVERY_S:
-            return
-        self._health_state, self._health_at = state, time.monotonic()
-        self._write_health(final=False)
-        self.flush()
-
-    def health(self, final: bool = False) -> schema.HookHealthRecord:
-        """The recorder's own accounting so far (cumulative)."""
-        return schema.HookHealthRecord(
-            run_id=self.run.run_id, rank=self.rank, node=self.node, num_recorded=self.num_recorded,
-            num_dropped_ring_full=self.num_dropped_ring_full,
-            num_dropped_batch_too_large=self.num_dropped_batch_too_large,
-            num_dropped_queue_full=self.num_dropped_out_full,
-            num_hook_errors=self.num_hook_errors, num_sink_errors=self.num_sink_errors,
-            disabled=not self.enabled, pid=os.getpid(), t_ns=time.time_ns(), final=final)
-
-    def close(self, close_sinks: bool = True) -> None:
-        """Stop the drain thread, flush everything (waiting for the device), close the sinks."""
-        if self._closed:
-            return
-        self._closed = True
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self.flush(wait=True)
-        self._write_health(final=True)
-        self.flush(wait=True)
-        for sink in self.sinks if close_sinks else ():
-            try:
-                sink.close()
-            except (Exception, SystemExit):
-                self.num_sink_errors += 1
 
     def __enter__(self) -> "Recorder":
         return self

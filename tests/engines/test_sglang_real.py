@@ -204,6 +204,21 @@ def held_to_sglangs_counts(responses: list, records: list, calls: int, tmp_path:
         assert imported["totals"][key] == from_trace["totals"][key], key
 
 
+def stopped_at_once_lost_nothing(folder: Path) -> None:
+    """The server was stopped at once after its last response (``SglangServer.stop``), its
+    scheduler SIGKILLed by SGLang's launcher: each process's latest health record counts
+    every verify step its trace holds and was written after the last of them (the log's
+    counts, compared by the caller, say no step is missing)."""
+    for f in sorted(folder.glob("*.jsonl")):
+        got = read_trace(f).records
+        steps = [r.t_ns for r in got if isinstance(r, schema.VerifyStepRecord)]
+        if not steps:
+            continue
+        (health,) = schema.latest_health(got)
+        assert health.num_recorded == len(steps) and (health.final or health.t_ns >= max(steps)), \
+            (f.name, len(steps), health)
+
+
 def logged_as_traced(srv) -> None:
     """The server's log imported (``--decode-log-interval 1``: a line per batch, its running
     requests the batch's request-steps) counts what the trace counts over the server's whole
@@ -213,6 +228,7 @@ def logged_as_traced(srv) -> None:
     from specscope.dashboard import TraceSource
 
     whole = read_trace(sorted(srv.trace_dir.glob("*.jsonl"))).records
+    stopped_at_once_lost_nothing(srv.trace_dir)
     agreement = views_agree({"trace": whole, "log": import_file(srv.log).records})
     print(format_views(agreement))
     assert agreement.ok and agreement.views[1].num_drafts, format_views(agreement)

@@ -346,19 +346,23 @@ def test_five_views_of_one_vllm_run_agree_and_vllm_cpu_verify_is_caught(
                    "--max-tokens", "48", "--concurrency", "3", "--dtype", "bfloat16", "--json",
                    "-o", str(tmp_path / "probe.jsonl")])
         took = time.monotonic() - t0
-        time.sleep(1.0)  # traffic over: the recorders go idle before the server is stopped
+    # stopped at once after the probe's last answer
     verdict = json.loads(capsys.readouterr().out)
     print(json.dumps(verdict["checks"], indent=1))
-    # stopped as vLLM stops by default (its model worker killed at once, --shutdown-timeout
-    # 0): every process that recorded left its hook-health record, the worker's counting every
-    # verify step its trace holds, nothing dropped
+    # stopped at once after the last answer, as vLLM stops by default (its engine core killed
+    # at once, --shutdown-timeout 0): every process that recorded left its hook-health record,
+    # the engine core's counting every verify step its trace holds, nothing dropped
     files = sorted((tmp_path / "draft").glob("*.jsonl"))
     assert {f.name.split("-")[1] for f in files} == {"engine", "api"}, files
     for f in files:
         got = read_trace(f).records
         (health,) = schema.latest_health(got)
-        steps = sum(isinstance(r, schema.VerifyStepRecord) for r in got)
+        times = [r.t_ns for r in got if isinstance(r, schema.VerifyStepRecord)]
+        steps = len(times)
         assert health.num_recorded == steps and (steps > 0 or "-api-" in f.name), (f.name, health)
+        # the engine core is SIGKILLed at once (vLLM's --shutdown-timeout 0): its last
+        # snapshot, written as it went idle, came after its last step
+        assert health.final or health.t_ns >= max(times, default=0), (f.name, health)
         assert not (health.num_dropped_ring_full or health.num_dropped_batch_too_large
                     or health.num_dropped_queue_full), health
     # vLLM's own counts, read in its API server beside the hooks, over the whole run (the

@@ -399,7 +399,7 @@ def test_the_engines_own_counts_ride_with_health_and_the_report_names_what_was_n
         rec.record_verify(**_inputs(), step=step)
         counts.observe(stats([D] * B, [0, 1, 3, 2]))
     rec.flush()
-    rec._snapshot(idle=True)
+    assert rec.hand_over(5.0)
     (sec,) = build_report(read_trace(path).records)["runs"]
     seen = sec["engine_counts"]
     assert seen["not_seen"] is None and not seen["final"], seen

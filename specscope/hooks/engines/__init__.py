@@ -106,7 +106,9 @@ endpoint) also sends each finished request as a span; ``SPECSCOPE_RUN_FAULT``
     names a fault seeded into the engine in its run record (demos, tests);
     ``SPECSCOPE_STATS_ROWS`` caps the requests of one verify step that get the statistics
     (default 8, ``0``: every request). The recorder is
-    closed (flushed, its hook-health record written) when the process stops gracefully."""
+    closed (flushed, its hook-health record written) when the process stops gracefully, and
+    the verifying process hands its records over on a SIGTERM before its own handler runs
+    (``hooks.stop``)."""
     from ... import schema
     from ..recorder import Recorder
 
@@ -146,6 +148,10 @@ endpoint) also sends each finished request as a span; ``SPECSCOPE_RUN_FAULT``
         options["max_stats_rows"] = int(rows) or None
     recorder = Recorder(run, device="cuda" if _cuda() else "cpu", sinks=sinks, **options).start()
     close_at_exit(recorder)
+    if process != "api":  # the verifying process: a SIGTERM it sees hands its tail over first
+        from ..stop import chain_stop
+
+        chain_stop(recorder)
     return recorder
 
 
