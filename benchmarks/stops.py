@@ -27,7 +27,7 @@ BUSY = "while True: pass"
 def held(folder: Path, rids: set[str] | None = None) -> tuple[int, bool]:
     """(the trace's request-steps: those that drafted, or with ``rids`` those of these
     requests; whether every process's latest health record counts its verify steps and came
-    after the last of them)."""
+    after the last of them, and, for vLLM, the report says no NOT SEEN)."""
     counted = 0
     ok = True
     for f in sorted(folder.glob("*.jsonl")):
@@ -39,6 +39,12 @@ def held(folder: Path, rids: set[str] | None = None) -> tuple[int, bool]:
             health = schema.latest_health(got)
             ok = ok and len(health) == 1 and health[0].num_recorded == len(steps) and (
                 health[0].final or health[0].t_ns >= max(s.t_ns for s in steps))
+    if rids is None:  # vLLM's own counts ride in the trace: the report names what no hook saw
+        from specscope.collector.report import build_report
+
+        (section,) = build_report(read_trace(sorted(folder.glob("*.jsonl"))).records)["runs"]
+        seen = section.get("engine_counts") or {}
+        ok = ok and bool(seen) and seen.get("not_seen") is None
     return counted, ok
 
 
