@@ -481,7 +481,8 @@ def test_repaired_verify_with_faults_of_other_shapes_fails_in_engine_and_by_prob
                 time.sleep(1.0)  # the recorder's drain
                 records = read_trace(sorted(srv.trace_dir.glob("*.jsonl"))).records
                 kept = [r for r in records if not isinstance(
-                    r, (schema.VerifyStepRecord, schema.FallbackRecord)) or r.t_ns >= since]
+                    r, (schema.VerifyStepRecord, schema.FallbackRecord, schema.MismatchRecord))
+                    or r.t_ns >= since]
                 return truth(section_of(kept)).get(row) or {}
 
             rounds_until(one, lambda: current().get("state") == "fail",

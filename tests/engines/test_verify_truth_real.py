@@ -5,7 +5,8 @@ same server, which serves the probe's workload (18 requests of 48 tokens: greedy
 where a step's batch can draft nothing: ``test_vllm_real`` holds the probe's ERROR). The top-p
 and silent-greedy faults share one server, switched at run time in that order (the temperature
 class is still deciding when the silent greedy begins, as on a server seeded from its start);
-the lossy verify has its own (it drafts probabilistically). Each must FAIL in-engine and by
+the lossy verify and then top-p dropped at verify share a second, which drafts
+probabilistically (``SECOND``). Each must FAIL in-engine and by
 probe, the traffic going on after the probe until each in-engine check has failed or passed
 the cap at which its fault fails it with certainty (``past_cap``). A draft model drafts at every
 step, so vLLM's per-step detail places every token and the probe tests the tokens verify
@@ -67,6 +68,10 @@ CASES = {
 #: the faults whose in-engine FAIL comes from the whole distribution, the acceptance rule or
 #: the truncation, not from the argmax: their cap is ``pit_cap`` positions, not the argmax mass
 SHAPES = ("top_p_ignored",)
+#: the cases on the second switched server (it drafts probabilistically), in this order: the
+#: lossy verify's traffic leaves out the top-p class, which stays undecided (sampled at every
+#: step, as on a fresh server) for the fault after it
+SECOND = ("lossy", "top_p_ignored")
 #: the least shift of the mean PIT the shapes make on SmolLM2 at temperature 0.8 (measured:
 #: see BENCHMARKS.md), by which their cap is set
 SHAPE_SHIFT = 0.04
@@ -81,9 +86,11 @@ SHARED = ("top_p_greedy", "silent_greedy")
 
 
 def window(records: list, since_ns: int) -> list:
-    """The trace with only the verify steps and fallbacks from ``since_ns`` on."""
+    """The trace with only the verify steps, fallbacks and mismatches from ``since_ns`` on (a
+    mismatch an earlier fault left would fail a class in a later window)."""
     return [r for r in records if since_ns == 0 or not isinstance(
-        r, (schema.VerifyStepRecord, schema.FallbackRecord)) or r.t_ns >= since_ns]
+        r, (schema.VerifyStepRecord, schema.FallbackRecord, schema.MismatchRecord))
+        or r.t_ns >= since_ns]
 
 
 def section_or_none(folder: Path, since_ns: int = 0) -> dict | None:
@@ -164,9 +171,9 @@ def serve_and_probe(srv, folder: Path, must_fail: set[str], plan: ProbePlan = PL
 
 @pytest.fixture(scope="module")
 def fault_servers(vllm_env, smollm2_checkpoints, tmp_path_factory):
-    """A server per configuration, vLLM's CPU expand kernel repaired: one for the ``SHARED``
-    cases, its fault switched at run time (each case writes its own into the fault file), and
-    one drafting probabilistically for the lossy case, its faults on from the start."""
+    """Two servers, vLLM's CPU expand kernel repaired, each switched at run time (each case
+    writes its own faults into the server's fault file and reads its own window of the
+    trace): one for the ``SHARED`` cases, one drafting probabilistically for ``SECOND``."""
     target, draft = smollm2_checkpoints
     tmp = tmp_path_factory.mktemp("faults")
     switch = tmp / "faults"
@@ -176,28 +183,24 @@ def fault_servers(vllm_env, smollm2_checkpoints, tmp_path_factory):
                         env={"SPECSCOPE_TEST_FAULT_FILE": str(switch),
                              "SPECSCOPE_TEST_FIX": "cpu_expand"})
     shared.fault_file = switch
-    # the shapes have a server of their own, switched likewise: after a class has failed, the
-    # default statistics policy samples it at one step in 32 (its verdict is in), so a second
-    # fault of the same class on one server would be starved of statistics
-    turn = tmp / "shape-faults"
+    # the SECOND cases have a server of their own, switched likewise, drafting
+    # probabilistically (the lossy case's draft probabilities): after a class has failed, the
+    # default statistics policy samples it at one step in 32 (its verdict is in), so the
+    # top-p class, which the first server's top-p fault fails, would be starved of statistics
+    turn = tmp / "second-faults"
     turn.write_text("")
-    shapes = VllmServer(model=target, spec=speculative_config("draft_model", draft=draft, k=3),
-                        python=vllm_env, trace_dir=tmp / "shapes", log=tmp / "shapes.log",
-                        env={"SPECSCOPE_TEST_FAULT_FILE": str(turn),
-                             "SPECSCOPE_TEST_FIX": "cpu_expand"})
-    shapes.fault_file = turn
-    lossy = VllmServer(model=target, spec=speculative_config(
+    second = VllmServer(model=target, spec=speculative_config(
         "draft_model", draft=draft, k=3, draft_sample_method="probabilistic"), python=vllm_env,
-        trace_dir=tmp / "lossy", log=tmp / "lossy.log",
-        env={"SPECSCOPE_TEST_FAULT": CASES["lossy"][0], "SPECSCOPE_TEST_FIX": "cpu_expand"})
-    servers = {case: shared for case in SHARED} | {"lossy": lossy} | \
-        {case: shapes for case in SHAPES}
+        trace_dir=tmp / "second", log=tmp / "second.log",
+        env={"SPECSCOPE_TEST_FAULT_FILE": str(turn), "SPECSCOPE_TEST_FIX": "cpu_expand"})
+    second.fault_file = turn
+    servers = {case: shared for case in SHARED} | {case: second for case in SECOND}
     try:
-        for srv in (shared, lossy, shapes):  # in turn: two cores gain nothing from parallel starts
+        for srv in (shared, second):  # in turn: two cores gain nothing from parallel starts
             srv.start()
         yield servers
     finally:
-        for srv in (shared, lossy, shapes):
+        for srv in (shared, second):
             srv.stop()
 
 
@@ -205,12 +208,13 @@ def fault_servers(vllm_env, smollm2_checkpoints, tmp_path_factory):
 def test_verify_faults_fail_at_the_defaults_in_engine_and_by_probe(case, fault_servers):
     fault, engine_fails, probe_fails = CASES[case]
     srv = fault_servers[case]
-    since = 0
-    if case in SHARED or case in SHAPES:
-        srv.fault_file.write_text(fault)
-        since = time.time_ns()
+    srv.fault_file.write_text(fault)
+    since = time.time_ns()
     # the shapes' probe asks until it knows (its default), within its deadline
     plan = dataclasses.replace(FAULT_PLAN, until_decided=True) if case in SHAPES else FAULT_PLAN
+    if case == "lossy":  # no top-p traffic: the class stays undecided for the next fault
+        plan = dataclasses.replace(plan, classes=("greedy", "temperature"), requests=24,
+                                   token_budget=24 * 48)
     result, states, failed_at = serve_and_probe(srv, Path(srv.trace_dir), engine_fails,
                                                 plan, since_ns=since, shape=case in SHAPES)
     print(format_probe(result))
