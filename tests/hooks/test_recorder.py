@@ -295,7 +295,8 @@ def test_a_busy_recorder_hands_over_its_last_step_and_a_snapshot_as_soon_as_it_g
     stopped right after its last request. The last step reaches the sink, and a health snapshot
     that counts it follows it there, without a close (a killed process never closes); the
     delays are printed (the step within BUSY_INTERVAL_S, the snapshot once no step has come for
-    twice the usual gap: about 1 and 40 ms on an idle machine)."""
+    IDLE_S, or with the step where the last snapshot is HEALTH_BUSY_S old: about 7 and 27 ms
+    on a loaded machine)."""
     import threading
     import time
 
