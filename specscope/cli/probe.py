@@ -39,6 +39,11 @@ What it checks, per class, from the engine's own log-probabilities:
                           (a temperature applied twice, a residual or bonus taken as its
                           argmax) or flatter (a truncation dropped) than asked; raw figures
                           of truncating requests are not tested, processed ones are
+  sharpness honoured      over every sampled class at once: a sequential likelihood ratio
+  (sampled)               of the requested temperature against 0.5x to 2x it, read among the
+                          returned tokens surely inside each distribution (exact at any
+                          temperature); FAIL where one fits better beyond 1e-9, PASS where
+                          0.8x and 1.25x (and beyond) are each outweighed 100 to 1
 
 Server flags, per engine:
   vLLM       log-probabilities by default (--max-logprobs caps the alternatives; the probe

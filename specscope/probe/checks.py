@@ -213,12 +213,14 @@ def temperature_check(positions: Sequence[Position], sem: Semantics, *, label: s
 
 def _tail_bound(lps: Sequence[float], t: float, vocab: int) -> float:
     """An upper bound of the tempered mass sum(p^(1/t)) of the tokens not returned: their raw
-    mass is 1 - sum(returned), each at most the smallest returned probability."""
+    mass is 1 - sum(returned), each at most the second smallest returned probability (the
+    smallest may be the committed token, listed because it was committed: vLLM's OpenAI server
+    lists the sampled token first and cuts the list at the count asked)."""
     probs = [math.exp(lp) for lp in lps]
     rest = max(0.0, 1.0 - sum(probs))
     if rest <= 0.0:
         return 0.0
-    smallest = min(probs)
+    smallest = sorted(probs)[1] if len(probs) > 1 else probs[0]
     a = 1.0 / t
     if a >= 1.0:  # convex: the most mass sits in as few tokens as possible, each at the cap
         return rest * smallest ** (a - 1.0)

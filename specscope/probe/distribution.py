@@ -48,24 +48,27 @@ def interval(p: Position, sem: Semantics) -> tuple[float, float, float] | None:
     if sem.processed and p.logprob == -math.inf:
         return 1.0, 1.0, 1.0 / 12  # outside the processed distribution: ranked below all of it
     t = 1.0 if sem.processed else max(temperature_left(p, sem), 1e-6)
-    returned = {tok: lp for tok, lp in p.top if lp > -math.inf}
+    listed = sorted(((lp, tok) for tok, lp in p.top if lp > -math.inf), reverse=True)
+    # the last listed may be the committed token, listed because it was committed (vLLM's
+    # OpenAI server): only the others are surely the best, the rest is the tail group
+    returned = {tok: lp for lp, tok in listed[:max(1, len(listed) - 1)]}
     inside = p.token in returned
     lps = list(returned.values())
     ref = max(lps + [p.logprob])
     w = [math.exp((lp - ref) / t) for lp in lps]
     c = math.exp((p.logprob - ref) / t)
-    listed = sum(w)
+    listed_w = sum(w)
     if t == 1.0:  # the returned figures are probabilities: the normaliser is 1 (scaled here)
         z_lo = z_hi = math.exp(-ref)
     else:
         tail = _tail_bound(lps, t, sem.vocab) * math.exp(-ref / t)
-        z_lo, z_hi = listed + (0.0 if inside else c), listed + max(tail, 0.0 if inside else c)
+        z_lo, z_hi = listed_w + (0.0 if inside else c), listed_w + max(tail, 0.0 if inside else c)
     if inside:
         above = sum(x for lp, x in zip(lps, w) if lp > p.logprob + SLACK)
         tie = sum(x for lp, x in zip(lps, w) if abs(lp - p.logprob) <= SLACK) or c
         lo, hi = (above + tie / 2) / z_hi, (above + tie / 2) / z_lo
     else:  # in the tail group: every returned token above it, and half the tail's mass
-        lo, hi = 0.5 + listed / (2 * z_hi), 0.5 + listed / (2 * z_lo)
+        lo, hi = 0.5 + listed_w / (2 * z_hi), 0.5 + listed_w / (2 * z_lo)
     cube = sum((x / z_hi) ** 3 for x in w)
     return max(0.0, lo), min(1.0, hi), max(0.0, 1.0 - cube) / 12
 

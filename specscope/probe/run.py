@@ -13,6 +13,7 @@ from ..exact import tie_margin
 from .checks import Semantics, greedy_check, overall, temperature_check, truncation_check
 from .client import ENABLE, Answer, ProbeError, detect, http_client, place, semantics, send
 from .distribution import distribution_check
+from .sharpness import sharpness_check
 from .result import ERROR, ProbeResult
 from .verified import guard, infer_ngram, select
 from .workload import CLASSES, RISKY, ProbePlan
@@ -123,8 +124,8 @@ def ask(url: str, engine: str, model: str, plan: ProbePlan, sem: Semantics, dtyp
 def undecided(checks: list[Assessment], classes: tuple[str, ...]) -> tuple[str, ...]:
     """The classes among ``classes`` with a check that more positions could settle
     (INCONCLUSIVE with a count it needs)."""
-    open_ = {c.evidence.get("probe_class") for c in checks
-             if c.state == INCONCLUSIVE and c.need is not None}
+    open_ = {cls for c in checks if c.state == INCONCLUSIVE and c.need is not None
+             for cls in c.evidence.get("probe_classes") or [c.evidence.get("probe_class")]}
     return tuple(c for c in classes if c in open_)
 
 
@@ -190,8 +191,12 @@ def incomplete(checks: list[Assessment], answers: list[Answer]) -> list[Assessme
 def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[Assessment]:
     """The checks per class over the answers' positions (each check's evidence names its class,
     ``probe_class``); the temperature check on the tokens verify produced where they can be
-    found, else on every token with the blind spot bounded (``verified.py``)."""
+    found, else on every token with the blind spot bounded (``verified.py``); then the
+    sharpness check pooled over every sampled class (``probe_classes``)."""
     checks = []
+    sampled: list = []  # every sampled class's tested positions, for the pooled check
+    sampled_classes: list[str] = []
+    blind = False
     for cls in CLASSES:
         mine = [a for a in answers if a.cls == cls]
         if not mine:
@@ -203,12 +208,19 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
         else:
             sel = select(mine, silent_drafted_nothing=sem.engine == "llamacpp")
             found = [guard(temperature_check(sel.positions, sem, label=cls), sel, sem)]
+            sampled += sel.positions
+            sampled_classes.append(cls)
+            blind = blind or sel.how == "blind"
             dist = distribution_check(sel.positions, sem, label=cls, blind=sel.how == "blind")
             if dist is not None:
                 found.append(dist)
             if code & (sampling.TOP_P | sampling.TOP_K):
                 found.append(truncation_check(positions, sem, label=cls, margin=tie_margin(dtype)))
         checks += [replace(c, evidence={**c.evidence, "probe_class": cls}) for c in found]
+    if sampled_classes:  # pooled: a temperature applied wrongly reaches every sampled class
+        c = sharpness_check(sampled, sem, blind=blind)
+        checks.append(replace(c, evidence={**c.evidence, "probe_class": "sampled",
+                                           "probe_classes": sampled_classes}))
     return checks
 
 

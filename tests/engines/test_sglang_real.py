@@ -314,7 +314,8 @@ def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
     # temperature or distribution check fails (a first token at the nucleus's edge within
     # bfloat16's rounding is no evidence), and greedy is honest
     failed = {c for c, s in states.items() if s == "fail"}
-    assert failed and all(c.startswith(("temperature honoured (", "distribution honoured ("))
+    assert failed and all(c.startswith(("temperature honoured (", "distribution honoured (",
+                                        "sharpness honoured ("))
                           for c in failed), states
     assert states["greedy losslessness"] != "fail", states
 
@@ -444,7 +445,8 @@ def repaired_only(responses: list, records: list, calls: int, verdict: dict, rc:
 #: stops at its first FAIL, so whichever of them decides first ends it)
 SHAPE_FAULTS = (
     ("sharpened", {"temperature": 0.8}, schema.TARGET_TEMPERATURE,
-     {"distribution honoured (temperature)", "temperature honoured (temperature)"}),
+     {"distribution honoured (temperature)", "temperature honoured (temperature)",
+      "sharpness honoured (sampled)"}),
     ("top_p_dropped", {"temperature": 0.8, "top_p": 0.9}, schema.TARGET_TEMPERATURE + "+top-p",
      {"truncation honoured (top-p)", "distribution honoured (top-p)",
       "temperature honoured (top-p)"}),

@@ -48,10 +48,13 @@ FAULT_PLAN = dataclasses.replace(PLAN, requests=36, token_budget=36 * 48)
 #: ends it: one of them must FAIL, and nothing the fault leaves honest
 SAMPLED = {"temperature honoured (temperature)", "distribution honoured (temperature)",
            "temperature honoured (top-p)", "distribution honoured (top-p)",
-           "truncation honoured (top-p)"}
+           "truncation honoured (top-p)", "sharpness honoured (sampled)"}
+#: the pooled check reads every sampled class: a fault in one class's sharpness can fail it
+SHARPNESS = "sharpness honoured (sampled)"
 CASES = {
     "top_p_greedy": ("top_p_greedy", {"speculative-sampling+top-p"},
-                     {"temperature honoured (top-p)", "distribution honoured (top-p)"}),
+                     {"temperature honoured (top-p)", "distribution honoured (top-p)",
+                      SHARPNESS}),
     "silent_greedy": ("silent_greedy", {"speculative-sampling"},
                       SAMPLED - {"truncation honoured (top-p)"}),
     # the lossy verify, and the draft's probabilities one-hot at its token (top-1 = 1.0): it
