@@ -6,6 +6,7 @@ repaired)."""
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import threading
 import time
@@ -114,22 +115,46 @@ def bench_sglang_probe(reps: int) -> list[Row]:
 
 
 def _fault_row(label: str, make, folder: Path, cls: str, plan, sent: str,
-               engine: str | None = None) -> Row:
+                engine: str | None = None, srv=None) -> Row:
+    """One seeded fault: the probe (fail-fast, its verdict timed) and, until the in-engine
+    class FAILs or 120 s pass, more probe traffic of the same classes after it (the probe's
+    FAIL ends its own sending; the in-engine time counts from the probe's first request).
+    ``srv``: a running server (its fault switched on by the caller) instead of ``make()``."""
     from specscope.probe import probe
 
-    with make() as srv:
+    def run(server) -> Row:
         box: dict = {}
+        stop = threading.Event()
         t0 = time.monotonic()
-        worker = threading.Thread(target=lambda: box.update(
-            r=probe(srv.url, plan, dtype="bfloat16", engine=engine)))
+
+        def traffic() -> None:
+            box["r"] = probe(server.url, plan, dtype="bfloat16", engine=engine)
+            more = dataclasses.replace(plan, fail_fast=False, deadline_s=10)
+            i = 1
+            while not stop.is_set() and time.monotonic() - t0 < 120:
+                probe(server.url, dataclasses.replace(more, seed=plan.seed + 1000 * i),
+                      dtype="bfloat16", engine=engine)
+                i += 1
+
+        worker = threading.Thread(target=traffic)
         worker.start()
         in_engine = None
-        while in_engine is None and time.monotonic() - t0 < 120:
+        while in_engine is None and time.monotonic() - t0 < 120 and (
+                worker.is_alive() or "r" not in box):
             if _engine_states(folder).get(cls) == "fail":
                 in_engine = time.monotonic() - t0
             time.sleep(0.5)
+        stop.set()
         worker.join()
-    r = box["r"]
+        return _row(label, cls, sent, in_engine, box["r"])
+
+    if srv is not None:
+        return run(srv)
+    with make() as server:
+        return run(server)
+
+
+def _row(label: str, cls: str, sent: str, in_engine: float | None, r) -> Row:
     fails = [c.check for c in r.checks if c.state == "fail"]
     rate = (r.acceptance or {}).get("acceptance_rate")
     return Row(
@@ -207,6 +232,48 @@ def _sglang_rows(tmp: Path, rounds: int) -> list[Row]:
         lambda: sglang_server(python, model, tmp / "sglang-repaired", "STANDALONE",
                               repaired=True), rounds, lambda i: plan(seed=1000 * i),
         engine="sglang"))
+    return rows
+
+
+#: SGLang's faults of other shapes (the stand-in's sampling kernel, switched at run time on one
+#: repaired server), as in tests/engines/test_sglang_real.py: fault, probe class, in-engine row
+SGLANG_SHAPES = {
+    "probabilities squared for temperature requests (the temperature halved)":
+        ("sharpened", "temperature", "target-temperature"),
+    "top-p dropped at verify": ("top_p_dropped", "top-p", "target-temperature+top-p"),
+}
+
+
+def bench_sglang_shapes(reps: int) -> list[Row]:
+    """SGLang's faults of other shapes: time to FAIL in-engine and by probe, one repaired
+    STANDALONE server, each fault switched on in turn with the probe sending its class."""
+    from specscope.engine.models import smollm2_dir
+    from specscope.probe import ProbePlan
+    from specscope.serving.sglang import sglang_checkpoint, sglang_python
+
+    python = sglang_python()
+    if python is None:
+        return [Row("faults of other shapes on a real SGLang", "not run", "", "", "", "n/a",
+                    "SGLang's environment missing (make sglang-env)")]
+    from tests.engines.sglang_fixtures import sglang_server
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        model = sglang_checkpoint(smollm2_dir(), tmp / "sglang-model")
+        switch = tmp / "fault"
+        switch.write_text("")
+        srv = sglang_server(python, model, tmp / "shapes", "STANDALONE", repaired=True)
+        srv.env["SGLANG_STANDIN_FAULT"] = str(switch)
+        with srv:
+            for label, (fault, cls, row) in SGLANG_SHAPES.items():
+                switch.write_text(fault)
+                plan = ProbePlan(classes=(cls,), requests=12, max_tokens=48, concurrency=3,
+                                 token_budget=12 * 48, deadline_s=120, endpoint="generate")
+                rows.append(_fault_row(
+                    f"SGLang 0.5.21 CPU, SmolLM2, STANDALONE repaired, fault: {label}", None,
+                    srv.trace_dir, row, plan, f"/generate, {cls} class, 12 requests x 48 "
+                    "tokens a round, conc 3", engine="sglang", srv=srv))
     return rows
 
 

@@ -147,9 +147,10 @@ def sharpness_check(positions: Sequence[Position], sem: Semantics, *, label: str
     if n and lean == "fault":
         need = math.ceil((fail_at + math.log(len(GRID)) - top) / (top / n))
     elif n and not blind:
+        # each alternative still to outweigh, at the rate it has been outweighed so far; one
+        # that has not been yet (noise, early on) is taken to need as many positions again
         rates = [(-sums[i] / n, pass_at + sums[i]) for i in far if -sums[i] < pass_at]
-        if all(r > 0 for r, _ in rates):
-            need = max(math.ceil(gap / r) for r, gap in rates)
+        need = max([math.ceil(gap / r) if r > 0 else n for r, gap in rates] or [1])
     if need is not None and need > _MAX_NEED:
         need = None
     ev.update(positions_needed=None if need is None else n + need, lean=lean)
