@@ -15,6 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 AIPERF_VERSION = "0.13.0"
+#: starts on a fresh port after the chosen one was taken before the server could bind it
+PORT_TRIES = 3
+#: what a server's log says when its HTTP port is taken (uvicorn: vLLM, SGLang, serve-engine)
+BIND_FAILED = ("address already in use", "Address already in use")
+
+
+class PortTaken(Exception):
+    """The server could not bind the port chosen for it."""
 
 
 def free_port() -> int:
@@ -46,14 +54,30 @@ class ServerProcess:
     def start(self, timeout_s: float = 180.0, env: dict[str, str] | None = None,
               new_session: bool = False) -> "ServerProcess":
         """Start ``command()`` and wait for ``/health``. ``new_session``: the server and every
-        process it spawns form one process group, which ``stop`` ends as a whole."""
+        process it spawns form one process group, which ``stop`` ends as a whole. A port taken
+        between choosing it and the server's bind (the server's own workers take ports of
+        their own while it starts; seen on a loaded machine) is not a failure of the server:
+        its log says so, and it starts again on another port, at most ``PORT_TRIES`` times."""
+        for attempt in range(PORT_TRIES):
+            try:
+                return self._start_once(timeout_s, env, new_session, append=attempt > 0)
+            except PortTaken:
+                self.port = free_port()
+        raise RuntimeError(f"{self.label}: its port was taken {PORT_TRIES} times in a row"
+                           + (f"; see {self.log}" if self.log else ""))
+
+    def _start_once(self, timeout_s: float, env: dict[str, str] | None, new_session: bool,
+                    append: bool) -> "ServerProcess":
         name = self.label
-        self._out = open(self.log, "w") if self.log else subprocess.DEVNULL  # noqa: SIM115
+        self._out = open(self.log, "a" if append else "w") if self.log else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(self.command(), stdout=self._out, stderr=subprocess.STDOUT,
                                      env=env, start_new_session=new_session)
         self._group = new_session
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            if self._port_taken():
+                self.stop()
+                raise PortTaken(self.port)
             if self.proc.poll() is not None:
                 self.stop()
                 raise RuntimeError(f"{name} exited with {self.proc.returncode}"
@@ -67,6 +91,17 @@ class ServerProcess:
         self.stop()
         raise TimeoutError(f"{name} did not answer /health within {timeout_s:.0f} s"
                            + (f"; see {self.log}" if self.log else ""))
+
+    def _port_taken(self) -> bool:
+        """Whether the log says the server could not bind its HTTP port (uvicorn's words for
+        vLLM and SGLang, llama.cpp's own)."""
+        if self.log is None or not self.log.exists():
+            return False
+        with open(self.log, "rb") as f:
+            f.seek(max(0, self.log.stat().st_size - 65536))
+            tail = f.read().decode("utf-8", "replace")
+        return str(self.port) in tail and any(m in tail for m in BIND_FAILED) or (
+            "couldn't bind HTTP server socket" in tail)
 
     def stop(self, timeout_s: float = 30.0) -> int:
         """SIGINT to the server's PID, SIGKILL after ``timeout_s``; a server started in its
