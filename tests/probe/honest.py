@@ -20,12 +20,18 @@ def ranks(body: dict[str, Any], n: int) -> list[int]:
     if 0 < k < len(w):
         w = w[:k]
     q = [x / sum(w) for x in w]
-    top_p = body.get("top_p", 1.0)
+    kept = nucleus(q, body.get("top_p", 1.0))
+    rng = random.Random(body.get("seed", 0))
+    return rng.choices(range(len(kept)), weights=kept, k=n)
+
+
+def nucleus(q: list[float], top_p: float) -> list[float]:
+    """The leading probabilities of ``q`` (best first) that top-p keeps, as vLLM's sampler
+    keeps them: each while the mass before it is below ``top_p``."""
     kept, before = [], 0.0
     for x in q:
         if before >= top_p:
             break
         kept.append(x)
         before += x
-    rng = random.Random(body.get("seed", 0))
-    return rng.choices(range(len(kept)), weights=kept, k=n)
+    return kept

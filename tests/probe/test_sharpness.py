@@ -10,6 +10,8 @@ import random
 from specscope.probe.checks import Position, Semantics
 from specscope.probe.sharpness import GRID, sharpness_check, support
 
+from .honest import nucleus
+
 VOCAB = 60  #: tokens per position; the engine returns the first 20 (an unknown tail of 40)
 RAW = Semantics(engine="vllm")
 PROCESSED = Semantics(engine="vllm", processed=True)
@@ -33,17 +35,12 @@ def positions(n: int, *, temperature: float = 0.8, top_p: float = 1.0, applied: 
             w = [math.exp((x - logits[0]) / t) for x in logits]
             return [x / sum(w) for x in w]
 
-        def nucleus(q: list[float]) -> list[float]:
-            kept, before = [], 0.0
-            for x in q:
-                if before >= top_p:
-                    break
-                kept.append(x)
-                before += x
+        def truncated(q: list[float]) -> list[float]:
+            kept = nucleus(q, top_p)
             return [x / sum(kept) for x in kept] + [0.0] * (len(q) - len(kept))
 
-        asked = nucleus(softmax(temperature))
-        drawn = nucleus(softmax(applied or temperature))
+        asked = truncated(softmax(temperature))
+        drawn = truncated(softmax(applied or temperature))
         tok = rng.choices(range(VOCAB), weights=drawn)[0]
         shown = ([math.log(x) if x > 0 else -math.inf for x in asked] if processed
                  else [math.log(x) for x in softmax(1.0)])
