@@ -14,6 +14,7 @@ FLOORS: dict[str, int] = {
     "schema": 0,
     "exact": 0,  #: exact tails and sample sizes of the checks, pure math (hooks and collector)
     "pit": 1,  #: the whole-distribution test's sequential bound, pure math (hooks and collector)
+    "sharp": 1,  #: the sharpness test's likelihood-ratio decision, pure math (hooks, collector, probe)
     "sampling": 0,  #: the sampling class: one code, one name, one parser (hooks, collector, probe)
     "io": 1,
     "hooks": 2,

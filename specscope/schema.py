@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 #: Written into every trace file; readers refuse any version not in READABLE_VERSIONS.
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 #: 2 added spec_counts, sample and benchmark records; 3 added per-request speculative figures
 #: and categories on request records, and the draft depth each verify step used; 4 added the
 #: weight of a source's reported figures on spec_counts records (``reported_weight``); 5 added
@@ -22,8 +22,9 @@ SCHEMA_VERSION = 9
 #: count by what it means, one spelling on every record (``RENAMED``: older traces still read);
 #: 9 added the whole-distribution test's sums on verify entries (``pit_sum``, ``pit_var``) and
 #: the acceptance rule's (``accept_expected``, ``accept_var``), and the positions committed
-#: outside the truncation (``num_outside``).
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
+#: outside the truncation (``num_outside``); 10 added the sharpness test's sums
+#: (``sharp_positions``, ``sharp_llr``).
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 #: what the ``node`` field means, said once for every record that has one
 NODE_DOC = "the node (host) the recording process ran on: $SPECSCOPE_NODE, else the hostname"
 
@@ -40,6 +41,11 @@ SAMPLING_MODES = (GREEDY, TARGET_TEMPERATURE, SPECULATIVE_SAMPLING, FALLBACK_ARG
 #: Bins of the draft top-1 probability histogram: ten equal bins on [0, 1) plus one bin that
 #: holds only the value exactly 1.0 (a draft whose probabilities were never computed lands there).
 DRAFT_HIST_BINS = 11
+
+#: The sharpness test's alternatives (``specscope.sharp``): c times the requested temperature,
+#: below 1 sharper (toward the argmax), above 1 flatter. A verify entry's ``sharp_llr`` holds one
+#: log likelihood ratio sum per value here, in this order.
+SHARP_GRID = (0.5, 0.63, 0.8, 0.9, 1.11, 1.25, 1.6, 2.0)
 
 
 class TraceError(ValueError):
@@ -132,6 +138,13 @@ class VerifyEntry:
     #: top-p) by more than bfloat16's tie margin: impossible under honest sampling. None where
     #: not computed.
     num_outside: int | None = None
+    #: The sharpness test (``specscope.sharp``) over the same verified positions: how many it
+    #: read (the committed token among the position's most probable tokens), and for each
+    #: alternative temperature on ``sharp.GRID`` (c times the requested one) the sum of the log
+    #: likelihood ratios there, log p_c(x | S) - log p_1(x | S) (mean 0 or below under honest
+    #: sampling). None where not computed (greedy rows, older traces).
+    sharp_positions: int | None = None
+    sharp_llr: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,7 +29,12 @@ def entries(draw):
         mode_requested=draw(st.sampled_from(schema.SAMPLING_MODES)),
         mode_used=draw(st.sampled_from(schema.SAMPLING_MODES)), num_verified=draw(small),
         num_top1=draw(small), expected_top1=draw(floats), var_top1=draw(floats),
-        draft_top1_hist=tuple(draw(st.lists(small, min_size=0, max_size=11))))
+        draft_top1_hist=tuple(draw(st.lists(small, min_size=0, max_size=11))),
+        # the sharpness test's sums, where an entry carries them
+        **draw(st.just({}) | st.tuples(small, st.lists(
+            st.floats(-50, 50, allow_nan=False), min_size=len(schema.SHARP_GRID),
+            max_size=len(schema.SHARP_GRID)).map(tuple)).map(
+                lambda s: {"sharp_positions": s[0], "sharp_llr": s[1]})))
 
 
 verify_records = st.builds(

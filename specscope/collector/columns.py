@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..io.columns import VerifyColumns
-from .. import sampling, schema
+from .. import sampling, schema, sharp
 from .stats import SpecStats, TruthStats, _add_lists, truth_class
 
 __all__ = ["VerifyColumns", "observe_columns"]
@@ -101,7 +101,7 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
             r = req[sampled]
             per = [np.bincount(r, weights=w[sampled], minlength=n_modes * width) for w in cols]
             groups = [(code, [p[code] for p in per]) for code in np.flatnonzero(per[0]).tolist()]
-        for code, (nv, nt, ex, var, pn, ps, pv, at, ah, ae, av, out) in groups:
+        for code, (nv, nt, ex, var, pn, ps, pv, at, ah, ae, av, out, sn, *llr) in groups:
             key = truth_class(modes[code // width], code % width)
             t = stats.truth.setdefault(key, TruthStats())
             t.num_verified += int(nv)
@@ -116,6 +116,9 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
             t.accept_expected += float(ae)
             t.accept_var += float(av)
             t.num_outside += int(round(out))
+            if sn:
+                t.sharp_positions += int(round(sn))
+                t.sharp_llr = _add_lists(t.sharp_llr, [float(x) for x in llr])
     if c.draft_hist is not None:
         hist = c.draft_hist.sum(axis=0)
         if hist.any():
@@ -139,9 +142,16 @@ def _pit_columns(c: VerifyColumns, verified: np.ndarray) -> list[np.ndarray]:
     # the drafts) and how many it accepted, where the entry carries its sums
     outside = zero if c.num_outside is None else np.nan_to_num(c.num_outside, nan=0.0)
     if c.accept_expected is None or c.accept_var is None:
-        return out + [zero, zero, zero, zero, outside]
-    has = np.isfinite(c.accept_expected) & np.isfinite(c.accept_var)
-    trials = np.minimum(c.num_accepted + 1, c.num_drafted)
-    return out + [np.where(has, trials, 0), np.where(has, c.num_accepted, 0),
-                  np.where(has, c.accept_expected, 0.0), np.where(has, c.accept_var, 0.0),
-                  outside]
+        out += [zero, zero, zero, zero, outside]
+    else:
+        has = np.isfinite(c.accept_expected) & np.isfinite(c.accept_var)
+        trials = np.minimum(c.num_accepted + 1, c.num_drafted)
+        out += [np.where(has, trials, 0), np.where(has, c.num_accepted, 0),
+                np.where(has, c.accept_expected, 0.0), np.where(has, c.accept_var, 0.0),
+                outside]
+    # the sharpness test: positions read, then one log-ratio sum per alternative
+    if c.sharp_positions is None or c.sharp_llr is None:
+        return out + [zero] * (1 + len(sharp.GRID))
+    has = np.isfinite(c.sharp_positions)
+    return out + [np.where(has, c.sharp_positions, 0.0)] + \
+        [np.where(has, c.sharp_llr[:, i], 0.0) for i in range(c.sharp_llr.shape[1])]

@@ -62,6 +62,10 @@ class TruthStats:
     accept_var: float = by(total, default=0.0)
     #: verified positions committed outside the requested truncation (``hooks/stats``)
     num_outside: int = by(total, default=0)
+    #: the sharpness test (``specscope.sharp``): positions it read (where entries carry it)
+    #: and, per alternative temperature on ``sharp.GRID``, the sum of the log likelihood ratios
+    sharp_positions: int = by(total, default=0)
+    sharp_llr: list[float] = by(per_position, default_factory=list)
 
     def merge(self, other: "TruthStats") -> "TruthStats":
         return merged(self, other)
@@ -401,6 +405,9 @@ class SpecStats:
                     t.accept_var += e.accept_var
                 if e.num_outside:
                     t.num_outside += int(e.num_outside)
+                if e.sharp_positions and e.sharp_llr is not None:
+                    t.sharp_positions += e.sharp_positions
+                    t.sharp_llr = _add_lists(t.sharp_llr, list(e.sharp_llr))
             if e.draft_top1_hist:
                 self.draft_hist = _add_lists(self.draft_hist, list(e.draft_top1_hist))
 

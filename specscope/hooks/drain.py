@@ -82,6 +82,8 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
     accept_expected: np.ndarray | None = None
     accept_var: np.ndarray | None = None
     outside: np.ndarray | None = None
+    sharp_n: np.ndarray | None = None
+    sharp_llr: np.ndarray | None = None
     mismatches: np.ndarray
     if full_rows:
         stats = np.zeros((n, _stats.ROW_WIDTH - base), dtype=np.float32)
@@ -104,6 +106,11 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
                                    np.nan).astype(f64)
         accept_var = np.where(tried, stats[:, _stats.COL_ACCEPT_VAR - base], np.nan).astype(f64)
         outside = np.where(truth, stats[:, _stats.COL_OUTSIDE - base], np.nan).astype(f64)
+        # the sharpness test's, NaN where the entry has no statistics or is greedy
+        sharp = truth & (temps > 0)
+        sharp_n = np.where(sharp, stats[:, _stats.COL_SHARP_N - base], np.nan).astype(f64)
+        sharp_llr = np.where(sharp[:, None], stats[:, _stats.COL_SHARP_LLR - base:],
+                             np.nan).astype(f64)
         margin = np.where(truth & (temps <= 0), stats[:, _stats.COL_MISMATCH_MARGIN - base], -1.0)
         mismatches = np.flatnonzero(margin > 0)
     else:  # no statistics in this drain
@@ -119,6 +126,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         num_verified=verified, num_top1=top1, expected_top1=expected, var_top1=var,
         draft_hist=hist, mode_names=tuple(names), pit_sum=pit_sum, pit_var=pit_var,
         accept_expected=accept_expected, accept_var=accept_var, num_outside=outside,
+        sharp_positions=sharp_n, sharp_llr=sharp_llr,
         seq=np.arange(len(metas), dtype=i64),
         step=np.fromiter((m[0] for m in metas), dtype=i64, count=len(metas)),
         batch_size=step_sizes,

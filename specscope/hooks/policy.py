@@ -16,7 +16,7 @@ from typing import Any, Sequence, cast
 
 import numpy as np
 
-from .. import pit, sampling
+from .. import pit, sampling, sharp
 from ..exact import (ALPHA, FAIL, INCONCLUSIVE, PASS, PASS_ALPHA, decide_rate, positions_to_detect,
                      tie_margin, truth_state)
 #: drafted positions after which a draft-probability check is decided (the half-precision
@@ -63,6 +63,11 @@ def budget_rows(batch: int, cap: int | None, turn: int, policy: Any, temperature
     return np.sort(order[:cap]), following
 
 
+def _fresh() -> list[float]:
+    """A class's totals before any statistics (``UntilDecided.totals``)."""
+    return [0, 0, 0.0, 0, 0.0, 0.0, 0, 0, 0.0, 0.0, 0.0] + [0.0] * len(sharp.GRID)
+
+
 class UntilDecided:
     """Every verify step until the checks have decided, then one step in ``every``.
 
@@ -70,7 +75,8 @@ class UntilDecided:
     ``exact.truth_state``, the collector's own rule) or FAIL; one whose expected rate is too
     close to greedy to tell apart, or that has not decided by ``undecidable_positions``, stops
     asking then. Where the statistics carry the whole-distribution test (``specscope.pit``), a
-    sampled class decides only where that test has decided too (or either has failed). The greedy class is decided where its check passes or fails, or at its first
+    sampled class decides only where that test has decided too (or either has failed), and the
+    same for the sharpness test (``specscope.sharp``). The greedy class is decided where its check passes or fails, or at its first
     mismatch beyond ``tie_margin``. Drafted positions with a draft probability decide at
     ``DRAFT_POSITIONS``.
     """
@@ -87,7 +93,8 @@ class UntilDecided:
         self.tie_margin = tie_margin("") if margin is None else margin
         self.pass_alpha = pass_alpha
         #: class -> [positions, argmax hits, expected, PIT positions, PIT sum, PIT variance,
-        #: acceptance trials, accepted, expected accepted, its variance]
+        #: acceptance trials, accepted, expected accepted, its variance, sharpness positions,
+        #: then its log-ratio sums, one per alternative on ``sharp.GRID``] (``_fresh``)
         self.totals: dict[int, list[float]] = {}
         self.draft_positions = 0
         self.decided: set[int] = set()
@@ -130,15 +137,16 @@ class UntilDecided:
                 num_top1: np.ndarray | None, expected_top1: np.ndarray | None,
                 draft_positions: int = 0, structural: bool = False,
                 pit_sum: np.ndarray | None = None, pit_var: np.ndarray | None = None,
-                accept: tuple | None = None) -> None:
+                accept: tuple | None = None, sharp: tuple | None = None) -> None:
         """What one drain's statistics held, per entry (entries without statistics have 0
         positions; ``pit_sum`` NaN where an entry has no whole-distribution figures; ``accept``:
         the acceptance rule's (trials, accepted, expected, variance) per entry, NaN expected
-        where it has none);
+        where it has none; ``sharp``: the sharpness test's (positions, [N, grid] log-ratio
+        sums), NaN positions where it has none);
         ``structural``: a greedy mismatch beyond the tie margin was seen."""
         with self._lock:
             if draft_positions:
-                self.totals.setdefault(DRAFT, [0, 0, 0.0, 0, 0.0, 0.0, 0, 0, 0.0, 0.0])[0] += \
+                self.totals.setdefault(DRAFT, _fresh())[0] += \
                     draft_positions
             if num_verified is not None and len(num_verified):
                 assert num_top1 is not None and expected_top1 is not None  # given together
@@ -147,7 +155,7 @@ class UntilDecided:
                     pit_var is None else np.isfinite(pit_sum) & np.isfinite(pit_var)
                 for c in np.unique(code[num_verified > 0]).tolist():
                     rows = (code == c) & (num_verified > 0)
-                    acc = self.totals.setdefault(c, [0, 0, 0.0, 0, 0.0, 0.0, 0, 0, 0.0, 0.0])
+                    acc = self.totals.setdefault(c, _fresh())
                     acc[0] += int(num_verified[rows].sum())
                     acc[1] += int(num_top1[rows].sum())
                     acc[2] += float(expected_top1[rows].sum())
@@ -165,8 +173,14 @@ class UntilDecided:
                             acc[7] += int(hits[tried].sum())
                             acc[8] += float(expected[tried].sum())
                             acc[9] += float(var[tried].sum())
+                    if sharp is not None:
+                        read = rows & np.isfinite(sharp[0])
+                        if read.any():
+                            acc[10] += float(sharp[0][read].sum())
+                            for i, x in enumerate(sharp[1][read].sum(axis=0).tolist()):
+                                acc[11 + i] += x
             if structural:
-                self.totals.setdefault(0, [0, 0, 0.0, 0, 0.0, 0.0, 0, 0, 0.0, 0.0])
+                self.totals.setdefault(0, _fresh())
                 self.decided.add(0)
             for c, acc in self.totals.items():
                 if c not in self.decided and self._decides(c, *acc):
@@ -176,7 +190,7 @@ class UntilDecided:
     def _decides(self, c: int, n: float, k: float, expected: float, pit_n: float = 0,
                  pit_sum: float = 0.0, pit_var: float = 0.0, trials: float = 0,
                  hits: float = 0, accept_expected: float = 0.0,
-                 accept_var: float = 0.0) -> bool:
+                 accept_var: float = 0.0, sharp_n: float = 0.0, *sharp_llr: float) -> bool:
         if c == DRAFT:
             return n >= DRAFT_POSITIONS
         if not n:
@@ -196,10 +210,15 @@ class UntilDecided:
                               alpha=self.alpha, pass_alpha=self.pass_alpha,
                               pass_shift=pit.ACCEPT_PASS_SHIFT,
                               fail_shift=pit.ACCEPT_FAIL_SHIFT).state if trials else None
-        if FAIL in (state, dist, rule):
+        sharpness = sharp.decide(sharp_llr, int(sharp_n), alpha=self.alpha,
+                                 pass_alpha=self.pass_alpha).state if sharp_n else None
+        if FAIL in (state, dist, rule, sharpness):
             return True
         top1 = state != INCONCLUSIVE or (1.0 - exp <= self.min_excess and n >= 512)
-        return top1 and dist in (None, PASS) and rule in (None, PASS)
+        # the sharpness test too: a temperature applied wrongly moves the top-1 share and the
+        # PIT too little to keep the statistics coming by themselves
+        return top1 and dist in (None, PASS) and rule in (None, PASS) and \
+            sharpness in (None, PASS)
 
     def state(self) -> dict[str, Any]:
         """What it has decided, for tests and the engine's log."""

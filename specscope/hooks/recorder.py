@@ -359,7 +359,9 @@ class Recorder(DrainSide):
                     c.expected_top1, draft_positions=hist, pit_sum=c.pit_sum,
                     pit_var=c.pit_var, accept=None if c.accept_expected is None else (
                         np.minimum(c.num_accepted + 1, c.num_drafted), c.num_accepted,
-                        c.accept_expected, c.accept_var))
+                        c.accept_expected, c.accept_var),
+                    sharp=None if c.sharp_positions is None or c.sharp_llr is None
+                    else (c.sharp_positions, c.sharp_llr))
 
     def _to_device(self, values, dtype, dev) -> torch.Tensor:
         host = torch.tensor(values, dtype=dtype)

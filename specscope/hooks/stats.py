@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ..schema import DRAFT_HIST_BINS
+from ..schema import DRAFT_HIST_BINS, SHARP_GRID
 
 # Column layout of the per-request row the recorder copies to the host.
 COL_NUM_DRAFTED = 0
@@ -38,7 +38,16 @@ COL_ACCEPT_VAR = COL_ACCEPT_EXPECTED + 1
 #: verified positions whose committed token lies outside the requested truncation (top-k /
 #: top-p) by more than ``OUTSIDE_MARGIN``: impossible under honest sampling
 COL_OUTSIDE = COL_ACCEPT_VAR + 1
-ROW_WIDTH = COL_OUTSIDE + 1
+#: the sharpness test (``specscope.sharp``): the verified positions it read, then for each
+#: alternative temperature on its grid the sum of the log likelihood ratios there
+#: (``sharpness_columns``)
+COL_SHARP_N = COL_OUTSIDE + 1
+COL_SHARP_LLR = COL_SHARP_N + 1
+ROW_WIDTH = COL_SHARP_LLR + len(SHARP_GRID)
+#: the most probable tokens per position the sharpness test reads (its set S): one top-k over
+#: the vocabulary; 16 keeps what the test decides on recorded real-engine traffic within 2% of
+#: the whole vocabulary's rate, where 8 lost a fifth
+SHARP_K = 16
 #: nats (logits at temperature 1): a token counts as outside the truncation only where its
 #: logit trails the least one kept by more than this (bfloat16's tie margin: the engine's
 #: own cut, in its own arithmetic, may keep a token at the edge that ours drops)
@@ -231,9 +240,11 @@ def verify_columns(
     draft_token_probs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``truth_columns`` and ``mismatch_columns`` in one, the whole-distribution test and the
-    acceptance rule: ``[B, 10]``, the columns ``COL_NUM_VERIFIED`` .. ``COL_VAR_TOP1``,
-    ``COL_MISMATCH_MARGIN``, ``COL_MISMATCH_POS``, ``COL_PIT_SUM``, ``COL_PIT_VAR``,
-    ``COL_ACCEPT_EXPECTED``, ``COL_ACCEPT_VAR``, ``COL_OUTSIDE`` (``acceptance_columns``; NaN without
+    acceptance rule and the sharpness test: ``[B, 11 + len(GRID)]``, the columns
+    ``COL_NUM_VERIFIED`` .. ``COL_VAR_TOP1``, ``COL_MISMATCH_MARGIN``, ``COL_MISMATCH_POS``,
+    ``COL_PIT_SUM``, ``COL_PIT_VAR``, ``COL_ACCEPT_EXPECTED``, ``COL_ACCEPT_VAR``, ``COL_OUTSIDE``,
+    ``COL_SHARP_N`` and the ``COL_SHARP_LLR`` block (``sharpness_columns``;
+    ``acceptance_columns``; NaN without
     ``draft_tokens``, ``[B, P - 1]``, -1 where a row drafted fewer; ``draft_token_probs``: the
     draft's probability of each, None for a deterministic draft).
 
@@ -293,11 +304,12 @@ def verify_columns(
     else:
         accept = acceptance_columns(x, top, temperature, norm, floor, draft_tokens,
                                     draft_token_probs, num_accepted)
+    sharp = sharpness_columns(x, top, temperature, floor, safe, valid)
     return torch.cat([torch.stack([validf.sum(dim=1), (is_top1 * validf).sum(dim=1),
                                    pv.sum(dim=1), (pv * (1.0 - pv)).sum(dim=1), worst,
                                    where.to(worst.dtype), torch.where(valid, u, zero).sum(dim=1),
                                    torch.where(valid, u_var, zero).sum(dim=1)], dim=1),
-                      accept, outside.to(torch.float32).sum(dim=1, keepdim=True)], dim=1)
+                      accept, outside.to(torch.float32).sum(dim=1, keepdim=True), sharp], dim=1)
 
 
 def acceptance_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Tensor,
@@ -328,6 +340,37 @@ def acceptance_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Te
     out = torch.stack([torch.where(tried, a, zero).sum(dim=1),
                        torch.where(tried, a * (1.0 - a), zero).sum(dim=1)], dim=1)
     return torch.where((temperature > 0)[:, None], out, torch.full_like(out, float("nan")))
+
+
+def sharpness_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Tensor,
+                      floor: torch.Tensor, committed: torch.Tensor,
+                      valid: torch.Tensor) -> torch.Tensor:
+    """``[B, 1 + len(GRID)]``: the verified positions the sharpness test read (``specscope.sharp``)
+    and, for each alternative c on its grid, the sum over them of log p_c(x | S) - log p_1(x | S),
+    where p_1 is the distribution the request asked for, p_c the same at c times its temperature,
+    x the committed token and S the position's ``SHARP_K`` most probable tokens less any at the
+    edge of the truncation (weight within ``OUTSIDE_MARGIN`` of ``floor``, the least kept weight
+    at the request's temperature; 0 where nothing is cut): a set fixed before the draw and inside
+    what the engine samples from, so the ratio has mean 1 under honest sampling whatever the
+    rest of the vocabulary holds. A position counts only where x lies in S (S of two tokens or
+    more); greedy rows read nothing. One top-k over the vocabulary, the rest on ``SHARP_K``
+    tokens a position."""
+    k = min(SHARP_K, x.shape[-1])
+    vals, idx = torch.topk(x, k, dim=-1)
+    t = temperature.to(x.dtype).clamp_min(1e-6)[:, None, None]
+    y = (vals - top[..., None]) / t  # log weights at the requested temperature, top at 0
+    edge = torch.log(floor.clamp_min(1e-38))[..., None] + OUTSIDE_MARGIN / t
+    in_s = torch.isfinite(y) & ((floor <= 0)[..., None] | (y > edge))
+    hit = in_s & (idx == committed[..., None])
+    use = valid & hit.any(dim=-1) & (in_s.sum(dim=-1) >= 2) & (temperature > 0)[:, None]
+    yc = torch.where(hit, y, torch.zeros_like(y)).sum(dim=-1)  # the committed token's
+    ym = y.masked_fill(~in_s, float("-inf"))
+    grid = torch.tensor(SHARP_GRID, dtype=x.dtype, device=x.device)
+    lse = torch.logsumexp(ym[..., None, :] / grid[:, None], dim=-1)  # [B, P, G]
+    base = yc - torch.logsumexp(ym, dim=-1)
+    llr = yc[..., None] / grid - lse - base[..., None]
+    llr = torch.where(use[..., None], llr, torch.zeros_like(llr))
+    return torch.cat([use.to(x.dtype).sum(dim=1, keepdim=True), llr.sum(dim=1)], dim=1)
 
 
 def draft_hist_columns(draft_top1: torch.Tensor) -> torch.Tensor:

@@ -123,6 +123,10 @@ class VerifyColumns:
     accept_var: np.ndarray | None = None
     #: positions committed outside the truncation (float64 counts, NaN where none carried)
     num_outside: np.ndarray | None = None
+    #: the sharpness test's (schema.VerifyEntry): positions read (float64, NaN where none
+    #: carried) and float64 [N, len(schema.SHARP_GRID)] log-ratio sums; both or neither
+    sharp_positions: np.ndarray | None = None
+    sharp_llr: np.ndarray | None = None
     # ---- detail, for rebuilding records
     seq: np.ndarray | None = None  #: int64, which step record (0..num_steps-1) each entry is of
     step: np.ndarray | None = None  #: int64, the step number
@@ -184,7 +188,11 @@ class VerifyColumns:
                              math.nan if e.pit_var is None else e.pit_var,
                              math.nan if e.accept_expected is None else e.accept_expected,
                              math.nan if e.accept_var is None else e.accept_var,
-                             math.nan if e.num_outside is None else e.num_outside))
+                             math.nan if e.num_outside is None else e.num_outside,
+                             math.nan if e.sharp_positions is None or e.sharp_llr is None
+                             else e.sharp_positions,
+                             _NO_SHARP if e.sharp_llr is None or len(e.sharp_llr) != _G
+                             else e.sharp_llr))
                 if r.depth_reason and seq not in reasons.setdefault(key, {}):
                     reasons[key][seq] = r.depth_reason
                 if detail:
@@ -195,7 +203,7 @@ class VerifyColumns:
                          e.top_k, flags))
         out = []
         for key, rows in groups.items():
-            cols = list(zip(*rows)) if rows else [()] * 20
+            cols = list(zip(*rows)) if rows else [()] * 22
             c = cls(
                 run_id=key[0], config_id=key[1], rank=key[2], node=key[3], num_steps=steps[key],
                 t_ns=np.asarray(cols[0], dtype=np.int64),
@@ -224,6 +232,10 @@ class VerifyColumns:
             outside = np.asarray(cols[19], dtype=np.float64)
             if len(outside) and not np.isnan(outside).all():
                 c.num_outside = outside
+            sharp_n = np.asarray(cols[20], dtype=np.float64)
+            if len(sharp_n) and not np.isnan(sharp_n).all():
+                c.sharp_positions = sharp_n
+                c.sharp_llr = np.asarray(cols[21], dtype=np.float64).reshape(-1, _G)
             if detail:
                 x = list(zip(*extra.get(key, []))) or [()] * 9
                 c.step = np.asarray(x[1], dtype=np.int64)
@@ -264,6 +276,8 @@ class VerifyColumns:
         accepts = (self.accept_expected.tolist(), self.accept_var.tolist()) \
             if self.accept_expected is not None and self.accept_var is not None else None
         outside = self.num_outside.tolist() if self.num_outside is not None else None
+        sharps = (self.sharp_positions.tolist(), self.sharp_llr.tolist()) \
+            if self.sharp_positions is not None and self.sharp_llr is not None else None
         bounds = np.flatnonzero(np.diff(seq)) + 1
         starts = [0] + bounds.tolist()
         ends = bounds.tolist() + [n]
@@ -288,8 +302,10 @@ class VerifyColumns:
                                 else {}),
                     **(_pair("accept_expected", "accept_var", accepts[0][i], accepts[1][i])
                        if accepts is not None and truth else {}),
-                    **({"num_outside": int(outside[i])} if outside is not None and truth
-                       and not math.isnan(outside[i]) else {})))
+                    **(_count("num_outside", outside[i]) if outside is not None and truth
+                       else {}),
+                    **(_sharp(sharps[0][i], sharps[1][i]) if sharps is not None and truth
+                       else {})))
             depth = int(draft_depth[s])
             out.append(schema.VerifyStepRecord(
                 run_id=self.run_id, config_id=self.config_id, rank=self.rank, node=self.node,
@@ -317,8 +333,14 @@ AGGREGATE_ARRAYS = ("t_ns", "num_drafted", "num_draft_tokens", "num_accepted", "
 PIT_ARRAYS = ("pit_sum", "pit_var")
 #: the acceptance rule's, likewise
 ACCEPT_ARRAYS = ("accept_expected", "accept_var")
+#: the sharpness test's, likewise (``sharp_llr`` is [N, len(schema.SHARP_GRID)])
+SHARP_ARRAYS = ("sharp_positions", "sharp_llr")
 #: every optional array, in pairs that travel together (both or neither)
-OPTIONAL_ARRAYS = PIT_ARRAYS + ACCEPT_ARRAYS + ("num_outside",)
+OPTIONAL_ARRAYS = PIT_ARRAYS + ACCEPT_ARRAYS + ("num_outside",) + SHARP_ARRAYS
+#: arrays with more than one value per entry: their width
+WIDTHS = {"draft_hist": schema.DRAFT_HIST_BINS, "sharp_llr": len(schema.SHARP_GRID)}
+_G = len(schema.SHARP_GRID)
+_NO_SHARP = (math.nan,) * _G
 #: fields with one value per verify step (compact when ``step_sizes`` is set)
 STEP_ARRAYS = ("t_ns", "seq", "step", "batch_size", "draft_depth")
 DETAIL_ARRAYS = ("seq", "step", "batch_size", "draft_depth", "temperature", "top_p", "top_k",
@@ -328,6 +350,16 @@ DETAIL_ARRAYS = ("seq", "step", "batch_size", "draft_depth", "temperature", "top
 def _pit(u_sum: float, var: float) -> dict[str, Any]:
     """An entry's PIT fields, left out (None) where the columns hold NaN."""
     return _pair("pit_sum", "pit_var", u_sum, var)
+
+
+def _count(name: str, x: float) -> dict[str, Any]:
+    """An entry's optional count, left out (None) where the columns hold NaN."""
+    return {} if math.isnan(x) else {name: int(x)}
+
+
+def _sharp(n: float, llr: list[float]) -> dict[str, Any]:
+    """An entry's sharpness fields, left out (None) where the columns hold NaN."""
+    return {} if math.isnan(n) else {"sharp_positions": int(n), "sharp_llr": tuple(llr)}
 
 
 def _pair(a: str, b: str, x: float, y: float) -> dict[str, Any]:

@@ -21,7 +21,8 @@ from typing import Any, Iterable, Sequence
 
 from .. import schema
 from ..schema import TraceError
-from .columns import (ACCEPT_ARRAYS, HAS_HIST, HAS_TRUTH, OPTIONAL_ARRAYS, PIT_ARRAYS,
+from .columns import (ACCEPT_ARRAYS, HAS_HIST, HAS_TRUTH, OPTIONAL_ARRAYS, PIT_ARRAYS, SHARP_ARRAYS,
+                      WIDTHS,
                       VerifyColumns, expand)
 from .intervals import BATCHES
 from .store import (UNKNOWN, Store, Where, day, open_store, partition_path, partition_values,
@@ -130,8 +131,9 @@ def _float_columns(table: Any, pa: Any, names: Sequence[str]) -> Any:
     schema."""
     for name in names:
         i = table.schema.get_field_index(name)
-        if i >= 0 and not pa.types.is_float64(table.schema.field(i).type):
-            table = table.set_column(i, name, table.column(i).cast(pa.float64()))
+        want = pa.list_(pa.float64()) if name in WIDTHS else pa.float64()
+        if i >= 0 and table.schema.field(i).type != want:
+            table = table.set_column(i, name, table.column(i).cast(want))
     return table
 
 
@@ -191,9 +193,21 @@ def _columns_table(c: VerifyColumns, pa: Any) -> Any:
         "draft_top1_hist": pa.ListArray.from_arrays(pa.array(hist_off), pa.array(hist_values)),
     }
     for name in OPTIONAL_ARRAYS:  # null where the entry has none
+        if name in WIDTHS:
+            continue
         values = getattr(c, name)
         values = np.full(n, np.nan) if values is None else np.where(truth, values, np.nan)
         data[name] = pa.array(values, pa.float64(), mask=np.isnan(values))
+    # the sharpness test's log-ratio sums: a list per entry, null where it has none
+    width = WIDTHS["sharp_llr"]
+    has = np.isfinite(data["sharp_positions"].to_numpy(zero_copy_only=False)) & \
+        (c.sharp_llr is not None)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.where(has, width, 0), out=offsets[1:])
+    flat = c.sharp_llr[has].ravel().astype(np.float64) if c.sharp_llr is not None \
+        else np.zeros(0)
+    data["sharp_llr"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, pa.float64()),
+                                                 mask=pa.array(~has))
     return pa.table(data)
 
 
@@ -345,11 +359,12 @@ def iter_verify_columns(path: str | os.PathLike, where: Where | None = None):
 
             hist = _hist_matrix(col["draft_top1_hist"], len(batch), np)
             extra = {}  # the optional pairs (null -> NaN), each kept where any entry has it
-            for pair in (PIT_ARRAYS, ACCEPT_ARRAYS, ("num_outside",)):
+            for pair in _OPTIONAL_PAIRS:
                 if all(p in file_schema.names for p in pair):
                     got = pf.read_row_group(group, columns=list(pair))
-                    extra.update({p: got.column(p).combine_chunks().to_numpy(
-                        zero_copy_only=False).astype(np.float64) for p in pair})
+                    extra.update({p: _llr_matrix(got.column(p).combine_chunks(), len(batch), np)
+                                  if p in WIDTHS else got.column(p).combine_chunks().to_numpy(
+                                      zero_copy_only=False).astype(np.float64) for p in pair})
             req = _codes(col["mode_requested"], np)
             used = _codes(col["mode_used"], np)
             runs = col["run_id"] if hasattr(col["run_id"], "indices") else col["run_id"].dictionary_encode()
@@ -377,7 +392,7 @@ def iter_verify_columns(path: str | os.PathLike, where: Where | None = None):
                     num_top1=arr("num_top1", np.int64)[mask],
                     expected_top1=arr("expected_top1", np.float64)[mask],
                     var_top1=arr("var_top1", np.float64)[mask], draft_hist=hist[mask],
-                    **{p: extra[p][mask] for pair in (PIT_ARRAYS, ACCEPT_ARRAYS, ("num_outside",))
+                    **{p: extra[p][mask] for pair in _OPTIONAL_PAIRS
                        if pair[0] in extra and not np.isnan(extra[pair[0]][mask]).all()
                        for p in pair},
                     seq=None if seq is None else seq[mask],
@@ -398,6 +413,27 @@ def _codes(column, np):
     return lookup[enc.indices.to_numpy(zero_copy_only=False)]
 
 
+#: the optional arrays a verify part file may hold, in the groups that travel together
+_OPTIONAL_PAIRS = (PIT_ARRAYS, ACCEPT_ARRAYS, ("num_outside",), SHARP_ARRAYS)
+
+
+def _llr_matrix(column, n: int, np):
+    """The sharpness test's list column as an [n, width] float matrix (NaN where null)."""
+    width = WIDTHS["sharp_llr"]
+    full = np.full((n, width), np.nan)
+    lengths = column.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+    rows = lengths == width
+    if rows.any():
+        flat = column.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
+        if ((lengths == 0) | rows).all():
+            full[rows] = flat.reshape(-1, width)
+        else:  # odd lengths: row by row
+            for i, row in enumerate(column.to_pylist()):
+                if row and len(row) == width:
+                    full[i] = row
+    return full
+
+
 def _hist_matrix(column, n: int, np):
     """The list column of draft histograms as an [n, bins] matrix (zeros where empty)."""
     bins = schema.DRAFT_HIST_BINS
@@ -413,6 +449,10 @@ def _hist_matrix(column, n: int, np):
     return full
 
 
+#: optional counts stored as float64 columns (null where an entry has none): ints again on reading
+_COUNTS = frozenset({"num_outside", "sharp_positions"})
+
+
 def _unflatten_verify(rows: list[dict[str, Any]]) -> list[schema.VerifyStepRecord]:
     steps: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
@@ -421,7 +461,7 @@ def _unflatten_verify(rows: list[dict[str, Any]]) -> list[schema.VerifyStepRecor
     out = []
     for key, group in steps.items():
         base = {k: v for k, v in zip(_STEP_FIELDS + ("node",), key[1:]) if v is not None}
-        entries = [{k: v for k, v in row.items() if k not in _STEP_FIELDS and k not in (_SEQ, "node")}
-                   for row in group]
+        entries = [{k: int(v) if k in _COUNTS and v is not None else v for k, v in row.items()
+                    if k not in _STEP_FIELDS and k not in (_SEQ, "node")} for row in group]
         out.append(schema.from_dict({"kind": "verify", **base, "entries": entries}))
     return out

@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import schema
 from .columns import (ACCEPT_ARRAYS, AGGREGATE_ARRAYS, DETAIL_ARRAYS, HAS_HIST, HAS_TRUTH, OPTIONAL_ARRAYS,
-                      PIT_ARRAYS, STEP_ARRAYS, Strings, VerifyColumns)
+                      PIT_ARRAYS, SHARP_ARRAYS, STEP_ARRAYS, WIDTHS, Strings, VerifyColumns)
 
 MAX_MESSAGE_BYTES = 16 * 2**20
 MAX_ENTRIES = 1 << 16  #: verify entries per message (~9 MiB with every array)
@@ -41,7 +41,7 @@ WIRE_DTYPES = {
     "seq": "<i4", "step": "<i8", "batch_size": "<i4", "draft_depth": "<i4",
     "temperature": "<f8", "top_p": "<f8", "top_k": "<i4", "flags": "i1", "step_sizes": "<i4",
     "pit_sum": "<f8", "pit_var": "<f8", "accept_expected": "<f8", "accept_var": "<f8",
-    "num_outside": "<f8",
+    "num_outside": "<f8", "sharp_positions": "<f8", "sharp_llr": "<f8",
 }
 TRUTH_ARRAYS = ("num_verified", "num_top1", "expected_top1", "var_top1")
 LOCAL_DTYPES = {
@@ -49,6 +49,7 @@ LOCAL_DTYPES = {
     "expected_top1": np.float64, "var_top1": np.float64, "temperature": np.float64,
     "top_p": np.float64, "pit_sum": np.float64, "pit_var": np.float64,
     "accept_expected": np.float64, "accept_var": np.float64, "num_outside": np.float64,
+    "sharp_positions": np.float64, "sharp_llr": np.float64,
 }
 _HEADER = struct.Struct("<I")
 
@@ -272,7 +273,7 @@ def _array(spec: Any, name: str, payload: memoryview, sizes: Any, n: int) -> np.
     count = len(sizes) if sizes is not None else n
     if name == "step_sizes":
         count = nbytes // 4 if isinstance(nbytes, int) else -1
-    width = schema.DRAFT_HIST_BINS if name == "draft_hist" else 1
+    width = WIDTHS.get(name, 1)
     dtype = np.dtype(spec[0])
     if not (isinstance(offset, int) and isinstance(nbytes, int)) or offset < 0 or count < 0 \
             or nbytes != count * width * dtype.itemsize or offset + nbytes > len(payload):
@@ -325,7 +326,7 @@ def _columns(head: Any, payload: memoryview) -> VerifyColumns:
         raise WireError("malformed", n)
     for name in ("draft_hist",) + TRUTH_ARRAYS:
         fields.setdefault(name, None)  # left out: all zero
-    for pair in (PIT_ARRAYS, ACCEPT_ARRAYS):
+    for pair in (PIT_ARRAYS, ACCEPT_ARRAYS, SHARP_ARRAYS):
         if len([a for a in pair if a in fields]) == 1:  # both or neither
             raise WireError("malformed", n)
     missing = [a for a in AGGREGATE_ARRAYS if a not in fields]

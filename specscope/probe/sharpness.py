@@ -34,19 +34,15 @@ import math
 from functools import lru_cache
 from typing import Any, Sequence
 
+from .. import sharp
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
 from ..exact import ALPHA, PASS_ALPHA, fmt_p
+from ..sharp import GRID, RULED_OUT  # noqa: F401 - re-exported
 from .checks import SLACK, TRUNCATION_FIRST, Position, Semantics, temperature_left
 
 CHECK = "sharpness honoured"
-#: the alternatives: c times the requested temperature (below 1 sharper, toward the argmax;
-#: above 1 flatter), each with an equal share of the mixture
-GRID = (0.5, 0.63, 0.8, 0.9, 1.11, 1.25, 1.6, 2.0)
-#: PASS rules out every alternative this far off 1 or further (0.8x or below, 1.25x or above)
-RULED_OUT = 0.8
 #: a nucleus bound is trusted only this far inside top-p (log-probabilities travel rounded)
 P_MARGIN = 1e-3
-_MAX_NEED = 10_000_000
 
 
 def support(p: Position, sem: Semantics) -> tuple[tuple[float, ...], int, float] | None:
@@ -119,44 +115,26 @@ def sharpness_check(positions: Sequence[Position], sem: Semantics, *, label: str
         n += 1
         for i, r in enumerate(_ratios(*s)):
             sums[i] += r
-    top = max(sums)
-    log_m = top + math.log(sum(math.exp(x - top) for x in sums) / len(GRID))
-    best = GRID[sums.index(top)] if n and top > 0 else 1.0
-    far = [i for i, c in enumerate(GRID) if c <= RULED_OUT or c >= 1 / RULED_OUT]
-    fail_at, pass_at = math.log(1 / alpha), math.log(1 / pass_alpha)
+    d = sharp.decide(sums, n, alpha=alpha, pass_alpha=pass_alpha, can_pass=not blind)
     check = f"{CHECK} ({label})"
     ev: dict[str, Any] = {
         "mode_requested": label, "num_positions": n, "num_outside": outside,
-        "num_unread": unread, "reading": sem.mode, "log_likelihood_ratio": log_m,
-        "temperature_ratio": best, "p_value": min(1.0, math.exp(-log_m)),
-        "rules_out": f"rules out sampling at {RULED_OUT:g}x the requested temperature or "
-                     f"below, or {1 / RULED_OUT:g}x or above (likelihood ratio "
-                     f"{1 / pass_alpha:g} to 1 against each)"}
-    if n and log_m >= fail_at:
-        ev.update(positions_needed=None, lean="fault", message=(
-            f"the committed tokens fit {best:g}x the requested temperature better than the "
-            f"requested one by a likelihood ratio of e^{log_m:.1f} (p {fmt_p(ev['p_value'])} "
+        "num_unread": unread, "reading": sem.mode, "log_likelihood_ratio": d.log_ratio,
+        "temperature_ratio": d.best, "p_value": d.p_value, "lean": d.lean,
+        "positions_needed": None if d.need is None else n + d.need,
+        "rules_out": sharp.rules_out(pass_alpha)}
+    if d.state == FAIL:
+        ev["message"] = (
+            f"the committed tokens fit {d.best:g}x the requested temperature better than the "
+            f"requested one by a likelihood ratio of e^{d.log_ratio:.1f} (p {fmt_p(d.p_value)} "
             f"over {n} positions, {sem.mode} log-probabilities): verify commits tokens "
-            + ("sharper" if best < 1 else "flatter") + " than asked"))
+            f"{d.direction} than asked")
         return Assessment(check, FAIL, ev)
-    if n and all(-sums[i] >= pass_at for i in far) and not blind:
-        ev.update(positions_needed=None, lean="honest")
+    if d.state == PASS:
         return Assessment(check, PASS, ev)
-    lean = "fault" if n and log_m > pass_at else "honest"
-    need: int | None = None
-    if n and lean == "fault":
-        need = math.ceil((fail_at + math.log(len(GRID)) - top) / (top / n))
-    elif n and not blind:
-        # each alternative still to outweigh, at the rate it has been outweighed so far; one
-        # that has not been yet (noise, early on) is taken to need as many positions again
-        rates = [(-sums[i] / n, pass_at + sums[i]) for i in far if -sums[i] < pass_at]
-        need = max([math.ceil(gap / r) if r > 0 else n for r, gap in rates] or [1])
-    if need is not None and need > _MAX_NEED:
-        need = None
-    ev.update(positions_needed=None if need is None else n + need, lean=lean)
     if blind:
         ev["reason"] = ("which tokens verify produced is unknown: a fault confined to them "
                         "could hide among the undrafted ones")
     elif not n:
         ev["reason"] = "no verified position whose distribution the returned figures bound"
-    return Assessment(check, INCONCLUSIVE, ev, need, "positions")
+    return Assessment(check, INCONCLUSIVE, ev, d.need, "positions")

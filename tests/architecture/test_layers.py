@@ -73,7 +73,8 @@ def test_no_import_crosses_a_floor_upwards():
 def test_hooks_import_only_schema_exact_sampling_io_and_themselves():
     for path in (ROOT / "hooks").rglob("*.py"):
         for line, target in _imports(path):
-            assert layers.part_of(target) in ("schema", "exact", "pit", "sampling", "io", "hooks"), \
+            assert layers.part_of(target) in ("schema", "exact", "pit", "sharp", "sampling", "io",
+                                              "hooks"), \
                 f"{path}:{line}: {target}"
 
 

@@ -103,28 +103,58 @@ def test_a_verify_that_accepts_against_its_own_rule_fails_the_acceptance_check(t
     honest. Rounds until the acceptance check FAILs or ``accept_cap(0.1)`` tested drafts (by
     which a verify 10 points off its rule has failed except with probability 1e-4); clean
     rounds of the same size never FAIL it."""
-    from specscope.collector.detectors import SamplingTruthDetector
-
     from tests.engines.until import accept_cap
 
-    def rounds(fault: str):
-        records: list = []
-        for i in range(32):
-            spec = WorkloadSpec(requests=16, concurrency=16, max_new_tokens=64, temperature=0.8,
-                                seed=i, reference=False)
-            path = run_workload(tiny, SpecConfig(num_steps=3, fault=fault), spec,
-                                tmp_path / f"{fault}{i}.jsonl", progress=False)
-            records += read_trace(path).records
-            (a,) = [x for x in SamplingTruthDetector().assess(SpecStats().observe_all(records))
-                    if x.evidence.get("accept_trials")]
-            if a.evidence["accept_state"] == "fail" or a.evidence["accept_trials"] >= cap:
-                return a
-        return a
-
     cap = accept_cap(0.1)
+
+    def rounds(fault: str):
+        return _rounds(tiny, tmp_path, fault, "accept_trials", lambda a: a.evidence[
+            "accept_state"] == "fail" or a.evidence["accept_trials"] >= cap)[0]
+
     a = rounds("accept_ignores_q")
     assert a.state == "fail" and a.anomaly is not None and a.anomaly.kind == "acceptance_mismatch"
     assert a.evidence["accept_observed_rate"] < a.evidence["accept_expected_rate"] - 0.1
     assert a.evidence["pit_state"] != "fail", a.evidence  # the distribution looks honest
     clean = rounds("")
     assert clean.evidence["accept_state"] != "fail" and clean.state != "fail", clean.evidence
+
+
+def test_a_temperature_applied_twice_fails_the_sharpness_test_and_clean_rounds_do_not(tiny,
+                                                                                      tmp_path):
+    """``temperature_twice``: verify samples at T squared (requests at 0.8 sampled at 0.64).
+    Rounds of 16 requests until the sharpness test FAILs or 32 rounds pass; it names the
+    sharper side and the alternative nearest the fault (0.8x). The same rounds clean never
+    FAIL it (its false-alarm rate is 1e-9 however often it is read)."""
+    def rounds(fault: str, limit: int = 32):
+        return _rounds(tiny, tmp_path, fault, "sharp_positions",
+                       lambda a: a.evidence["sharp_state"] == "fail", limit)
+
+    a, n = rounds("temperature_twice")
+    assert a.evidence["sharp_state"] == "fail" and a.state == "fail", a.evidence
+    assert a.anomaly is not None and a.anomaly.kind in ("distribution_mismatch", "silent_greedy")
+    assert a.evidence["sharp_temperature_ratio"] < 1, a.evidence
+    print(f"temperature_twice: sharpness FAIL after {a.evidence['sharp_positions']} positions "
+          f"({n} rounds), e^{a.evidence['sharp_log_ratio']:.1f}, best "
+          f"{a.evidence['sharp_temperature_ratio']}x")
+    clean, _ = rounds("", limit=n)
+    assert clean.evidence["sharp_state"] != "fail", clean.evidence
+
+
+def _rounds(tiny, tmp_path, fault: str, key: str, done, limit: int = 32):
+    """Rounds of 16 requests at temperature 0.8 on the reference decoder with ``fault``, until
+    ``done`` holds of the sampled class's assessment (the one whose evidence has ``key``) or
+    ``limit`` rounds have run: that assessment and the rounds it took."""
+    from specscope.collector.detectors import SamplingTruthDetector
+
+    records: list = []
+    for i in range(limit):
+        spec = WorkloadSpec(requests=16, concurrency=16, max_new_tokens=64, temperature=0.8,
+                            seed=i, reference=False)
+        path = run_workload(tiny, SpecConfig(num_steps=3, fault=fault), spec,
+                            tmp_path / f"{fault}{i}.jsonl", progress=False)
+        records += read_trace(path).records
+        (a,) = [x for x in SamplingTruthDetector().assess(SpecStats().observe_all(records))
+                if x.evidence.get(key)]
+        if done(a):
+            return a, i + 1
+    return a, limit

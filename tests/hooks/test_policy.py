@@ -69,3 +69,25 @@ def test_a_near_tie_keeps_the_allowance(run_record):
     assert [r for r in records if isinstance(r, schema.MismatchRecord)]  # recorded, as evidence
     (check,) = SamplingTruthDetector(tie_margin=0.25).assess(SpecStats().observe_all(records))
     assert check.state == "inconclusive"
+
+
+def test_a_class_waits_for_the_sharpness_test_and_its_fail_decides_it():
+    """A top-1 share at its honest value decides nothing while the sharpness test has not
+    ruled 0.8x and 1.25x the requested temperature out; its FAIL decides the class at once."""
+    from specscope import sharp
+
+    def observe(policy, n, llr):
+        rows = np.array([n])
+        policy.observe([0.8], None, None, rows, (rows * 0.6).astype(int), rows * 0.6,
+                       sharp=(np.array([float(n)]), np.array([llr], dtype=float)))
+
+    far = [c <= sharp.RULED_OUT or c >= 1 / sharp.RULED_OUT for c in sharp.GRID]
+    open_ = UntilDecided(every=32)
+    observe(open_, 600, [-1.0] * len(sharp.GRID))  # no alternative outweighed yet
+    assert 1 not in open_.decided and open_.wants(5, [0.8])
+    passed = UntilDecided(every=32)
+    observe(passed, 600, [-6.0 if f else -1.0 for f in far])  # each far one at e^-6 < 1/100
+    assert 1 in passed.decided and not passed.wants(5, [0.8])
+    failed = UntilDecided(every=32)
+    observe(failed, 60, [25.0 if c == 0.8 else -5.0 for c in sharp.GRID])  # e^25 / 8 > 1e9
+    assert 1 in failed.decided

@@ -54,6 +54,10 @@ def test_columns_cross_the_wire_as_the_same_records(run_record):
     assert [s.draft_depth for s in steps] == [3, 3, 2, 2]
     assert [s.depth_reason for s in steps] == ["", "", "acceptance fell", ""]
     assert {e.mode_used for s in steps for e in s.entries} >= {"x-new-mode", "fallback-argmax"}
+    # the sharpness test's sums crossed with them: on the sampled entries, one per alternative
+    sharp = [e for s in steps for e in s.entries if e.sharp_llr is not None]
+    assert sharp and all(e.temperature > 0 and len(e.sharp_llr) == len(schema.SHARP_GRID)
+                         for e in sharp)
 
 
 def test_collector_totals_are_the_same_from_columns_json_and_records(run_record):
