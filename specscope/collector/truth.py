@@ -70,9 +70,42 @@ class SamplingTruthDetector:
     tie_margin: float = tie_margin("")
 
     def assess(self, stats: SpecStats, run_id: str = "") -> list[Assessment]:
-        return [self.assess_greedy(t, run_id, mismatches=stats.mismatches)
-                if mode == schema.GREEDY else self.assess_one(mode, t, run_id)
-                for mode, t in sorted(stats.truth.items()) if t.num_verified]
+        out = [self.assess_greedy(t, run_id, mismatches=stats.mismatches)
+               if mode == schema.GREEDY else self.assess_one(mode, t, run_id)
+               for mode, t in sorted(stats.truth.items()) if t.num_verified]
+        pooled = self.assess_pooled(stats, run_id)
+        if pooled is not None and not any(a.state == FAIL and a.evidence.get("sharp_state") == FAIL
+                                           for a in out):
+            out.append(pooled)
+        return out
+
+    def assess_pooled(self, stats: SpecStats, run_id: str = "") -> Assessment | None:
+        """The sharpness test pooled over every sampled class (a temperature applied wrongly
+        is rarely confined to one, and pooled it reads all their positions at once), as a
+        check of its own ("sampling truth (sampled)") only where it FAILs: the classes' own
+        checks carry each class's verdict. None otherwise, or with fewer than two classes."""
+        read = [(mode, t) for mode, t in sorted(stats.truth.items())
+                if mode != schema.GREEDY and t.sharp_positions
+                and len(t.sharp_llr) == len(sharp.GRID)]
+        if len(read) < 2:
+            return None
+        n = sum(t.sharp_positions for _, t in read)
+        sums = [sum(t.sharp_llr[i] for _, t in read) for i in range(len(sharp.GRID))]
+        d = sharp.decide(sums, n, alpha=self.alpha, pass_alpha=self.pass_alpha)
+        if d.state != FAIL:
+            return None
+        modes = [m for m, _ in read]
+        evidence = {"mode_requested": "sampled", "classes": modes, "sharp_positions": n,
+                    "sharp_log_ratio": d.log_ratio, "sharp_temperature_ratio": d.best,
+                    "sharp_p_value": d.p_value, "sharp_state": d.state, "p_value": d.p_value,
+                    "positions_needed": None, "rules_out": sharp.rules_out(self.pass_alpha)}
+        message = (f"requests asking for sampling ({', '.join(modes)}, pooled) commit tokens "
+                   f"that fit {d.best:g}x the requested temperature better than the requested "
+                   f"one, by a likelihood ratio of e^{d.log_ratio:.1f} (p {fmt_p(d.p_value)} "
+                   f"over {n} positions): verify samples {d.direction} than asked")
+        return Assessment(f"{TRUTH_CHECK} (sampled)", FAIL, evidence, anomaly=schema.AnomalyRecord(
+            run_id=run_id, kind="distribution_mismatch", severity="critical", message=message,
+            evidence=evidence))
 
     def greedy_needed(self) -> int:
         """Positions at which greedy requests that commit the argmax only ``1 - tie rate -

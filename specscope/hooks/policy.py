@@ -16,7 +16,9 @@ from typing import Any, Sequence, cast
 
 import numpy as np
 
-from .. import pit, sampling, sharp
+from .. import pit, sampling
+from ..sharp import GRID as SHARP_GRID
+from ..sharp import decide as sharp_decide
 from ..exact import (ALPHA, FAIL, INCONCLUSIVE, PASS, PASS_ALPHA, decide_rate, positions_to_detect,
                      tie_margin, truth_state)
 #: drafted positions after which a draft-probability check is decided (the half-precision
@@ -65,7 +67,7 @@ def budget_rows(batch: int, cap: int | None, turn: int, policy: Any, temperature
 
 def _fresh() -> list[float]:
     """A class's totals before any statistics (``UntilDecided.totals``)."""
-    return [0, 0, 0.0, 0, 0.0, 0.0, 0, 0, 0.0, 0.0, 0.0] + [0.0] * len(sharp.GRID)
+    return [0, 0, 0.0, 0, 0.0, 0.0, 0, 0, 0.0, 0.0, 0.0] + [0.0] * len(SHARP_GRID)
 
 
 class UntilDecided:
@@ -185,6 +187,14 @@ class UntilDecided:
             for c, acc in self.totals.items():
                 if c not in self.decided and self._decides(c, *acc):
                     self.decided.add(c)
+            # the sharpness test pooled over the sampled classes: its FAIL decides them all
+            sampled = [c for c in self.totals if c > 0 and self.totals[c][10]]
+            if len(sampled) > 1 and not set(sampled) <= self.decided:
+                llr = [sum(self.totals[c][11 + i] for c in sampled) for i in range(len(SHARP_GRID))]
+                n = int(sum(self.totals[c][10] for c in sampled))
+                if sharp_decide(llr, n, alpha=self.alpha,
+                                pass_alpha=self.pass_alpha).state == FAIL:
+                    self.decided.update(sampled)
             self._decided_codes = np.array(sorted(self.decided), dtype=np.int64)
 
     def _decides(self, c: int, n: float, k: float, expected: float, pit_n: float = 0,
@@ -210,7 +220,7 @@ class UntilDecided:
                               alpha=self.alpha, pass_alpha=self.pass_alpha,
                               pass_shift=pit.ACCEPT_PASS_SHIFT,
                               fail_shift=pit.ACCEPT_FAIL_SHIFT).state if trials else None
-        sharpness = sharp.decide(sharp_llr, int(sharp_n), alpha=self.alpha,
+        sharpness = sharp_decide(sharp_llr, int(sharp_n), alpha=self.alpha,
                                  pass_alpha=self.pass_alpha).state if sharp_n else None
         if FAIL in (state, dist, rule, sharpness):
             return True
