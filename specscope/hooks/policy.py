@@ -187,14 +187,6 @@ class UntilDecided:
             for c, acc in self.totals.items():
                 if c not in self.decided and self._decides(c, *acc):
                     self.decided.add(c)
-            # the sharpness test pooled over the sampled classes: its FAIL decides them all
-            sampled = [c for c in self.totals if c > 0 and self.totals[c][10]]
-            if len(sampled) > 1 and not set(sampled) <= self.decided:
-                llr = [sum(self.totals[c][11 + i] for c in sampled) for i in range(len(SHARP_GRID))]
-                n = int(sum(self.totals[c][10] for c in sampled))
-                if sharp_decide(llr, n, alpha=self.alpha,
-                                pass_alpha=self.pass_alpha).state == FAIL:
-                    self.decided.update(sampled)
             self._decided_codes = np.array(sorted(self.decided), dtype=np.int64)
 
     def _decides(self, c: int, n: float, k: float, expected: float, pit_n: float = 0,

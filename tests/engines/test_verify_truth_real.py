@@ -144,7 +144,13 @@ def serve_and_probe(srv, folder: Path, must_fail: set[str], plan: ProbePlan = PL
     in-engine check failed), the in-engine figures over the verify steps from ``since_ns``."""
     box: dict = {}
     t0 = time.monotonic()
-    worker = threading.Thread(target=lambda: box.update(r=probe(srv.url, plan, dtype="bfloat16", **kw)))
+
+    def run_probe() -> None:
+        try:
+            box["r"] = probe(srv.url, plan, dtype="bfloat16", **kw)
+        except BaseException as exc:  # kept, and raised below with the server's log tail
+            box["error"] = exc
+    worker = threading.Thread(target=run_probe)
     worker.start()
     failed_at: dict[str, float] = {}
     sent = plan.requests_to_send()  # (class, prompt, sampling fields)
@@ -156,6 +162,9 @@ def serve_and_probe(srv, folder: Path, must_fail: set[str], plan: ProbePlan = PL
                 failed_at.setdefault(check, time.monotonic() - t0)
         open_checks = {c for c in must_fail - failed_at.keys()
                        if not past_cap(section, c, shape)}
+        if "error" in box:
+            raise AssertionError(f"the probe raised after {time.monotonic() - t0:.1f} s; the "
+                                 f"server's log ends:\n{_log_tail(srv)}") from box["error"]
         if not worker.is_alive() and (not open_checks or time.monotonic() - t0 > MAX_S):
             break  # past MAX_S the assertion after it fails with its figures
         if worker.is_alive():
@@ -170,6 +179,14 @@ def serve_and_probe(srv, folder: Path, must_fail: set[str], plan: ProbePlan = PL
     worker.join()
     time.sleep(1.0)
     return box["r"], in_engine(folder, since_ns=since_ns), failed_at
+
+
+def _log_tail(srv, lines: int = 40) -> str:
+    """The last lines of a server's log, for a failure's message."""
+    try:
+        return "\n".join(Path(srv.log).read_text(errors="replace").splitlines()[-lines:])
+    except (OSError, TypeError, AttributeError):
+        return "(no log)"
 
 
 @pytest.fixture(scope="module")
