@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from .exact import ALPHA, FAIL, INCONCLUSIVE, PASS, PASS_ALPHA
+from .exact import ALPHA, FAIL, INCONCLUSIVE, PASS, PASS_ALPHA, fmt_p
 from .schema import SHARP_GRID
 
 #: the alternatives: c times the requested temperature (below 1 sharper, toward the argmax;
@@ -63,6 +63,20 @@ class SharpDecision:
     @property
     def direction(self) -> str:
         return "sharper" if self.best < 1 else "flatter"
+
+    def finding(self, n: int, reading: str = "") -> str:
+        """What the test found over ``n`` positions, in words (``reading``: where the figures
+        came from, added after the positions)."""
+        return (f"fit {self.best:g}x the requested temperature better than the requested one, "
+                f"by a likelihood ratio of e^{self.log_ratio:.1f} (p {fmt_p(self.p_value)} over "
+                f"{n} positions{', ' + reading if reading else ''}): verify samples "
+                f"{self.direction} than asked")
+
+    def evidence(self, n: int) -> dict:
+        """The test's figures as a check's evidence carries them (keys ``sharp_*``)."""
+        return {"sharp_positions": n, "sharp_log_ratio": self.log_ratio,
+                "sharp_temperature_ratio": self.best, "sharp_p_value": self.p_value,
+                "sharp_state": self.state}
 
 
 def mixture(sums: Sequence[float]) -> float:

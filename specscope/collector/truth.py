@@ -95,14 +95,11 @@ class SamplingTruthDetector:
         if d.state != FAIL:
             return None
         modes = [m for m, _ in read]
-        evidence = {"mode_requested": "sampled", "classes": modes, "sharp_positions": n,
-                    "sharp_log_ratio": d.log_ratio, "sharp_temperature_ratio": d.best,
-                    "sharp_p_value": d.p_value, "sharp_state": d.state, "p_value": d.p_value,
-                    "positions_needed": None, "rules_out": sharp.rules_out(self.pass_alpha)}
+        evidence = {"mode_requested": "sampled", "classes": modes, **d.evidence(n),
+                    "p_value": d.p_value, "positions_needed": None,
+                    "rules_out": sharp.rules_out(self.pass_alpha)}
         message = (f"requests asking for sampling ({', '.join(modes)}, pooled) commit tokens "
-                   f"that fit {d.best:g}x the requested temperature better than the requested "
-                   f"one, by a likelihood ratio of e^{d.log_ratio:.1f} (p {fmt_p(d.p_value)} "
-                   f"over {n} positions): verify samples {d.direction} than asked")
+                   f"that {d.finding(n)}")
         return Assessment(f"{TRUTH_CHECK} (sampled)", FAIL, evidence, anomaly=schema.AnomalyRecord(
             run_id=run_id, kind="distribution_mismatch", severity="critical", message=message,
             evidence=evidence))
@@ -216,10 +213,8 @@ class SamplingTruthDetector:
                    "tail (verify flatter than asked)"))
         elif temp is not None and temp.state == FAIL:
             kind, message = "distribution_mismatch", (
-                f"requests asking for {mode}{where} commit tokens that fit {temp.best:g}x the "
-                f"requested temperature better than the requested one, by a likelihood ratio "
-                f"of e^{temp.log_ratio:.1f} (p {fmt_p(temp.p_value)} over {t.sharp_positions} "
-                f"positions): verify samples {temp.direction} than asked")
+                f"requests asking for {mode}{where} commit tokens that "
+                f"{temp.finding(t.sharp_positions)}")
         elif rule is not None and rule.state == FAIL:
             assert rule.shift is not None  # decided on trials
             kind, message = "acceptance_mismatch", (
@@ -290,9 +285,7 @@ class SamplingTruthDetector:
             return None
         d = sharp.decide(t.sharp_llr, t.sharp_positions, alpha=self.alpha,
                          pass_alpha=self.pass_alpha)
-        evidence.update(sharp_positions=t.sharp_positions, sharp_log_ratio=d.log_ratio,
-                        sharp_temperature_ratio=d.best, sharp_p_value=d.p_value,
-                        sharp_state=d.state, p_value=min(evidence["p_value"], d.p_value))
+        evidence.update(d.evidence(t.sharp_positions), p_value=min(evidence["p_value"], d.p_value))
         return d
 
     def _pit(self, t: TruthStats, evidence: dict) -> "pit.PitDecision | None":

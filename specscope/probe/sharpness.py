@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 from .. import sharp
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
-from ..exact import ALPHA, PASS_ALPHA, fmt_p
+from ..exact import ALPHA, PASS_ALPHA
 from ..sharp import GRID, RULED_OUT  # noqa: F401 - re-exported
 from .checks import SLACK, TRUNCATION_FIRST, Position, Semantics, temperature_left
 
@@ -124,11 +124,7 @@ def sharpness_check(positions: Sequence[Position], sem: Semantics, *, label: str
         "positions_needed": None if d.need is None else n + d.need,
         "rules_out": sharp.rules_out(pass_alpha)}
     if d.state == FAIL:
-        ev["message"] = (
-            f"the committed tokens fit {d.best:g}x the requested temperature better than the "
-            f"requested one by a likelihood ratio of e^{d.log_ratio:.1f} (p {fmt_p(d.p_value)} "
-            f"over {n} positions, {sem.mode} log-probabilities): verify commits tokens "
-            f"{d.direction} than asked")
+        ev["message"] = "the committed tokens " + d.finding(n, f"{sem.mode} log-probabilities")
         return Assessment(check, FAIL, ev)
     if d.state == PASS:
         return Assessment(check, PASS, ev)
