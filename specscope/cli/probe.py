@@ -39,6 +39,10 @@ What it checks, per class, from the engine's own log-probabilities:
                           (a temperature applied twice, a residual or bonus taken as its
                           argmax) or flatter (a truncation dropped) than asked; raw figures
                           of truncating requests are not tested, processed ones are
+  stops honoured          (--classes ...,stops) greedy answers cut by max_tokens and by
+                          stop strings end exactly where the uncut answer says; one that
+                          runs past its cut FAILs at once (a stop missed inside a verify
+                          step); PASS after 13 agreeing cuts
   sharpness honoured      over every sampled class at once: a sequential likelihood ratio
   (sampled)               of the requested temperature against 0.5x to 2x it, read among the
                           returned tokens surely inside each distribution (exact at any
@@ -180,7 +184,10 @@ def register(sub) -> None:
     p.add_argument("--engine", choices=("vllm", "sglang", "llamacpp", "unknown"),
                    help="how to read its log-probabilities (default: from /v1/models' owned_by)")
     p.add_argument("--classes", default="greedy,temperature,top-p,top-k",
-                   help="sampling classes to send, comma-separated (default: all four)")
+                   help="classes to send, comma-separated: greedy, temperature, top-p, top-k "
+                   "(default: these four) and stops (greedy answers cut by max_tokens and stop "
+                   "strings); a class whose requests the server refuses (HTTP 400) is reported "
+                   "as not supported")
     p.add_argument("--requests", type=int, default=24, help="requests in all (default 24)")
     p.add_argument("--max-tokens", type=int, default=64, help="output tokens per request")
     p.add_argument("--concurrency", type=int, default=4)

@@ -24,9 +24,13 @@ from .policy import parse_policy
 #: accept_ignores_q: the acceptance test compares a uniform draw with p alone, as if the draft
 #: were deterministic, while the draft samples (speculative sampling on a chain): verify
 #: accepts fewer drafts than min(1, p/q) gives (the acceptance rule's check)
+#: Faults of a verify step's several tokens committed at once (the probe's stops class):
+#: stop_past_step: stop strings looked for only at the end of each step's text (served by
+#: ``specscope serve-engine``), so one completed inside a multi-token step is missed
+#: length_past_step: max_tokens checked once per step, after all its tokens are committed
 FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
           "greedy_second_choice", "temperature_twice", "top_p_ignored", "residual_argmax",
-          "bonus_argmax", "accept_ignores_q")
+          "bonus_argmax", "accept_ignores_q", "stop_past_step", "length_past_step")
 #: the faults that live in speculative sampling's chain verify
 CHAIN_FAULTS = ("draft_prob_shortcut", "residual_argmax", "bonus_argmax", "accept_ignores_q")
 

@@ -34,6 +34,9 @@ class Request:
     category: str = ""  #: workload category of its prompt ("math", "translation", ...)
     arrival_ns: int = 0  #: when the request arrived (0: when it joins the batch)
     ignore_eos: bool = False  #: decode to max_new_tokens even past an end-of-sequence token
+    #: stop strings, where the request has any: given the output token ids so far and how many
+    #: the last step added, how many tokens to keep (the request stops there), or None
+    stop: Callable[[list[int], int], int | None] | None = None
 
 
 @dataclass
@@ -212,12 +215,19 @@ class SpeculativeDecoder:
     def _commit(self, row: "_Row", new: list[int], on_chunk) -> bool:
         """Append tokens to a request; True when it finished."""
         r, out = row.req, row.out
-        take = new[:r.max_new_tokens - len(out.token_ids)]
+        # length_past_step: max_tokens checked once per step, after the whole step is committed
+        take = (list(new) if self.cfg.fault == "length_past_step"
+                else new[:r.max_new_tokens - len(out.token_ids)])
         for j, tok in enumerate(take):
             if tok in self.eos and not r.ignore_eos:
                 take = take[:j + 1]
                 out.finish_reason = "stop"
                 break
+        if r.stop is not None and take:
+            keep = r.stop(out.token_ids + take, len(take))
+            if keep is not None:
+                take = take[:max(0, keep - len(out.token_ids))]
+                out.finish_reason = "stop"
         now = time.time_ns()
         out.token_ids.extend(take)
         row.committed.extend(take)

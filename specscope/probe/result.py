@@ -34,6 +34,9 @@ class ProbeResult:
     #: where the engine failed under the probe: the first failed request (class, index,
     #: sampling, the engine's words) and the requests in flight when it failed; else None
     engine_error: dict[str, Any] | None = None
+    #: per class sent: checked, not supported (the server refused its parameters: HTTP 400),
+    #: failed or not sent (``run.capabilities``)
+    classes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def tokens(self) -> int:
@@ -58,6 +61,7 @@ class ProbeResult:
             "logprobs": self.semantics.mode,
             "sampler_order": self.semantics.order, "engine_acceptance": self.acceptance,
             "requests": requests_json(self.answers), "engine_error": self.engine_error,
+            "classes": self.classes,
             "checks": [{"check": c.check, "state": c.state, "need": c.need, "unit": c.unit,
                         **{k: v for k, v in c.evidence.items()}} for c in self.checks],
             "notes": self.semantics.notes + self.notes,
@@ -98,6 +102,14 @@ def format_probe(r: ProbeResult) -> str:
              f"{r.semantics.order}; tie margin {tie_margin(r.dtype):g} nats",
              f"  engine's own acceptance rate (accepted / drafted, its per-request counts): {rate}"
              f" over {acc['requests']} requests"]
+    if r.classes:
+        lines.append("  classes: " + "; ".join(
+            f"{cls} {c['state']}" + (f" ({c['answered']}/{c['requests']} answered"
+                                     + (f", {c['refused']} refused: {c['server_said'][:80]}"
+                                        if c.get("refused") else "") + ")"
+                                     if c["state"] == "checked" else
+                                     f" ({c['server_said'][:80]})" if c.get("server_said") else "")
+            for cls, c in r.classes.items()))
     for c in r.checks:
         ev = c.evidence
         obs, exp = ev.get("observed_top1_rate"), ev.get("expected_top1_rate_bound", ev.get("expected_top1_rate"))

@@ -16,7 +16,8 @@ from .distribution import distribution_check
 from .sharpness import sharpness_check
 from .result import ERROR, ProbeResult
 from .verified import guard, infer_ngram, select
-from .workload import CLASSES, RISKY, ProbePlan
+from .stops import BASES, STOPS, base_of, cuts, is_cut, stops_check
+from .workload import CLASSES, OPEN_ENDED, REPETITIVE, RISKY, ProbePlan
 
 if TYPE_CHECKING:
     import httpx
@@ -41,14 +42,16 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
         if not got:
             errors = sorted({a.error for a in answers if a.error})[:3]
             raise ProbeError(f"{url}: no request was answered ({'; '.join(errors) or 'none sent'})")
-        if not any(p.logprob is not None for a in got for p in a.positions):
+        if not any(p.logprob is not None for a in got for p in a.positions) and \
+                any(a.cls != STOPS for a in got):  # the stops class reads text alone
             raise ProbeError(f"{url} ({engine}) returned no log-probabilities: "
                              f"{ENABLE.get(engine, ENABLE['unknown'])}")
         checks = incomplete(run_checks(answers, sem, dtype), answers)
         result = ProbeResult(url=url, engine=engine, model=model, semantics=sem, checks=checks,
                              answers=answers, top_logprobs=took, seconds=time.monotonic() - t0,
                              dtype=dtype, verdict=overall(checks),
-                             engine_error=engine_failure(answers))
+                             engine_error=engine_failure(answers),
+                             classes=capabilities(answers))
         unknown = sum(1 for a in got for p in a.positions if p.logprob is None or not p.top)
         total = sum(len(a.positions) for a in got)
         if unknown:
@@ -87,12 +90,30 @@ def ask(url: str, engine: str, model: str, plan: ProbePlan, sem: Semantics, dtyp
             return None
         return lambda done: overall(run_checks(before + list(done), sem, dtype)) == FAIL
 
+    wants_cut = {"stops": STOPS in plan.classes}
+
+    def cut(answers: list[Answer], took: int) -> tuple[list[Answer], int]:
+        """The stops class's round, once the greedy answers it cuts are in (``stops.py``)."""
+        if not wants_cut.pop("stops", False) or any(a.engine_failed for a in answers):
+            return answers, took
+        left = plan.deadline_s - (time.monotonic() - t0)
+        if left <= 0 or (plan.fail_fast and answers and
+                         overall(run_checks(answers, sem, dtype)) == FAIL):
+            return answers, took
+        part = replace(plan, deadline_s=left, seed=plan.seed + len(answers))
+        got, took = send_stops(url, engine, model, part, answers, took, stop_at(answers),
+                               http, t0)
+        return answers + got, took
+
     if not plan.until_decided:
-        return send(url, engine, model, plan, plan.requests_to_send(), top_logprobs,
-                    stop_at([]), client=http, t_start=t0)
-    safe = tuple(c for c in plan.classes if c not in RISKY)
-    risky = tuple(c for c in plan.classes if c in RISKY)
-    per_class = max(1, plan.requests // max(1, len(plan.classes)))
+        got, took = send(url, engine, model, plan, plan.requests_to_send(), top_logprobs,
+                         stop_at([]), client=http, t_start=t0)
+        return cut(got, took)
+    main = tuple(c for c in plan.classes if c != STOPS)
+    safe = tuple(c for c in main if c not in RISKY)
+    risky = tuple(c for c in main if c in RISKY)
+    per_class = max(1, plan.requests // max(1, len(main)))
+    plan = replace(plan, classes=main)
     classes, sent, took = safe or risky, {c: 0 for c in plan.classes}, top_logprobs
     while classes:
         left = plan.deadline_s - (time.monotonic() - t0)
@@ -112,13 +133,71 @@ def ask(url: str, engine: str, model: str, plan: ProbePlan, sem: Semantics, dtyp
         answers += got
         if any(a.engine_failed for a in got) or not any(a.response for a in got):
             break
+        if first:
+            answers, took = cut(answers, took)
         checks = run_checks(answers, sem, dtype)
         if plan.fail_fast and overall(checks) == FAIL:
             break
         classes = undecided(checks, classes)
         if not classes and risky and not any(sent[c] for c in risky):
             classes = risky  # the others have decided: now the classes that may crash it
-    return answers, took
+    return cut(answers, took)  # where no other class was sent
+
+
+def send_stops(url: str, engine: str, model: str, plan: ProbePlan, answers: list[Answer],
+               top_logprobs: int, stop: Any, http: Any, t0: float) -> tuple[list[Answer], int]:
+    """The stops class's requests: uncut greedy answers of its own where the greedy class gave
+    too few (``stops.BASES``), then the cut requests of each (``stops.cuts``)."""
+    bases = [b for b in (base_of(a) for a in answers if a.cls == "greedy") if b is not None]
+    got: list[Answer] = []
+    took = top_logprobs
+    if len(bases) < BASES:
+        have = {b.prompt for b in bases}
+        prompts = [p for p in (*REPETITIVE, *OPEN_ENDED) if p not in have][:BASES - len(bases)]
+        got, took = send(url, engine, model, plan, [(STOPS, p, {"temperature": 0.0})
+                                                    for p in prompts], took, stop,
+                         client=http, t_start=t0)
+        bases += [b for b in (base_of(a) for a in got) if b is not None]
+    if not any(a.engine_failed for a in got):
+        requests = [(STOPS, b.prompt, f) for b in bases[:BASES] for f in cuts(b, plan.seed)]
+        more, took = send(url, engine, model, plan, requests, took, stop, client=http,
+                          t_start=t0)
+        for a in more:
+            a.index += len(got)
+        got += more
+    for a in got:
+        a.index += len(answers)
+    return got, took
+
+
+def refused(answers: list[Answer]) -> bool:
+    """Every request sent was refused as a bad request (HTTP 400: a parameter the server does
+    not take) and none answered: the class is not supported there, never a FAIL or an ERROR."""
+    sent = [a for a in answers if a.t_sent_s is not None]
+    return bool(sent) and all(a.response is None and a.status == 400 for a in sent)
+
+
+def capabilities(answers: list[Answer]) -> dict[str, dict[str, Any]]:
+    """Per class sent: whether the server takes its parameters ("checked", "not supported"
+    with the server's words, "failed" where the engine failed under it, "not sent"), and how
+    many of its requests were answered."""
+    out: dict[str, dict[str, Any]] = {}
+    for cls in dict.fromkeys(a.cls for a in answers):
+        # (the stops class's own uncut answers are plain greedy requests: its cuts say)
+        mine = [a for a in answers if a.cls == cls and (cls != STOPS or is_cut(a.sampling))]
+        answered = sum(1 for a in mine if a.response is not None)
+        no = [a for a in mine if a.response is None and a.status == 400]
+        if refused(mine):
+            state, said = "not supported", no[0].error
+        elif answered:
+            state, said = "checked", no[0].error if no else ""
+        elif any(a.engine_failed for a in mine):
+            state, said = "failed", next(a.error for a in mine if a.error)
+        else:
+            state, said = "not sent", next((a.not_sent for a in mine if a.not_sent), "")
+        out[cls] = {"state": state, "answered": answered, "requests": len(mine),
+                    "refused": len(no), **({"server_said": said} if said else {})}
+    return out
 
 
 def undecided(checks: list[Assessment], classes: tuple[str, ...]) -> tuple[str, ...]:
@@ -174,7 +253,9 @@ def incomplete(checks: list[Assessment], answers: list[Answer]) -> list[Assessme
     sent because the engine had failed): INCONCLUSIVE, saying how many."""
     short: dict[str, int] = {}
     for a in answers:
-        if a.error or a.not_sent.startswith("the engine had failed"):
+        if (a.error and a.status != 400) or a.not_sent.startswith("the engine had failed"):
+            # (a request refused, HTTP 400, is a parameter the server does not take: the
+            # class's table says so; its evidence is smaller, not incomplete)
             short[a.cls] = short.get(a.cls, 0) + 1
     out = []
     for c in checks:
@@ -199,7 +280,7 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
     blind = False
     for cls in CLASSES:
         mine = [a for a in answers if a.cls == cls]
-        if not mine:
+        if not mine or refused(mine):
             continue
         positions = [p for a in mine for p in a.positions]
         code = sampling.of_name(cls)
@@ -217,6 +298,12 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
             if code & (sampling.TOP_P | sampling.TOP_K):
                 found.append(truncation_check(positions, sem, label=cls, margin=tie_margin(dtype)))
         checks += [replace(c, evidence={**c.evidence, "probe_class": cls}) for c in found]
+    cut_answers = [a for a in answers if a.cls == STOPS and is_cut(a.sampling)]
+    if cut_answers and not refused(cut_answers):
+        bases = {b.prompt: b for b in (base_of(a) for a in answers
+                                       if a.cls in ("greedy", STOPS)) if b is not None}
+        c = stops_check(bases, cut_answers)
+        checks.append(replace(c, evidence={**c.evidence, "probe_class": STOPS}))
     if sampled_classes:  # pooled: a temperature applied wrongly reaches every sampled class
         c = sharpness_check(sampled, sem, blind=blind)
         checks.append(replace(c, evidence={**c.evidence, "probe_class": "sampled",

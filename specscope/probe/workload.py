@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import sampling
 from .ngram import NgramSettings
+from .stops import STOPS
 
 #: the sampling classes the probe sends, by name (``specscope.sampling``): each class's request
 #: fields (temperature 0.8, top-p 0.9, top-k 20 where the class holds them)
@@ -85,14 +86,17 @@ class ProbePlan:
         """(class, prompt, sampling fields) per request: classes in turn, the risky ones
         (``RISKY``) after all the others; greedy requests take the repetitive prompts first,
         sampled ones alternate repetitive and open-ended."""
-        unknown = [c for c in self.classes if c not in CLASSES]
+        unknown = [c for c in self.classes if c not in CLASSES and c != STOPS]
         if unknown:
             raise ValueError(f"unknown probe class(es) {', '.join(unknown)}; known: "
-                             f"{', '.join(CLASSES)}")
+                             f"{', '.join((*CLASSES, STOPS))}")
         out = []
+        classes = tuple(c for c in self.classes if c != STOPS)  # sent apart (``stops.py``)
+        if not classes:
+            return []
         for i in range(self.requests):
-            cls = self.classes[i % len(self.classes)]
-            j = i // len(self.classes) + self.offset
+            cls = classes[i % len(classes)]
+            j = i // len(classes) + self.offset
             if cls == "greedy":  # the repetitive prompts, then the open-ended ones, in turn
                 pool = REPETITIVE if (j // len(REPETITIVE)) % 2 == 0 else OPEN_ENDED
                 prompt = pool[j % len(pool)]

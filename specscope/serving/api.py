@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from ..engine.decoder import Request
 from .scheduler import Event, QueueFull, Scheduler
-from .text import BadRequest, Codec
+from .text import BadRequest, Codec, first_stop, stop_matcher, stop_strings
 
 
 @dataclass
@@ -33,6 +33,7 @@ class Served:
     model: str
     max_tokens_limit: int = 4096
     collector: Any = None  #: a specscope Collector for /metrics, or None
+    fault: str = ""  #: the decoder's seeded fault, where one lives in the API's stop check
 
 
 def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
@@ -65,12 +66,11 @@ def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
         raise BadRequest("temperature >= 0, 0 < top_p <= 1 and top_k >= 0 (or -1) are required")
     if num("n", 1, int) != 1:
         raise BadRequest("only n = 1 is supported")
-    if body.get("stop"):
-        raise BadRequest("stop sequences are not supported by the reference engine")
+    stops = stop_strings(body.get("stop"))
     opts = body.get("stream_options") or {}
     return dict(max_new_tokens=max_tokens, temperature=temperature, top_p=top_p,
                 top_k=max(top_k, 0), ignore_eos=bool(body.get("ignore_eos", False)),
-                stream=bool(body.get("stream", False)),
+                stream=bool(body.get("stream", False)), stop=stops,
                 include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")))
 
 
@@ -115,15 +115,19 @@ def create_app(served: Served):
         except BadRequest as exc:
             return error(400, str(exc))
         rid = http.headers.get("x-request-id") or uuid.uuid4().hex
+        stop = (stop_matcher(served.codec, p["stop"],
+                             step_end_only=served.fault == "stop_past_step")
+                if p["stop"] else None)
         req = Request(rid, ids, p["max_new_tokens"], p["temperature"], p["top_p"], p["top_k"],
-                      arrival_ns=time.time_ns(), ignore_eos=p["ignore_eos"])
+                      arrival_ns=time.time_ns(), ignore_eos=p["ignore_eos"], stop=stop)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
         try:
             served.scheduler.submit(req, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
         except QueueFull as exc:
             return error(503, str(exc), "overloaded")
-        stream = _Stream(served, rid, chat, len(ids), body.get("model") or served.model)
+        stream = _Stream(served, rid, chat, len(ids), body.get("model") or served.model,
+                         p["stop"])
         if p["stream"]:
             return StreamingResponse(stream.sse(events, http, p["include_usage"]),
                                      media_type="text/event-stream",
@@ -147,9 +151,13 @@ def create_app(served: Served):
 class _Stream:
     """One request's response, built from the scheduler's events."""
 
-    def __init__(self, served: Served, rid: str, chat: bool, n_prompt: int, model: str) -> None:
+    def __init__(self, served: Served, rid: str, chat: bool, n_prompt: int, model: str,
+                 stops: tuple[str, ...] = ()) -> None:
         self.served, self.rid, self.chat, self.n_prompt = served, rid, chat, n_prompt
-        self.model = model
+        self.model, self.stops = model, stops
+        #: streamed text held back: the tail a stop string may still complete, or all from
+        #: a stop string on until the engine says it stopped there
+        self.held = ""
         self.id = ("chatcmpl-" if chat else "cmpl-") + rid
         self.created = int(time.time())
         self.detok = served.codec.stream()
@@ -171,6 +179,26 @@ class _Stream:
     def _usage(self) -> dict:
         return {"prompt_tokens": self.n_prompt, "completion_tokens": self.n_out,
                 "total_tokens": self.n_prompt + self.n_out}
+
+    def _cut(self, text: str, finish: str | None) -> str:
+        """The answer's text ends where a stop string begins, where the engine stopped there
+        (the stop string is not returned, as OpenAI's API and the engines do)."""
+        at = first_stop(text, self.stops) if finish == "stop" and self.stops else None
+        return text if at is None else text[:at]
+
+    def _release(self, delta: str, finish: str | None = None) -> str:
+        """The streamed text that may go out now: all of it without stop strings; with them,
+        none that a stop string could still begin, until the request has finished."""
+        if not self.stops:
+            return delta
+        self.held += delta
+        if finish is not None:
+            out, self.held = self._cut(self.held, finish), ""
+            return out
+        at = first_stop(self.held, self.stops)
+        keep = at if at is not None else max(0, len(self.held) - max(map(len, self.stops)) + 1)
+        out, self.held = self.held[:keep], self.held[keep:]
+        return out
 
     async def _events(self, events: asyncio.Queue, http) -> AsyncIterator[Event]:
         while True:
@@ -195,13 +223,14 @@ class _Stream:
                 if ev.kind == "tokens":
                     assert ev.tokens is not None  # a tokens event carries them
                     self.n_out += len(ev.tokens)
-                    text = self.detok.push(ev.tokens)
+                    text = self._release(self.detok.push(ev.tokens))
                     if text or first:
                         yield data(self._chunk(text, None, first))
                         first = False
                 elif ev.kind == "done":
                     assert ev.output is not None  # a done event carries the output
-                    tail = self.detok.push([], final=True)
+                    tail = self._release(self.detok.push([], final=True),
+                                         ev.output.finish_reason)
                     yield data(self._chunk(tail or (None if self.chat else ""),
                                            ev.output.finish_reason))
                     if include_usage:
@@ -226,7 +255,7 @@ class _Stream:
                 finish = ev.output.finish_reason
             else:
                 return {"error": {"message": ev.error}}
-        text = self.served.codec.decode(self.detok.ids)
+        text = self._cut(self.served.codec.decode(self.detok.ids), finish)
         if self.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "finish_reason": finish}

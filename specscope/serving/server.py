@@ -75,7 +75,8 @@ class Engine:
                                    max_queue=opts.max_queue).start()
         vocab = pair.target.config.vocab_size
         self.served = Served(self.scheduler, Codec(pair.tokenizer, vocab), pair.name,
-                             opts.max_tokens_limit, self.collector if opts.hooks else None)
+                             opts.max_tokens_limit, self.collector if opts.hooks else None,
+                             fault=cfg.fault)
 
     def app(self):
         return create_app(self.served)

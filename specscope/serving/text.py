@@ -105,3 +105,40 @@ class Detokenizer:
             return ""
         delta, self.sent = text[len(self.sent):], text
         return delta
+
+
+def stop_strings(value: Any) -> tuple[str, ...]:
+    """A request's ``stop`` (a string or a list of up to four), checked."""
+    if value is None or value == [] or value == "":
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
+        raise BadRequest("stop must be a non-empty string or a list of them")
+    if len(items) > 4:
+        raise BadRequest("at most 4 stop strings")
+    return tuple(items)
+
+
+def first_stop(text: str, stops: tuple[str, ...]) -> int | None:
+    """Where the earliest stop string begins in ``text``, or None."""
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(found) if found else None
+
+
+def stop_matcher(codec: Codec, stops: tuple[str, ...], *, step_end_only: bool = False):
+    """The decoder's stop check for ``stops``: given the output ids so far and how many the
+    last step added, the fewest tokens whose text holds a stop string (the request ends after
+    the token that completes it), or None. ``step_end_only`` seeds the fault of a check made
+    once per step on the text's end (a stop string completed inside a multi-token verify step
+    is missed, and the answer runs on past it)."""
+
+    def check(ids: list[int], new: int) -> int | None:
+        if step_end_only:
+            text = codec.decode(ids)
+            return len(ids) if any(text.endswith(s) for s in stops) else None
+        for keep in range(max(1, len(ids) - new + 1), len(ids) + 1):
+            if first_stop(codec.decode(ids[:keep]), stops) is not None:
+                return keep
+        return None
+
+    return check

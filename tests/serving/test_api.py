@@ -81,7 +81,7 @@ def test_chat_accepts_parts_health_models_and_metrics(client):
 
 
 @pytest.mark.parametrize("body,message", [
-    ({"prompt": "x", "stop": ["\n"]}, "stop sequences"),
+    ({"prompt": "x", "stop": [""]}, "stop must be"),
     ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
     ({"prompt": [1, 99999]}, "outside the vocabulary"),
     ({"prompt": "x", "temperature": -1}, "temperature"),
@@ -95,6 +95,63 @@ def test_bad_requests_get_a_400_that_says_why(client, body, message):
     assert r.status_code == 400 and "text only" in r.json()["error"]["message"]
     r = client.post("/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400
+
+
+def _mid_step_stop(steps: list[str]) -> tuple[str, str]:
+    """A stop string completed by the first token of a multi-token step (first found there),
+    and the answer's text before it."""
+    text = "".join(steps)
+    for i, step in enumerate(steps):
+        start = sum(map(len, steps[:i]))
+        stop = " " + step.split()[0] + " "  # completed by the next token's leading space
+        if i and len(step.split()) > 2 and text.find(stop) == start:
+            return stop, text[:start]
+    raise AssertionError(f"no multi-token step to stop inside: {steps}")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stop_string_inside_a_verify_step_ends_the_answer_where_it_begins(engine, client,
+                                                                           stream):
+    body = {"prompt": PROMPT, "max_tokens": 40, "temperature": 0, "stream": True,
+            "ignore_eos": True}
+    chunks, _ = _sse(client, "/v1/completions", body)
+    stop, expected = _mid_step_stop([c["choices"][0]["text"] for c in chunks
+                                     if c["choices"][0]["text"]])
+    body.update(stop=stop, stream=stream)
+    if stream:
+        chunks, _ = _sse(client, "/v1/completions", body)
+        text = "".join(c["choices"][0]["text"] for c in chunks)
+        finish = chunks[-1]["choices"][0]["finish_reason"]
+    else:
+        choice = client.post("/v1/completions", json=body).json()["choices"][0]
+        text, finish = choice["text"], choice["finish_reason"]
+    assert (text, finish) == (expected, "stop")
+    # seeded: stop strings looked for at each step's end only; max_tokens once per step
+    eng = Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=3, fault="stop_past_step"),
+                               max_batch=4, hooks=False))
+    try:
+        with TestClient(eng.app()) as c:
+            ran_on = c.post("/v1/completions", json={**body, "stream": False}).json()["choices"][0]
+    finally:
+        eng.close()
+    assert ran_on["text"].startswith(expected + stop) and ran_on["finish_reason"] == "length"
+
+
+def test_max_tokens_checked_once_per_step_overshoots(engine, client):
+    eng = Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=3, fault="length_past_step"),
+                               max_batch=4, hooks=False))
+    body = {"prompt": PROMPT, "temperature": 0, "ignore_eos": True}
+    try:
+        with TestClient(eng.app()) as c:
+            got = [c.post("/v1/completions", json={**body, "max_tokens": n}).json()["usage"]
+                   ["completion_tokens"] for n in range(5, 12)]
+    finally:
+        eng.close()
+    assert any(g > n for g, n in zip(got, range(5, 12))) and all(g <= n + 3 for g, n in
+                                                                 zip(got, range(5, 12)))
+    honest = [client.post("/v1/completions", json={**body, "max_tokens": n}).json()["usage"]
+              ["completion_tokens"] for n in range(5, 12)]
+    assert honest == list(range(5, 12))
 
 
 def test_requests_share_the_running_batch_up_to_its_limit(engine, client):

@@ -1,0 +1,176 @@
+"""The stops class: greedy answers cut short by ``max_tokens`` or a stop string must end exactly
+where the same answer uncut says. Pure; no I/O, never imports torch.
+
+A verify step commits several tokens at once, so an engine checks its stops against a step's
+whole output, not one token: a stop string completed inside the step, or ``max_tokens`` reached
+in its middle, must end the answer there, as target-only decoding would. The class needs no
+log-probabilities and no reference: a greedy answer of the full length (the greedy class's, or
+the class's own) is the reference for the cut requests of the same prompt.
+
+Per cut request the verdict is exact, not statistical. An answer that runs past its cut (more
+tokens than ``max_tokens``, or text past the place where its stop string begins) while agreeing
+with the uncut answer up to there is a fault: FAIL at once. An answer that agrees to the
+character is one pass. An answer that parts from the uncut answer before its cut tells nothing
+(greedy decoding may flip at a near tie between two runs): it is counted, never judged. PASS
+once the passes rule out cut requests ending in the wrong place at ``RULES_OUT`` or more of
+them (a one-sided bound at ``PASS_ALPHA``); the share a fault reaches depends on how often a
+cut falls inside a multi-token step, so the PASS says what it rules out of requests like these.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
+from ..exact import PASS_ALPHA
+
+#: the class's name, as ``--classes`` takes it
+STOPS = "stops"
+CHECK = "stops honoured"
+#: the share of cut requests ending in the wrong place that a PASS rules out
+RULES_OUT = 0.3
+#: cut requests per uncut answer: two by max_tokens, four by a stop string (a stop string
+#: is missed only where it ends inside a multi-token step: more of them, more chances)
+PER_ANSWER = 6
+#: uncut answers cut, at most (the greedy class's first, then the class's own)
+BASES = 4
+#: the fewest output tokens an uncut answer needs to be cut (a cut in its middle, and one later)
+MIN_TOKENS = 6
+
+
+@dataclass(frozen=True)
+class Base:
+    """An uncut greedy answer: its prompt, text, output tokens and why it ended."""
+
+    prompt: str
+    text: str
+    tokens: int
+    finish: str
+
+
+def finish_reason(response: dict[str, Any]) -> str:
+    """Why the engine says the answer ended ("stop", "length", ...), or "" where it does not."""
+    choice = (response.get("choices") or [{}])[0]
+    if choice.get("finish_reason"):
+        return str(choice["finish_reason"])
+    fr = (response.get("meta_info") or {}).get("finish_reason")  # SGLang's /generate
+    if isinstance(fr, dict):
+        return str(fr.get("type") or "")
+    return str(fr or "")
+
+
+def output_tokens(response: dict[str, Any], positions: int) -> int:
+    """The answer's output tokens: the engine's own count where it gives one, else the
+    positions returned."""
+    usage = response.get("usage") or {}
+    n = usage.get("completion_tokens", (response.get("meta_info") or {}).get("completion_tokens"))
+    return int(n) if isinstance(n, int) else positions
+
+
+def base_of(answer: Any) -> Base | None:
+    """``answer`` (a ``client.Answer``) as an uncut answer, where it can be cut."""
+    if answer.response is None or is_cut(answer.sampling):
+        return None
+    n = output_tokens(answer.response, len(answer.positions))
+    if n < MIN_TOKENS or len(answer.text) < MIN_TOKENS:
+        return None
+    return Base(answer.prompt, answer.text, n, finish_reason(answer.response))
+
+
+def is_cut(fields: dict[str, Any]) -> bool:
+    return "stop" in fields or "max_tokens" in fields
+
+
+def cuts(base: Base, seed: int, per_answer: int = PER_ANSWER) -> list[dict[str, Any]]:
+    """The cut requests' greedy fields for one uncut answer: ``max_tokens`` at two places
+    inside it, and up to four stop strings, each a word whose first occurrence begins past the
+    answer's first eighth, spread over the rest (the text before it is the expected answer)."""
+    rng = random.Random(f"{seed}:{base.prompt}")
+    out: list[dict[str, Any]] = []
+    for frac in (0.4, 0.75)[:(per_answer + 2) // 3]:
+        n = min(base.tokens - 1, max(2, int(base.tokens * frac) + rng.randint(-1, 1)))
+        out.append({"temperature": 0.0, "max_tokens": n})
+    words: dict[str, int] = {}
+    for m in re.finditer(r"\w{3,}", base.text):
+        at = base.text.find(m.group())
+        if at >= max(4, len(base.text) // 8) and m.group() not in words:
+            words[m.group()] = at
+    picks = sorted(words, key=lambda w: words[w])
+    if picks:
+        spread = [picks[int(len(picks) * f)] for f in (0.15, 0.4, 0.6, 0.85)]
+        for j, w in enumerate(dict.fromkeys(spread)):
+            # every other one takes the character after the word too, so that the token
+            # completing the stop string is the word's own last one or the next one
+            stop = base.text[words[w]:words[w] + len(w) + j % 2]
+            if len(out) < per_answer:
+                out.append({"temperature": 0.0, "stop": [stop]})
+    return out
+
+
+def judge(base: Base, fields: dict[str, Any], text: str, tokens: int) -> tuple[str, str]:
+    """One cut answer against its uncut one: ("pass" | "fault" | "parted", what was seen)."""
+    if "max_tokens" in fields:
+        n = int(fields["max_tokens"])
+        agrees = base.text.startswith(text.rstrip("\ufffd"))
+        if tokens > n and agrees:
+            return "fault", (f"max_tokens {n} returned {tokens} tokens, the text running on "
+                             "as the uncut answer does")
+        if tokens == n and agrees:
+            return "pass", ""
+        return "parted", f"max_tokens {n}: {tokens} tokens, {'agreeing' if agrees else 'parted'}"
+    stop = next(iter(fields["stop"]))
+    expected = base.text[:base.text.find(stop)]
+    if text == expected:
+        return "pass", ""
+    if text.startswith(expected):
+        return "fault", (f"stop string {stop!r} begins at character {len(expected)} of the "
+                         f"uncut answer; the answer ran on {len(text) - len(expected)} "
+                         f"characters past it ({text[len(expected):][:40]!r}...)")
+    return "parted", f"stop {stop!r}: the answer parted from the uncut one before it"
+
+
+def positions_needed(rules_out: float = RULES_OUT, alpha: float = PASS_ALPHA) -> int:
+    """The passes without a fault that rule out ``rules_out`` at ``alpha``: the least n with
+    (1 - rules_out)^n <= alpha (the exact binomial tail at no faults seen)."""
+    return math.ceil(math.log(alpha) / math.log(1.0 - rules_out))
+
+
+def stops_check(bases: dict[str, Base], cut_answers: Sequence[Any]) -> Assessment:
+    """The class's verdict over its answered cut requests (``client.Answer``s), each against
+    the uncut answer of its prompt in ``bases``."""
+    seen = {"pass": 0, "fault": 0, "parted": 0}
+    faults: list[str] = []
+    by_kind = {"max_tokens": 0, "stop": 0}
+    for a in cut_answers:
+        base = bases.get(a.prompt)
+        if a.response is None or base is None:
+            continue
+        state, what = judge(base, a.sampling, a.text,
+                            output_tokens(a.response, len(a.positions)))
+        seen[state] += 1
+        by_kind["stop" if "stop" in a.sampling else "max_tokens"] += 1
+        if state == "fault":
+            faults.append(f"request {a.index}: {what}")
+    need = positions_needed()
+    ev: dict[str, Any] = {"mode_requested": "greedy", "cut_requests": sum(seen.values()),
+                          "passes": seen["pass"], "faults": seen["fault"],
+                          "parted": seen["parted"], "by_kind": by_kind,
+                          "uncut_answers": len(bases), "passes_needed": need,
+                          "num_positions": sum(len(a.positions) for a in cut_answers)}
+    if faults:
+        ev["message"] = (f"{len(faults)} of {sum(seen.values())} cut answers ran past their "
+                         f"cut; first: {faults[0]}")
+        return Assessment(CHECK, FAIL, ev)
+    if seen["pass"] >= need:
+        ev["rules_out"] = (f"rules out cut requests (max_tokens, stop strings) ending past "
+                           f"their cut in {RULES_OUT:.0%} or more of requests like these")
+        return Assessment(CHECK, PASS, ev)
+    if not sum(seen.values()):
+        ev["reason"] = "no cut request was answered against an uncut answer"
+        return Assessment(CHECK, INCONCLUSIVE, ev)
+    ev["lean"] = "honest"
+    return Assessment(CHECK, INCONCLUSIVE, ev, need - seen["pass"], "cut requests")
