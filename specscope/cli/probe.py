@@ -22,6 +22,11 @@ checks more positions could settle, until every check has decided, one has faile
 other classes have decided. Each round is bounded by --requests, --max-tokens, --token-budget,
 --concurrency and --timeout.
 
+More classes (--classes, or --classes all): top-p/unset-t and top-k/unset-t (top-p 0.9 or
+top-k 20 with the temperature left out: the engine's default applies, --default-temperature),
+and stops (greedy answers cut by max_tokens and stop strings). A class whose requests the
+server refuses (HTTP 400) is reported as not supported, never a FAIL or an ERROR.
+
 What it checks, per class, from the engine's own log-probabilities:
   greedy losslessness     every committed token is its position's top-1; one that trails it
                           by more than the dtype's tie margin (--dtype) FAILS at once
@@ -101,12 +106,17 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"specscope probe: error: {exc}", file=sys.stderr)
         return 2
-    plan = ProbePlan(classes=tuple(c for c in args.classes.split(",") if c), requests=args.requests,
+    from ..probe.workload import ALL_CLASSES
+
+    classes = tuple(c for c in args.classes.split(",") if c)
+    if classes == ("all",):
+        classes = ALL_CLASSES
+    plan = ProbePlan(classes=classes, requests=args.requests,
                      max_tokens=args.max_tokens, concurrency=args.concurrency,
                      token_budget=args.token_budget, timeout_s=args.timeout,
                      deadline_s=args.deadline, endpoint=args.endpoint, seed=args.seed,
                      fail_fast=not args.no_fail_fast, ngram=ngram,
-                     until_decided=not args.once)
+                     until_decided=not args.once, default_temperature=args.default_temperature)
     def once():
         return probe(args.url, plan, model=args.model, engine=args.engine,
                      logprobs_mode=args.logprobs_mode, top_logprobs=args.top_logprobs,
@@ -184,10 +194,15 @@ def register(sub) -> None:
     p.add_argument("--engine", choices=("vllm", "sglang", "llamacpp", "unknown"),
                    help="how to read its log-probabilities (default: from /v1/models' owned_by)")
     p.add_argument("--classes", default="greedy,temperature,top-p,top-k",
-                   help="classes to send, comma-separated: greedy, temperature, top-p, top-k "
-                   "(default: these four) and stops (greedy answers cut by max_tokens and stop "
-                   "strings); a class whose requests the server refuses (HTTP 400) is reported "
-                   "as not supported")
+                   help="classes to send, comma-separated, or 'all': greedy, temperature, top-p, "
+                   "top-k (default: these four), top-p/unset-t and top-k/unset-t (the "
+                   "temperature left out: the engine's default applies) and stops (greedy "
+                   "answers cut by max_tokens and stop strings); a class whose requests the "
+                   "server refuses (HTTP 400) is reported as not supported")
+    p.add_argument("--default-temperature", type=float, default=None, metavar="T",
+                   help="the engine's temperature where a request leaves it out, for the "
+                   "unset-t classes (default: its defaults table's: vLLM and SGLang 1.0, "
+                   "llama.cpp 0.8; a server whose generation config sets another must be told)")
     p.add_argument("--requests", type=int, default=24, help="requests in all (default 24)")
     p.add_argument("--max-tokens", type=int, default=64, help="output tokens per request")
     p.add_argument("--concurrency", type=int, default=4)

@@ -35,6 +35,7 @@ import httpx
 
 from .checks import TEMPERATURE_FIRST, TRUNCATION_FIRST, Position, Semantics
 from .ngram import NgramSettings, replay
+from .workload import default_temperature
 
 #: per engine: what it needs to return log-probabilities, for the error that says it
 ENABLE = {
@@ -194,12 +195,15 @@ def body(plan: Any, engine: str, cls: str, prompt: str, sampling: dict[str, Any]
     return path, out
 
 
-def positions_of(response: dict[str, Any], request: str, sampling: dict[str, Any]) -> list[Position]:
+def positions_of(response: dict[str, Any], request: str, sampling: dict[str, Any],
+                 default_temperature: float = 1.0) -> list[Position]:
     """The committed tokens of one response with their log-probabilities (unknown where the
-    engine returned none, or llama.cpp's 0.0 without alternatives)."""
+    engine returned none, or llama.cpp's 0.0 without alternatives); a request that left its
+    temperature out was sampled at ``default_temperature`` (the engine's)."""
     choice = (response.get("choices") or [{}])[0]
     lp = choice.get("logprobs") or {}
-    t, p, k = (float(sampling.get("temperature", 1.0)), float(sampling.get("top_p", 1.0)),
+    t, p, k = (float(sampling.get("temperature", default_temperature)),
+               float(sampling.get("top_p", 1.0)),
                int(sampling.get("top_k", 0) or 0))
     rows: list[tuple[str, float | None, tuple]] = []
     if isinstance(lp.get("content"), list):
@@ -367,6 +371,7 @@ def _send(http: httpx.Client, url: str, engine: str, model: str, plan: Any,
           stop: Any, t_start: float | None = None) -> tuple[list[Answer], int]:
     answers = [Answer(cls, prompt, sampling, index=i)
                for i, (cls, prompt, sampling) in enumerate(requests)]
+    default_t = default_temperature(engine, getattr(plan, "default_temperature", None))
     used = {"tokens": 0, "stopped": False, "engine_failed": False, "next": 0}
     lock = threading.Lock()
     limit = {"n": top_logprobs}
@@ -434,8 +439,8 @@ def _send(http: httpx.Client, url: str, engine: str, model: str, plan: Any,
             return
         rid = str(a.response.get("id") or f"probe-{i}")
         (a.positions, a.drafted, a.accepted, a.roles_by, a.verified_at_most,
-         a.why_unplaced) = place(positions_of(a.response, rid, a.sampling), a.response,
-                                 getattr(plan, "ngram", None))
+         a.why_unplaced) = place(positions_of(a.response, rid, a.sampling, default_t),
+                                 a.response, getattr(plan, "ngram", None))
         choice = (a.response.get("choices") or [{}])[0]
         a.text = str((choice.get("message") or {}).get("content") or choice.get("text")
                      or a.response.get("text") or "")

@@ -13,6 +13,8 @@ Series (label ``target``: the probed URL; ``check``: the check's name):
 - ``specscope_probe_positions{check}``: positions the last round's check had;
 - ``specscope_probe_observed_top1_rate{check}`` and ``specscope_probe_expected_top1_rate{check}``
   (an upper bound of it for sampled classes, 1 for greedy);
+- ``specscope_probe_class_supported{class}``: 1 where the server took the class's requests, 0
+  where it refused every one as a bad request (HTTP 400: a parameter it does not support);
 - ``specscope_probe_engine_acceptance_rate``: the engine's own accepted / drafted over the
   round's requests (absent where the engine gives no per-request counts);
 - ``specscope_probe_duration_seconds``, ``specscope_probe_output_tokens``,
@@ -58,6 +60,9 @@ SERIES = {
     "specscope_probe_failures_total": ("counter", "probe rounds whose verdict was FAIL"),
     "specscope_probe_inconclusive_total": ("counter", "probe rounds whose verdict was "
                                            "INCONCLUSIVE (a check could not tell)"),
+    "specscope_probe_class_supported": ("gauge", "1 where the server took the class's requests, "
+                                        "0 where it refused every one (HTTP 400: a parameter "
+                                        "it does not support)"),
     "specscope_probe_errors_total": ("counter", "probe rounds that could not probe (unreachable, "
                                      "no log-probabilities)"),
     "specscope_probe_engine_errors_total": ("counter", "probe rounds in which the engine failed "
@@ -143,7 +148,8 @@ def probe_families(target: str, result: Any, rounds: int, failures: int, errors:
 
     fam = {name: (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
         name, help_text, labels=("target", "check", "state") if name == "specscope_probe_check_state"
-        else ("target", "check") if name in _PER_CHECK else ("target",))
+        else ("target", "check") if name in _PER_CHECK
+        else ("target", "class") if name == "specscope_probe_class_supported" else ("target",))
         for name, (kind, help_text) in SERIES.items()}
     t = [target]
     fam["specscope_probe_rounds_total"].add_metric(t, rounds)
@@ -161,6 +167,10 @@ def probe_families(target: str, result: Any, rounds: int, failures: int, errors:
         rate = result.acceptance["acceptance_rate"]
         if rate is not None:
             fam["specscope_probe_engine_acceptance_rate"].add_metric(t, _g6(rate))
+        for cls, said in (getattr(result, "classes", None) or {}).items():
+            if said["state"] in ("checked", "not supported"):
+                fam["specscope_probe_class_supported"].add_metric(
+                    [target, cls], int(said["state"] == "checked"))
         for c in result.checks:
             tc = [target, c.check]
             for state in STATES:

@@ -164,7 +164,9 @@ def probe_records(r: ProbeResult, run_id: str) -> list[Any]:
         out.append(schema.RequestRecord(
             run_id=run_id, rank=0, request_id=str(a.response.get("id") or f"probe-{i}"),
             t_arrival_ns=0, t_first_token_ns=0, t_finish_ns=0, num_prompt_tokens=0,
-            num_output_tokens=len(a.positions), temperature=float(a.sampling.get("temperature", 0)),
+            num_output_tokens=len(a.positions),
+            temperature=float(a.sampling.get("temperature", a.positions[0].temperature
+                                             if a.positions else 0)),
             top_p=float(a.sampling.get("top_p", 1.0)), top_k=int(a.sampling.get("top_k", 0)),
             output_text=a.text, category=f"probe-{a.cls}",
             num_draft_tokens=a.drafted, num_accepted=a.accepted))

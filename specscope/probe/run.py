@@ -17,7 +17,7 @@ from .sharpness import sharpness_check
 from .result import ERROR, ProbeResult
 from .verified import guard, infer_ngram, select
 from .stops import BASES, STOPS, base_of, cuts, is_cut, stops_check
-from .workload import CLASSES, OPEN_ENDED, REPETITIVE, RISKY, ProbePlan
+from .workload import CLASSES, OPEN_ENDED, REPETITIVE, RISKY, ProbePlan, class_code
 
 if TYPE_CHECKING:
     import httpx
@@ -283,7 +283,7 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
         if not mine or refused(mine):
             continue
         positions = [p for a in mine for p in a.positions]
-        code = sampling.of_name(cls)
+        code = class_code(cls)
         if code == sampling.GREEDY:
             found = [greedy_check(positions, tie_margin(dtype))]
         else:

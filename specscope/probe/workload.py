@@ -21,10 +21,31 @@ CLASSES: dict[str, dict[str, Any]] = {
     sampling.name(c): sampling.fields(c, temperature=0.8, top_p=0.9, top_k=20)
     for c in (sampling.GREEDY, sampling.SAMPLED, sampling.SAMPLED | sampling.TOP_P,
               sampling.SAMPLED | sampling.TOP_K)}
+#: the suffix of a class sent with its temperature left out: the engine's own default applies
+#: (``sampling.DEFAULTS``, or ``ProbePlan.default_temperature``). An engine that normalises
+#: such a request to its greedy sentinel under speculation decodes it deterministically.
+UNSET_T = "/unset-t"
+CLASSES.update({"top-p" + UNSET_T: {"top_p": 0.9}, "top-k" + UNSET_T: {"top_k": 20}})
 #: the classes most likely to bring an engine down, sent after every other class's requests
 #: (vLLM 0.32's CPU build crashes its engine core on top-k under speculation, every later
 #: request answered HTTP 500): what the other classes show is in before the risk is taken
-RISKY = ("top-k",)
+RISKY = ("top-k", "top-k" + UNSET_T)
+#: every class the probe knows (``--classes all``), the risky ones sent last whatever the order
+ALL_CLASSES = (*CLASSES, STOPS)
+
+
+def class_code(cls: str) -> int:
+    """A probe class's sampling code (``specscope.sampling``): an unset-temperature class
+    samples (every engine's default temperature is above 0)."""
+    return sampling.of_name(cls[:-len(UNSET_T)] if cls.endswith(UNSET_T) else cls)
+
+
+def default_temperature(engine: str, given: float | None = None) -> float:
+    """The temperature ``engine`` applies where a request leaves it out: ``given``, else its
+    defaults table's (``sampling.DEFAULTS``; 1.0 for an unknown engine)."""
+    if given is not None:
+        return given
+    return sampling.DEFAULTS.get(engine, sampling.DEFAULTS[""])[0]
 
 REPETITIVE = (
     "Repeat the following text exactly, word for word:\nThe committee met on Tuesday to review "
@@ -81,6 +102,9 @@ class ProbePlan:
     #: prompt lookup's settings on the engine (``--ngram K:MIN:MAX``): the proposer is replayed
     #: over each response's token ids to find the tokens verify produced
     ngram: NgramSettings | None = None
+    #: the engine's temperature where a request leaves it out (the unset-temperature classes);
+    #: None: its defaults table's (``default_temperature``)
+    default_temperature: float | None = None
 
     def requests_to_send(self) -> list[tuple[str, str, dict[str, Any]]]:
         """(class, prompt, sampling fields) per request: classes in turn, the risky ones

@@ -12,7 +12,7 @@ PROBS = (0.4, 0.3, 0.2, 0.1)
 
 def ranks(body: dict[str, Any], n: int) -> list[int]:
     """``n`` committed ranks for a request ``body`` (greedy: the top-1 every time)."""
-    t = body.get("temperature") or 0.0
+    t = body.get("temperature", 1.0)  # left out: vLLM's default
     if t <= 0:
         return [0] * n
     w = [p ** (1.0 / t) for p in PROBS]

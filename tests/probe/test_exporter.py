@@ -44,6 +44,14 @@ def test_exposition_parses_one_hot_states_and_leaves_unknowns_out():
     assert fams["specscope_probe_failures"].samples[0].value == 1  # the _total counter
     # no per-request counts in the round: the engine's acceptance rate is absent, not 0
     assert "specscope_probe_engine_acceptance_rate" not in text
+    assert "specscope_probe_class_supported" not in text  # the round said nothing of classes
+    result = _result("pass")
+    result.classes = {"greedy": {"state": "checked"}, "stops": {"state": "not supported"},
+                      "top-k": {"state": "not sent"}}
+    fams = {f.name: f for f in text_string_to_metric_families(render_probe(
+        "http://e:8000", result, rounds=1, failures=0, errors=0, last_ns=1))}
+    assert {s.labels["class"]: s.value for s in fams["specscope_probe_class_supported"].samples} \
+        == {"greedy": 1, "stops": 0}  # a class never sent is absent: unknown, not unsupported
     before = render_probe("http://e:8000", None, rounds=0, failures=0, errors=0, last_ns=0)
     assert "specscope_probe_success" not in before and "specscope_probe_rounds_total" in before
 

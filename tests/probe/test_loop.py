@@ -3,7 +3,8 @@ process, no socket. A healthy engine PASSes; a server that refuses the alternati
 asked again with what it allows; a check that fails stops the sending (fail-fast); an engine
 that dies mid-probe (refused or dropped connections, no answer, HTTP 5xx) is an ERROR, never a
 PASS; the token budget and the deadline stop the sending; an engine without
-log-probabilities never PASSes; a target-only reference is asked over the same transport."""
+log-probabilities never PASSes; a target-only reference is asked over the same transport; a
+request without a temperature is judged at the engine's default."""
 
 from __future__ import annotations
 
@@ -45,10 +46,12 @@ class Engine:
     def __init__(self, owner: str = "vllm", *, greedy_rank: int = 0, logprobs: str = "all",
                  dies_after: int | None = None,
                  failure: Callable[[httpx.Request], httpx.Response] | None = None,
-                 max_logprobs: int | None = None, delay_s: float = 0.0) -> None:
+                 max_logprobs: int | None = None, delay_s: float = 0.0,
+                 unset_greedy: bool = False) -> None:
         self.owner, self.greedy_rank, self.logprobs = owner, greedy_rank, logprobs
         self.dies_after, self.failure = dies_after, failure
         self.max_logprobs, self.delay_s = max_logprobs, delay_s
+        self.unset_greedy = unset_greedy  # a request without temperature decoded greedily
         self.received: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self.transport = httpx.MockTransport(self.handle)
@@ -68,7 +71,7 @@ class Engine:
             return httpx.Response(400, json={"error": {"message": REFUSED.format(
                 body["top_logprobs"]), "type": "BadRequestError", "code": 400}})
         time.sleep(self.delay_s)
-        greedy = body.get("temperature") == 0
+        greedy = body.get("temperature") == 0 or (self.unset_greedy and "temperature" not in body)
         ranks = [self.greedy_rank] * body["max_tokens"] if greedy else \
             honest.ranks(body, body["max_tokens"])
         choice: dict[str, Any] = {"index": 0, "finish_reason": "length",
@@ -263,3 +266,27 @@ def test_the_risky_class_is_sent_once_the_others_have_decided():
     assert {a.cls for a in result.answers if a.t_sent_s >= first} == {"top-k"}
     assert not undecided(run_checks(before, Semantics("vllm")), ("greedy", "temperature"))
     assert result.verdict in ("pass", "inconclusive"), format_probe(result)
+
+
+@pytest.mark.parametrize("unset_greedy", [False, True])
+def test_a_request_without_temperature_is_judged_at_the_engines_default(unset_greedy):
+    engine = Engine(unset_greedy=unset_greedy)
+    plan = replace(PLAN, classes=("greedy", "top-p/unset-t", "top-k/unset-t"), requests=30,
+                   fail_fast=False)
+    result = probe(URL, plan, transport=engine.transport)
+    sent = [b for b in engine.received if "top_p" in b or "top_k" in b]
+    assert sent and all("temperature" not in b for b in sent)
+    # top-k last: the class likeliest to crash an engine
+    assert [("top_k" in b) for b in sent] == sorted("top_k" in b for b in sent)
+    states = {c.check: c.state for c in result.checks}
+    temperature = [states["temperature honoured (top-p/unset-t)"],
+                   states["temperature honoured (top-k/unset-t)"]]
+    if unset_greedy:  # the argmax every time, where temperature 1.0 allows 0.4 of it (top-k
+        # 20 over the four tokens returned bounds nothing below 1: the pooled sharpness reads it)
+        assert temperature == ["fail", "inconclusive"] and result.verdict == "fail", \
+            format_probe(result)
+        assert states["sharpness honoured (sampled)"] == "fail"
+    else:
+        assert "fail" not in states.values(), format_probe(result)
+        assert {c.evidence.get("probe_class") for c in result.checks} >= {"top-p/unset-t",
+                                                                          "top-k/unset-t"}
