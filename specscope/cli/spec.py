@@ -9,7 +9,8 @@ import argparse
 #: way), for ``--fault``
 FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
           "greedy_second_choice", "temperature_twice", "top_p_ignored", "residual_argmax",
-          "bonus_argmax", "accept_ignores_q", "stop_past_step", "length_past_step")
+          "bonus_argmax", "accept_ignores_q", "stop_past_step", "length_past_step",
+          "unset_temperature_greedy")
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:

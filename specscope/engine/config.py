@@ -28,9 +28,12 @@ from .policy import parse_policy
 #: stop_past_step: stop strings looked for only at the end of each step's text (served by
 #: ``specscope serve-engine``), so one completed inside a multi-token step is missed
 #: length_past_step: max_tokens checked once per step, after all its tokens are committed
+#: unset_temperature_greedy: a request with top-p or top-k and no temperature taken as greedy
+#: (normalised to the greedy sentinel; served by ``specscope serve-engine``)
 FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
           "greedy_second_choice", "temperature_twice", "top_p_ignored", "residual_argmax",
-          "bonus_argmax", "accept_ignores_q", "stop_past_step", "length_past_step")
+          "bonus_argmax", "accept_ignores_q", "stop_past_step", "length_past_step",
+          "unset_temperature_greedy")
 #: the faults that live in speculative sampling's chain verify
 CHAIN_FAULTS = ("draft_prob_shortcut", "residual_argmax", "bonus_argmax", "accept_ignores_q")
 

@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from .. import schema
-from . import ngram, sampling
+from . import logprobs, ngram, sampling
 from .config import FAULTS, SpecConfig  # noqa: F401 (re-exported)
 from .kv import BatchKV, causal, feed_pending, like_lengths
 from .policy import parse_policy
@@ -37,6 +37,9 @@ class Request:
     #: stop strings, where the request has any: given the output token ids so far and how many
     #: the last step added, how many tokens to keep (the request stops there), or None
     stop: Callable[[list[int], int], int | None] | None = None
+    #: return each committed token's raw log-probability with this many alternatives (None:
+    #: none asked; chains and target-only decoding; a tree's are not returned)
+    top_logprobs: int | None = None
 
 
 @dataclass
@@ -46,6 +49,8 @@ class Output:
     finish_reason: str
     record: schema.RequestRecord | None = None
     chunks: list[tuple[int, int]] = field(default_factory=list)  #: (time ns, tokens)
+    #: per output token where asked (``Request.top_logprobs``): ``logprobs.Logprob``
+    logprobs: list = field(default_factory=list)
 
 
 class SpeculativeDecoder:
@@ -162,7 +167,8 @@ class SpeculativeDecoder:
             batch.kv_d.merge(BatchKV(self.draft, len(rows), dev))
         base = len(batch.rows)
         batch.rows.extend(rows)
-        done = [self._commit(row, [tok], on_chunk) for row, tok in zip(rows, first)]
+        done = [self._commit(row, [tok], on_chunk, self._lps(row, logits[k:k + 1], [tok]))
+                for k, (row, tok) in enumerate(zip(rows, first))]
         return self._retire(batch, [False] * base + done)
 
     @torch.inference_mode()
@@ -212,8 +218,15 @@ class SpeculativeDecoder:
                 torch.tensor([r.top_k for r in rs], device=dev),
                 sampling.needs_truncation([r.top_p for r in rs], [r.top_k for r in rs]))
 
-    def _commit(self, row: "_Row", new: list[int], on_chunk) -> bool:
-        """Append tokens to a request; True when it finished."""
+    @staticmethod
+    def _lps(row: "_Row", logits: torch.Tensor, tokens: list[int]) -> list | None:
+        """The committed tokens' log-probabilities where the request asked for them."""
+        k = row.req.top_logprobs
+        return None if k is None else logprobs.committed(logits, tokens, k)
+
+    def _commit(self, row: "_Row", new: list[int], on_chunk, lps: list | None = None) -> bool:
+        """Append tokens to a request (with their log-probabilities where asked); True when it
+        finished."""
         r, out = row.req, row.out
         # length_past_step: max_tokens checked once per step, after the whole step is committed
         take = (list(new) if self.cfg.fault == "length_past_step"
@@ -229,6 +242,8 @@ class SpeculativeDecoder:
                 take = take[:max(0, keep - len(out.token_ids))]
                 out.finish_reason = "stop"
         now = time.time_ns()
+        if lps is not None:
+            out.logprobs.extend(lps[:len(take)])
         out.token_ids.extend(take)
         row.committed.extend(take)
         out.chunks.append((now, len(take)))
@@ -294,7 +309,8 @@ class SpeculativeDecoder:
                 draft_depth=depth, depth_reason=why)
         for row in rows:
             row.cached_t = len(row.committed)
-        return [self._commit(row, [tok], on_chunk) for row, tok in zip(rows, toks)]
+        return [self._commit(row, [tok], on_chunk, self._lps(row, logits[k:k + 1], [tok]))
+                for k, (row, tok) in enumerate(zip(rows, toks))]
 
     def _spec_step(self, batch: "Batch", on_chunk, d: int, why: str = ""):
         """Draft ``d`` tokens per request and verify them; (finished flags, accepted per row)."""
@@ -396,7 +412,10 @@ class SpeculativeDecoder:
         kv_t.invalidate_tail(keep)
         for k, row in enumerate(rows):
             row.cached_t = len(row.committed) + acc[k]
-        return [self._commit(row, toks[k][:acc[k] + 1], on_chunk) for k, row in enumerate(rows)], acc
+        return [self._commit(row, toks[k][:acc[k] + 1], on_chunk,
+                             self._lps(row, logits[k], toks[k][:acc[k] + 1])
+                             if keep_idx is None else None)
+                for k, row in enumerate(rows)], acc
 
     def _draft_chain(self, kv_d, lg, base, mode, temp, top_p, top_k, trunc, d):
         """Draft ``d`` tokens one after another; returns tokens, q, top-1 probability."""

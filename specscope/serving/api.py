@@ -67,10 +67,16 @@ def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
     if num("n", 1, int) != 1:
         raise BadRequest("only n = 1 is supported")
     stops = stop_strings(body.get("stop"))
+    lp = body.get("logprobs")
+    top = (num("top_logprobs", 0, int) if lp is True else None) if chat else \
+        (None if lp is None or lp is False else num("logprobs", 0, int))
+    if top is not None and not 0 <= top <= 20:
+        raise BadRequest("top_logprobs (logprobs) must be between 0 and 20")
     opts = body.get("stream_options") or {}
     return dict(max_new_tokens=max_tokens, temperature=temperature, top_p=top_p,
                 top_k=max(top_k, 0), ignore_eos=bool(body.get("ignore_eos", False)),
-                stream=bool(body.get("stream", False)), stop=stops,
+                stream=bool(body.get("stream", False)), stop=stops, top_logprobs=top,
+                token_ids=bool(body.get("return_tokens_as_token_ids")),
                 include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")))
 
 
@@ -114,12 +120,16 @@ def create_app(served: Served):
                    else served.codec.encode_prompt(body.get("prompt")))
         except BadRequest as exc:
             return error(400, str(exc))
+        if served.fault == "unset_temperature_greedy" and body.get("temperature") is None \
+                and (body.get("top_p") is not None or body.get("top_k") is not None):
+            p["temperature"] = 0.0  # top-p or top-k without a temperature: the greedy sentinel
         rid = http.headers.get("x-request-id") or uuid.uuid4().hex
         stop = (stop_matcher(served.codec, p["stop"],
                              step_end_only=served.fault == "stop_past_step")
                 if p["stop"] else None)
         req = Request(rid, ids, p["max_new_tokens"], p["temperature"], p["top_p"], p["top_k"],
-                      arrival_ns=time.time_ns(), ignore_eos=p["ignore_eos"], stop=stop)
+                      arrival_ns=time.time_ns(), ignore_eos=p["ignore_eos"], stop=stop,
+                      top_logprobs=None if p["stream"] else p["top_logprobs"])
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
         try:
@@ -127,7 +137,7 @@ def create_app(served: Served):
         except QueueFull as exc:
             return error(503, str(exc), "overloaded")
         stream = _Stream(served, rid, chat, len(ids), body.get("model") or served.model,
-                         p["stop"])
+                         p["stop"], p["token_ids"])
         if p["stream"]:
             return StreamingResponse(stream.sse(events, http, p["include_usage"]),
                                      media_type="text/event-stream",
@@ -152,9 +162,9 @@ class _Stream:
     """One request's response, built from the scheduler's events."""
 
     def __init__(self, served: Served, rid: str, chat: bool, n_prompt: int, model: str,
-                 stops: tuple[str, ...] = ()) -> None:
+                 stops: tuple[str, ...] = (), token_ids: bool = False) -> None:
         self.served, self.rid, self.chat, self.n_prompt = served, rid, chat, n_prompt
-        self.model, self.stops = model, stops
+        self.model, self.stops, self.token_ids = model, stops, token_ids
         #: streamed text held back: the tail a stop string may still complete, or all from
         #: a stop string on until the engine says it stopped there
         self.held = ""
@@ -243,8 +253,22 @@ class _Stream:
             self.served.scheduler.cancel(self.rid)
             raise
 
+    def _token(self, i: int) -> str:
+        return f"token_id:{i}" if self.token_ids else self.served.codec.decode([i])
+
+    def _logprobs(self, lps: list, ids: list[int]) -> dict[str, Any]:
+        """The answer's log-probabilities as OpenAI's chat (``content``) or completions API
+        lays them out."""
+        if self.chat:
+            return {"content": [{"token": self._token(t), "logprob": lp, "top_logprobs": [
+                {"token": self._token(a), "logprob": v} for a, v in top]}
+                for t, (lp, top) in zip(ids, lps)]}
+        return {"tokens": [self._token(t) for t in ids[:len(lps)]],
+                "token_logprobs": [lp for lp, _ in lps],
+                "top_logprobs": [{self._token(a): v for a, v in top} for _, top in lps]}
+
     async def whole(self, events: asyncio.Queue, http) -> dict:
-        finish = None
+        finish, lps = None, None
         async for ev in self._events(events, http):
             if ev.kind == "tokens":
                 assert ev.tokens is not None  # a tokens event carries them
@@ -253,6 +277,7 @@ class _Stream:
             elif ev.kind == "done":
                 assert ev.output is not None  # a done event carries the output
                 finish = ev.output.finish_reason
+                lps = ev.output.logprobs
             else:
                 return {"error": {"message": ev.error}}
         text = self._cut(self.served.codec.decode(self.detok.ids), finish)
@@ -261,6 +286,8 @@ class _Stream:
                       "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text, "finish_reason": finish}
+        if lps:
+            choice["logprobs"] = self._logprobs(lps, self.detok.ids)
         return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
                 "created": self.created, "model": self.model, "choices": [choice],
                 "usage": self._usage()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 
@@ -212,3 +213,25 @@ def test_records_can_go_to_an_external_collector():
     receiver.close()
     (stats,) = collector.snapshot().totals.values()
     assert stats.num_requests == 1 and stats.output_tokens == 12 and stats.num_steps > 0
+
+
+def test_log_probabilities_are_the_targets_raw_ones_in_either_apis_layout(engine, client):
+    """Greedy: each committed token is its position's top-1, its log-probability the first
+    alternative's; the chat and completions layouts carry the same figures."""
+    body = {"prompt": PROMPT, "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+    comp = client.post("/v1/completions", json={**body, "logprobs": 3}).json()["choices"][0]
+    lp = comp["logprobs"]
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 12
+    for tok, v, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+        assert len(top) == 3 and max(top.values()) == pytest.approx(v) and top[tok] == v
+        assert v <= 0 and sum(math.exp(x) for x in top.values()) <= 1 + 1e-6
+    chat = client.post("/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 12, "temperature": 0,
+        "ignore_eos": True, "logprobs": True, "top_logprobs": 2,
+        "return_tokens_as_token_ids": True}).json()["choices"][0]
+    content = chat["logprobs"]["content"]
+    assert len(content) == 12 and all(c["token"].startswith("token_id:") for c in content)
+    assert all(c["top_logprobs"][0]["token"] == c["token"] for c in content)
+    plain = client.post("/v1/completions", json=body).json()["choices"][0]
+    assert "logprobs" not in plain  # only where asked
+    assert client.post("/v1/completions", json={**body, "logprobs": 21}).status_code == 400
