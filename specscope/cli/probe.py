@@ -24,8 +24,10 @@ other classes have decided. Each round is bounded by --requests, --max-tokens, -
 
 More classes (--classes, or --classes all): top-p/unset-t and top-k/unset-t (top-p 0.9 or
 top-k 20 with the temperature left out: the engine's default applies, --default-temperature),
-and stops (greedy answers cut by max_tokens and stop strings). A class whose requests the
-server refuses (HTTP 400) is reported as not supported, never a FAIL or an ERROR.
+stops (greedy answers cut by max_tokens and stop strings) and prefix (greedy prompts with a
+long shared prefix, alone, repeated and at concurrency, against the alone answer). A class
+whose requests the server refuses (HTTP 400) is reported as not supported, never a FAIL or an
+ERROR.
 
 What it checks, per class, from the engine's own log-probabilities:
   greedy losslessness     every committed token is its position's top-1; one that trails it
@@ -48,6 +50,10 @@ What it checks, per class, from the engine's own log-probabilities:
                           stop strings end exactly where the uncut answer says; one that
                           runs past its cut FAILs at once (a stop missed inside a verify
                           step); PASS after 13 agreeing cuts
+  shared prefix honoured  (--classes ...,prefix) repeated and concurrent greedy answers agree
+                          with the alone one up to near-tie flips, and carry no corruption
+                          signature it lacks (U+FFFD, a token repeated 16 times, a literal
+                          special token)
   sharpness honoured      over every sampled class at once: a sequential likelihood ratio
   (sampled)               of the requested temperature against 0.5x to 2x it, read among the
                           returned tokens surely inside each distribution (exact at any
@@ -197,7 +203,8 @@ def register(sub) -> None:
                    help="classes to send, comma-separated, or 'all': greedy, temperature, top-p, "
                    "top-k (default: these four), top-p/unset-t and top-k/unset-t (the "
                    "temperature left out: the engine's default applies) and stops (greedy "
-                   "answers cut by max_tokens and stop strings); a class whose requests the "
+                   "answers cut by max_tokens and stop strings) and prefix (a long shared prefix, alone, "
+                   "repeated and at concurrency); a class whose requests the "
                    "server refuses (HTTP 400) is reported as not supported")
     p.add_argument("--default-temperature", type=float, default=None, metavar="T",
                    help="the engine's temperature where a request leaves it out, for the "

@@ -30,10 +30,12 @@ from .policy import parse_policy
 #: length_past_step: max_tokens checked once per step, after all its tokens are committed
 #: unset_temperature_greedy: a request with top-p or top-k and no temperature taken as greedy
 #: (normalised to the greedy sentinel; served by ``specscope serve-engine``)
+#: batch_row_mixup: with two or more requests in a verify step, the token verify draws for the
+#: last row (its bonus or correction) is row 0's (a batch-row offset: the probe's prefix class)
 FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
           "greedy_second_choice", "temperature_twice", "top_p_ignored", "residual_argmax",
           "bonus_argmax", "accept_ignores_q", "stop_past_step", "length_past_step",
-          "unset_temperature_greedy")
+          "unset_temperature_greedy", "batch_row_mixup")
 #: the faults that live in speculative sampling's chain verify
 CHAIN_FAULTS = ("draft_prob_shortcut", "residual_argmax", "bonus_argmax", "accept_ignores_q")
 

@@ -394,6 +394,8 @@ class SpeculativeDecoder:
                     draft_tokens=drafted, draft_token_probs=q_drafted)
             acc = num_acc.tolist()  # the engine's own readback: it must know what to commit
             toks = fixed.tolist()
+            if cfg.fault == "batch_row_mixup" and b > 1:  # the last row's own token: row 0's
+                toks[-1][acc[-1]] = toks[0][acc[0]]
         for row, a, n in zip(rows, acc, lens):  # the request's own figures, from the host copy
             if not n:  # an n-gram row that drafted nothing: no draft of its own, as engines count
                 continue

@@ -163,6 +163,8 @@ class Answer:
     #: at a rejection) from the engine's own counts; None where it gives none
     verified_at_most: int | None = None
     why_unplaced: str = ""  #: why the roles stay unknown, where they do
+    #: the prefix class's phase it was sent in ("alone", "repeated", "concurrent"), else ""
+    phase: str = ""
 
 
 def body(plan: Any, engine: str, cls: str, prompt: str, sampling: dict[str, Any], model: str,

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import httpx
 
 from .. import sampling
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
@@ -16,11 +18,11 @@ from .distribution import distribution_check
 from .sharpness import sharpness_check
 from .result import ERROR, ProbeResult
 from .verified import guard, infer_ngram, select
+from . import prefix
+from .prefix import PREFIX
 from .stops import BASES, STOPS, base_of, cuts, is_cut, stops_check
 from .workload import CLASSES, OPEN_ENDED, REPETITIVE, RISKY, ProbePlan, class_code
 
-if TYPE_CHECKING:
-    import httpx
 
 
 def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
@@ -90,26 +92,29 @@ def ask(url: str, engine: str, model: str, plan: ProbePlan, sem: Semantics, dtyp
             return None
         return lambda done: overall(run_checks(before + list(done), sem, dtype)) == FAIL
 
-    wants_cut = {"stops": STOPS in plan.classes}
+    apart = {c: sender for c, sender in ((STOPS, send_stops), (PREFIX, send_prefix))
+             if c in plan.classes}
 
     def cut(answers: list[Answer], took: int) -> tuple[list[Answer], int]:
-        """The stops class's round, once the greedy answers it cuts are in (``stops.py``)."""
-        if not wants_cut.pop("stops", False) or any(a.engine_failed for a in answers):
-            return answers, took
-        left = plan.deadline_s - (time.monotonic() - t0)
-        if left <= 0 or (plan.fail_fast and answers and
-                         overall(run_checks(answers, sem, dtype)) == FAIL):
-            return answers, took
-        part = replace(plan, deadline_s=left, seed=plan.seed + len(answers))
-        got, took = send_stops(url, engine, model, part, answers, took, stop_at(answers),
+        """The classes sent apart (``stops.py``, ``prefix.py``), once the greedy answers the
+        stops class cuts are in: each once, before the risky classes."""
+        while apart:
+            _, sender = apart.popitem()
+            left = plan.deadline_s - (time.monotonic() - t0)
+            if left <= 0 or any(a.engine_failed for a in answers) or (
+                    plan.fail_fast and answers and overall(run_checks(answers, sem, dtype)) == FAIL):
+                return answers, took
+            part = replace(plan, deadline_s=left, seed=plan.seed + len(answers))
+            got, took = sender(url, engine, model, part, answers, took, stop_at(answers),
                                http, t0)
-        return answers + got, took
+            answers = answers + got
+        return answers, took
 
     if not plan.until_decided:
         got, took = send(url, engine, model, plan, plan.requests_to_send(), top_logprobs,
                          stop_at([]), client=http, t_start=t0)
         return cut(got, took)
-    main = tuple(c for c in plan.classes if c != STOPS)
+    main = tuple(c for c in plan.classes if c not in (STOPS, PREFIX))
     safe = tuple(c for c in main if c not in RISKY)
     risky = tuple(c for c in main if c in RISKY)
     per_class = max(1, plan.requests // max(1, len(main)))
@@ -198,6 +203,56 @@ def capabilities(answers: list[Answer]) -> dict[str, dict[str, Any]]:
         out[cls] = {"state": state, "answered": answered, "requests": len(mine),
                     "refused": len(no), **({"server_said": said} if said else {})}
     return out
+
+
+def send_prefix(url: str, engine: str, model: str, plan: ProbePlan, answers: list[Answer],
+                top_logprobs: int, stop: Any, http: Any, t0: float) -> tuple[list[Answer], int]:
+    """The prefix class's requests (``prefix.py``): greedy prompts sharing a long prefix (as
+    long as the server's context allows: halved while it refuses the first as too long), each
+    alone, alone again, then all at once twice."""
+    try:
+        listed = http.get(url.rstrip("/") + "/v1/models", timeout=plan.timeout_s).json()
+        context = (listed.get("data") or [{}])[0].get("max_model_len")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        context = None
+    chars = prefix.prefix_tokens(context if isinstance(context, int) else None,
+                                 plan.max_tokens) * prefix.CHARS_PER_TOKEN
+    got: list[Answer] = []
+    took = top_logprobs
+    for _ in range(4):
+        asks = prefix.prompts(prefix.document(chars, (*REPETITIVE, *OPEN_ENDED)))
+        first, took = send(url, engine, model, replace(plan, concurrency=1),
+                           [(PREFIX, asks[0], {"temperature": 0.0})], took, stop, client=http,
+                           t_start=t0)
+        if first[0].status != 400:
+            got += first
+            break
+        chars //= 2  # refused: too long for its context, as the server says
+    else:
+        return _indexed(first, answers), took  # refused at every size: said as not supported
+
+    def phase(name: str, requests: list[str], concurrency: int) -> None:
+        nonlocal took
+        sent, took = send(url, engine, model, replace(plan, concurrency=concurrency),
+                          [(PREFIX, p, {"temperature": 0.0}) for p in requests], took, stop,
+                          client=http, t_start=t0)
+        for a in sent:
+            a.phase = name
+        got.extend(sent)
+
+    got[-1].phase = prefix.ALONE
+    phase(prefix.ALONE, asks[1:], 1)
+    phase(prefix.REPEATED, asks, 1)
+    phase(prefix.CONCURRENT, asks, len(asks))
+    phase(prefix.CONCURRENT, asks, len(asks))
+    return _indexed(got, answers), took
+
+
+def _indexed(got: list[Answer], before: list[Answer]) -> list[Answer]:
+    """``got`` numbered after ``before`` and in the order sent."""
+    for i, a in enumerate(got):
+        a.index = len(before) + i
+    return got
 
 
 def undecided(checks: list[Assessment], classes: tuple[str, ...]) -> tuple[str, ...]:
@@ -298,6 +353,10 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
             if code & (sampling.TOP_P | sampling.TOP_K):
                 found.append(truncation_check(positions, sem, label=cls, margin=tie_margin(dtype)))
         checks += [replace(c, evidence={**c.evidence, "probe_class": cls}) for c in found]
+    shared = [a for a in answers if a.cls == PREFIX]
+    if any(a.phase for a in shared) and not refused(shared):
+        c = prefix.prefix_check(shared, tie_margin(dtype))
+        checks.append(replace(c, evidence={**c.evidence, "probe_class": PREFIX}))
     cut_answers = [a for a in answers if a.cls == STOPS and is_cut(a.sampling)]
     if cut_answers and not refused(cut_answers):
         bases = {b.prompt: b for b in (base_of(a) for a in answers

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import sampling
 from .ngram import NgramSettings
+from .prefix import PREFIX
 from .stops import STOPS
 
 #: the sampling classes the probe sends, by name (``specscope.sampling``): each class's request
@@ -31,7 +32,7 @@ CLASSES.update({"top-p" + UNSET_T: {"top_p": 0.9}, "top-k" + UNSET_T: {"top_k": 
 #: request answered HTTP 500): what the other classes show is in before the risk is taken
 RISKY = ("top-k", "top-k" + UNSET_T)
 #: every class the probe knows (``--classes all``), the risky ones sent last whatever the order
-ALL_CLASSES = (*CLASSES, STOPS)
+ALL_CLASSES = (*CLASSES, STOPS, PREFIX)
 
 
 def class_code(cls: str) -> int:
@@ -110,12 +111,13 @@ class ProbePlan:
         """(class, prompt, sampling fields) per request: classes in turn, the risky ones
         (``RISKY``) after all the others; greedy requests take the repetitive prompts first,
         sampled ones alternate repetitive and open-ended."""
-        unknown = [c for c in self.classes if c not in CLASSES and c != STOPS]
+        unknown = [c for c in self.classes if c not in CLASSES and c not in (STOPS, PREFIX)]
         if unknown:
             raise ValueError(f"unknown probe class(es) {', '.join(unknown)}; known: "
-                             f"{', '.join((*CLASSES, STOPS))}")
+                             f"{', '.join(ALL_CLASSES)}")
         out = []
-        classes = tuple(c for c in self.classes if c != STOPS)  # sent apart (``stops.py``)
+        # the classes sent apart (``stops.py``, ``prefix.py``)
+        classes = tuple(c for c in self.classes if c not in (STOPS, PREFIX))
         if not classes:
             return []
         for i in range(self.requests):

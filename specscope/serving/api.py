@@ -33,7 +33,8 @@ class Served:
     model: str
     max_tokens_limit: int = 4096
     collector: Any = None  #: a specscope Collector for /metrics, or None
-    fault: str = ""  #: the decoder's seeded fault, where one lives in the API's stop check
+    fault: str = ""  #: the decoder's seeded fault, where one lives in the API
+    max_model_len: int | None = None  #: prompt and output tokens the model can hold
 
 
 def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
@@ -73,7 +74,9 @@ def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
     if top is not None and not 0 <= top <= 20:
         raise BadRequest("top_logprobs (logprobs) must be between 0 and 20")
     opts = body.get("stream_options") or {}
-    return dict(max_new_tokens=max_tokens, temperature=temperature, top_p=top_p,
+    given = body.get("max_completion_tokens" if chat else "max_tokens") is not None or \
+        body.get("max_tokens") is not None
+    return dict(max_new_tokens=max_tokens, max_given=given, temperature=temperature, top_p=top_p,
                 top_k=max(top_k, 0), ignore_eos=bool(body.get("ignore_eos", False)),
                 stream=bool(body.get("stream", False)), stop=stops, top_logprobs=top,
                 token_ids=bool(body.get("return_tokens_as_token_ids")),
@@ -96,7 +99,8 @@ def create_app(served: Served):
     @app.get("/v1/models")
     async def models():
         return {"object": "list", "data": [{"id": served.model, "object": "model",
-                                            "created": 0, "owned_by": "specscope"}]}
+                                            "created": 0, "owned_by": "specscope",
+                                            "max_model_len": served.max_model_len}]}
 
     @app.get("/metrics")
     async def metrics():
@@ -118,6 +122,13 @@ def create_app(served: Served):
             p = _params(body, served.max_tokens_limit, chat)
             ids = (served.codec.encode_chat(body.get("messages")) if chat
                    else served.codec.encode_prompt(body.get("prompt")))
+            room = served.max_model_len - len(ids) if served.max_model_len else None
+            if room is not None and not p["max_given"]:  # what the context leaves, as vLLM
+                p["max_new_tokens"] = max(1, min(p["max_new_tokens"], room))
+            if room is not None and p["max_new_tokens"] > room:
+                raise BadRequest(f"the prompt's {len(ids)} tokens and max_tokens "
+                                 f"{p['max_new_tokens']} exceed the model's context of "
+                                 f"{served.max_model_len} tokens")
         except BadRequest as exc:
             return error(400, str(exc))
         if served.fault == "unset_temperature_greedy" and body.get("temperature") is None \

@@ -76,7 +76,9 @@ class Engine:
         vocab = pair.target.config.vocab_size
         self.served = Served(self.scheduler, Codec(pair.tokenizer, vocab), pair.name,
                              opts.max_tokens_limit, self.collector if opts.hooks else None,
-                             fault=cfg.fault)
+                             fault=cfg.fault,
+                             max_model_len=getattr(pair.target.config, "max_position_embeddings",
+                                                   None))
 
     def app(self):
         return create_app(self.served)
