@@ -158,7 +158,10 @@ def send_stops(url: str, engine: str, model: str, plan: ProbePlan, answers: list
     took = top_logprobs
     if len(bases) < BASES:
         have = {b.prompt for b in bases}
-        prompts = [p for p in (*REPETITIVE, *OPEN_ENDED) if p not in have][:BASES - len(bases)]
+        # twice the number missing: a prompt's greedy answer may end at once (an
+        # end-of-sequence token first, as raw completions of an instruct model often do)
+        prompts = [p for p in (*REPETITIVE, *OPEN_ENDED)
+                   if p not in have][:2 * (BASES - len(bases))]
         got, took = send(url, engine, model, plan, [(STOPS, p, {"temperature": 0.0})
                                                     for p in prompts], took, stop,
                          client=http, t_start=t0)

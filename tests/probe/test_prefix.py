@@ -12,7 +12,6 @@ from specscope.probe.checks import Position
 from specscope.probe.client import Answer
 from specscope.probe.prefix import (ALONE, CONCURRENT, REPEATED, document, parting, prefix_check,
                                     prefix_tokens, prompts, signatures)
-from tests.probe.test_stops import _Through
 
 TIE = 0.25
 
@@ -70,17 +69,16 @@ def test_the_prefix_is_sized_from_the_context_and_shared():
 @pytest.mark.parametrize("fault,state", [("", PASS), ("batch_row_mixup", FAIL)])
 def test_the_reference_engine_passes_clean_and_fails_a_batch_row_fault(fault, state):
     pytest.importorskip("fastapi")
-    from fastapi.testclient import TestClient
-
     from specscope.engine.decoder import SpecConfig
+    from specscope.serving.inprocess import in_process
     from specscope.serving.server import Engine, EngineOptions
 
     eng = Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=3, fault=fault),
                                max_batch=8, hooks=False))
     try:
-        with TestClient(eng.app()) as client:
+        with in_process(eng.app()) as transport:
             result = probe("http://testserver", ProbePlan(classes=("prefix",), fail_fast=False),
-                           transport=_Through(client))
+                           transport=transport)
     finally:
         eng.close()
     (check,) = result.checks

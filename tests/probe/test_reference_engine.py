@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from specscope.probe import ProbePlan, format_probe, probe
-from tests.probe.test_stops import _Through
 
 pytest.importorskip("fastapi")
 
@@ -17,16 +16,15 @@ PLAN = ProbePlan(classes=("greedy", "temperature", "top-p", "top-p/unset-t"), re
 
 
 def _probe(fault: str):
-    from fastapi.testclient import TestClient
-
     from specscope.engine.decoder import SpecConfig
+    from specscope.serving.inprocess import in_process
     from specscope.serving.server import Engine, EngineOptions
 
     eng = Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=3, fault=fault),
                                max_batch=4, hooks=False))
     try:
-        with TestClient(eng.app()) as client:
-            return probe("http://testserver", PLAN, transport=_Through(client))
+        with in_process(eng.app()) as transport:
+            return probe("http://testserver", PLAN, transport=transport)
     finally:
         eng.close()
 

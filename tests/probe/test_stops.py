@@ -55,26 +55,13 @@ def test_the_check_fails_on_one_fault_and_passes_only_past_its_stated_size():
     assert stops_check(bases, parted).state == INCONCLUSIVE  # never judged, never passed
 
 
-class _Through(httpx.BaseTransport):
-    """The probe's requests, answered by an application in this process."""
-
-    def __init__(self, client) -> None:
-        self.client = client
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        r = self.client.request(request.method, request.url.path, content=request.read(),
-                                headers=dict(request.headers))
-        return httpx.Response(r.status_code, headers=r.headers, content=r.content)
-
-
 @pytest.fixture(scope="module")
 def reference():
     """The reference engine (tiny model, chain of 3), one per seeded fault, behind the probe's
     transport seam (no port)."""
     pytest.importorskip("fastapi")
-    from fastapi.testclient import TestClient
-
     from specscope.engine.decoder import SpecConfig
+    from specscope.serving.inprocess import InProcess
     from specscope.serving.server import Engine, EngineOptions
 
     made = []
@@ -82,13 +69,13 @@ def reference():
     def serve(fault: str = ""):
         eng = Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=3, fault=fault),
                                    max_batch=4, hooks=False))
-        client = TestClient(eng.app()).__enter__()
-        made.append((eng, client))
-        return _Through(client)
+        transport = InProcess(eng.app()).start()
+        made.append((eng, transport))
+        return transport
 
     yield serve
-    for eng, client in made:
-        client.__exit__(None, None, None)
+    for eng, transport in made:
+        transport.stop()
         eng.close()
 
 
@@ -103,13 +90,12 @@ def test_the_probe_passes_the_honest_reference_and_fails_its_step_faults(referen
         assert said in check.evidence["message"], check.evidence["message"]
 
 
-class _Refusing(_Through):
+class _Refusing(httpx.BaseTransport):
     """A server that does not take ``stop`` (HTTP 400, its words) or, with ``everything``,
     any request of the class."""
 
-    def __init__(self, client, everything: bool = False) -> None:
-        super().__init__(client)
-        self.everything = everything
+    def __init__(self, inner: httpx.BaseTransport, everything: bool = False) -> None:
+        self.inner, self.everything = inner, everything
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         body = request.read()
@@ -117,14 +103,14 @@ class _Refusing(_Through):
                                      and b'"max_tokens": 64' not in body)
         if cut:
             return httpx.Response(400, json={"error": {"message": "unsupported parameter"}})
-        return super().handle_request(request)
+        return self.inner.handle_request(request)
 
 
 @pytest.mark.parametrize("everything", [False, True])
 def test_a_refused_parameter_is_reported_as_not_supported_never_a_fail_or_an_error(
         reference, everything):
     transport = reference("")
-    refusing = _Refusing(transport.client, everything)
+    refusing = _Refusing(transport, everything)
     result = probe("http://testserver", ProbePlan(classes=("stops",)), transport=refusing)
     said = result.classes["stops"]
     assert said["refused"] > 0 and said["server_said"] == "HTTP 400: unsupported parameter"
