@@ -18,6 +18,7 @@ from .fleet import bench_fleet
 from .engine import bench_decoder, bench_drafts, bench_hf, bench_hooks, bench_margins, bench_policy
 from .explain import bench_explain, bench_ngram_categories
 from .imports import bench_logs, bench_notebook
+from .probe_classes import bench_probe_classes
 from .probe import (bench_probe, bench_shapes, bench_sglang_probe, bench_sglang_shapes,
                     bench_verdicts)
 from .reliability import bench_reliability
@@ -36,7 +37,8 @@ BENCHES = {"dashboard": bench_dashboard, "serve": bench_serve, "hooks": bench_ho
            "reliability": bench_reliability, "detectors": bench_detectors,
            "probe": bench_probe, "sglang-probe": bench_sglang_probe, "fleet": bench_fleet,
            "sweeps": bench_sweeps, "verdicts": bench_verdicts,
-           "shapes": bench_shapes, "sglang-shapes": bench_sglang_shapes, "stops": bench_stops}
+           "shapes": bench_shapes, "sglang-shapes": bench_sglang_shapes, "stops": bench_stops,
+           "probe-classes": bench_probe_classes}
 
 
 def main() -> int:
