@@ -42,7 +42,7 @@ PHOENIX_VERSION := 20.26.1
 PHOENIX_VENV    ?= .venv-phoenix
 PHOENIX_STAMP   := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 
-.PHONY: demo lint test test-sweeps test-fast bench soak client-check clean docs vllm-env llamacpp-env phoenix-env sglang-env
+.PHONY: demo lint test test-long test-sweeps test-fast bench soak client-check clean docs vllm-env llamacpp-env phoenix-env sglang-env
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -123,7 +123,12 @@ ENGINE_ENV = SPECSCOPE_VLLM_PYTHON=$(VLLM_VENV)/bin/python SPECSCOPE_LLAMACPP_PY
 test: lint $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(PHOENIX_STAMP) $(SGLANG_STAMP)
 	$(ENGINE_ENV) OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not sweeps" --ignore=tests/engines \
 	  -n 2 --dist loadfile
-	$(ENGINE_ENV) $(PY) -m pytest -q -m "not sweeps" tests/engines
+	$(ENGINE_ENV) $(PY) -m pytest -q -m "not sweeps and not long" tests/engines
+
+# the real-engine tests of a minute or more (two servers each), apart from make test to keep it
+# under 15 minutes; CI runs them after it
+test-long: $(STAMP) $(VLLM_STAMP) $(SGLANG_STAMP)
+	$(ENGINE_ENV) $(PY) -m pytest -q -m long tests/engines
 
 # recipe sweeps on the real engines: a server per setting, minutes each (CI runs them too)
 test-sweeps: $(STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(SGLANG_STAMP)

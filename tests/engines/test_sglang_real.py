@@ -369,6 +369,7 @@ def top1_share(responses: list) -> tuple[int, int]:
     return below, counted
 
 
+@pytest.mark.long
 def test_eagle3_with_a_random_head_and_sglang_without_speculation(
         sglang_env, sglang_model, prompts, tmp_path):  # noqa: F811
     """EAGLE3 through a one-layer head with random weights, made here from a config: the

@@ -414,6 +414,7 @@ def test_five_views_of_one_vllm_run_agree_and_vllm_cpu_verify_is_caught(
     assert a.not_contained["ttft_ms"] == 0, format_agreement(a)
 
 
+@pytest.mark.long
 def test_diverge_over_vllms_own_greedy_outputs_and_the_spans_import(vllm_env, smollm2_checkpoints, prompts, tmp_path):
     """The greedy workload served by vLLM without and with speculation (the 4-bit draft, k = 3),
     each response with its tokens as ids and top-2 log-probabilities: `diverge` over the two
