@@ -30,12 +30,14 @@ from .policy import parse_policy
 #: length_past_step: max_tokens checked once per step, after all its tokens are committed
 #: unset_temperature_greedy: a request with top-p or top-k and no temperature taken as greedy
 #: (normalised to the greedy sentinel; served by ``specscope serve-engine``)
+#: penalty_first_only: presence and frequency penalties applied at each verify pass's first
+#: position only, its drafted positions verified unpenalised (the probe's penalties class)
 #: batch_row_mixup: with two or more requests in a verify step, the token verify draws for the
 #: last row (its bonus or correction) is row 0's (a batch-row offset: the probe's prefix class)
 FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
           "greedy_second_choice", "temperature_twice", "top_p_ignored", "residual_argmax",
           "bonus_argmax", "accept_ignores_q", "stop_past_step", "length_past_step",
-          "unset_temperature_greedy", "batch_row_mixup")
+          "unset_temperature_greedy", "batch_row_mixup", "penalty_first_only")
 #: the faults that live in speculative sampling's chain verify
 CHAIN_FAULTS = ("draft_prob_shortcut", "residual_argmax", "bonus_argmax", "accept_ignores_q")
 
@@ -108,3 +110,25 @@ class SpecConfig:
     def budget(self) -> int:
         """Draft tokens verified per step (root excluded)."""
         return max(0, self.num_draft_tokens - 1)
+
+
+def row_modes(cfg: SpecConfig, reqs: list) -> tuple[list[int], list[str]]:
+    """Per request (each with ``temperature``, ``top_p``, ``top_k``) of a verify step: the
+    verify branch actually taken (0 argmax, 1 target-only, 2 speculative) and the mode the
+    engine reports (a seeded silent fault takes the argmax while reporting the sampler)."""
+    codes, used = [], []
+    configured = 2 if cfg.verify_mode == schema.SPECULATIVE_SAMPLING else 1
+    for r in reqs:
+        truncating = r.top_p < 1.0 or r.top_k > 0
+        if r.temperature <= 0:
+            code, mode = 0, schema.GREEDY
+        elif truncating and not cfg.renorm_kernels:
+            code, mode = 0, schema.FALLBACK_ARGMAX
+        elif cfg.fault == "silent_greedy" or (  # argmax, while reporting the sampler
+                cfg.fault == "silent_greedy_batch_gt2" and len(reqs) > 2):
+            code, mode = 0, cfg.verify_mode
+        else:
+            code, mode = configured, cfg.verify_mode
+        codes.append(code)
+        used.append(mode)
+    return codes, used

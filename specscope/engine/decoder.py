@@ -16,7 +16,7 @@ import torch
 
 from .. import schema
 from . import logprobs, ngram, sampling
-from .config import FAULTS, SpecConfig  # noqa: F401 (re-exported)
+from .config import FAULTS, SpecConfig, row_modes  # noqa: F401 (re-exported)
 from .kv import BatchKV, causal, feed_pending, like_lengths
 from .policy import parse_policy
 from .tree import draft_tree, walk_tree
@@ -40,6 +40,8 @@ class Request:
     #: return each committed token's raw log-probability with this many alternatives (None:
     #: none asked; chains and target-only decoding; a tree's are not returned)
     top_logprobs: int | None = None
+    presence_penalty: float = 0.0  #: OpenAI's, over the output so far (``sampling.penalize``)
+    frequency_penalty: float = 0.0
 
 
 @dataclass
@@ -80,26 +82,6 @@ class SpeculativeDecoder:
         if self.recorder is None:
             return _NullPhase()
         return self.recorder.phase(name, self.step_index)
-
-    def _row_modes(self, reqs: list[Request]) -> tuple[list[int], list[str]]:
-        """Per row: the verify branch actually taken (0 argmax, 1 target-only, 2 speculative)
-        and the mode the engine reports."""
-        codes, used = [], []
-        configured = 2 if self.cfg.verify_mode == schema.SPECULATIVE_SAMPLING else 1
-        for r in reqs:
-            truncating = r.top_p < 1.0 or r.top_k > 0
-            if r.temperature <= 0:
-                code, mode = 0, schema.GREEDY
-            elif truncating and not self.cfg.renorm_kernels:
-                code, mode = 0, schema.FALLBACK_ARGMAX
-            elif self.cfg.fault == "silent_greedy" or (  # argmax, while reporting the sampler
-                    self.cfg.fault == "silent_greedy_batch_gt2" and len(reqs) > 2):
-                code, mode = 0, self.cfg.verify_mode
-            else:
-                code, mode = configured, self.cfg.verify_mode
-            codes.append(code)
-            used.append(mode)
-        return codes, used
 
     @staticmethod
     def _top2(rows: list["_Row"], logits: torch.Tensor) -> None:
@@ -218,6 +200,13 @@ class SpeculativeDecoder:
                 torch.tensor([r.top_k for r in rs], device=dev),
                 sampling.needs_truncation([r.top_p for r in rs], [r.top_k for r in rs]))
 
+    def _penalized(self, rows: list["_Row"], logits: torch.Tensor, tokens=None, sees=None):
+        """``logits`` with each row's presence and frequency penalties (``sampling.penalize``)."""
+        return sampling.penalize(logits, [row.out.token_ids for row in rows],
+                                 [row.req.presence_penalty for row in rows],
+                                 [row.req.frequency_penalty for row in rows], tokens, sees,
+                                 first_only=self.cfg.fault == "penalty_first_only")
+
     @staticmethod
     def _lps(row: "_Row", logits: torch.Tensor, tokens: list[int]) -> list | None:
         """The committed tokens' log-probabilities where the request asked for them."""
@@ -294,7 +283,8 @@ class SpeculativeDecoder:
         rows = batch.rows
         with self._phase("decode"):
             pending = [row.committed[row.cached_t:] for row in rows]
-            logits = feed_pending(batch.kv_t, pending, [row.cached_t for row in rows])
+            raw = feed_pending(batch.kv_t, pending, [row.cached_t for row in rows])
+            logits = self._penalized(rows, raw)
             temp, top_p, top_k, trunc = self._params(rows)
             toks = sampling.sample_from(sampling.process_probs(logits, temp, top_p, top_k, trunc),
                                         self.gen).tolist()
@@ -309,7 +299,7 @@ class SpeculativeDecoder:
                 draft_depth=depth, depth_reason=why)
         for row in rows:
             row.cached_t = len(row.committed)
-        return [self._commit(row, [tok], on_chunk, self._lps(row, logits[k:k + 1], [tok]))
+        return [self._commit(row, [tok], on_chunk, self._lps(row, raw[k:k + 1], [tok]))
                 for k, (row, tok) in enumerate(zip(rows, toks))]
 
     def _spec_step(self, batch: "Batch", on_chunk, d: int, why: str = ""):
@@ -318,7 +308,7 @@ class SpeculativeDecoder:
         kv_t, kv_d, rows = batch.kv_t, batch.kv_d, batch.rows
         b = len(rows)
         rs = [row.req for row in rows]
-        codes, used = self._row_modes(rs)
+        codes, used = row_modes(self.cfg, rs)
         self._fallbacks(rs, used)
         temp, top_p, top_k, trunc = self._params(rows)
         trunc = trunc and cfg.renorm_kernels
@@ -355,7 +345,8 @@ class SpeculativeDecoder:
                 struct = causal(d + 1, dev)
             else:
                 tokens, pos, struct = tree.tokens, (base - 1)[:, None] + tree.depth, tree.ancestors
-            logits = kv_t.forward(tokens, pos, torch.ones_like(tokens, dtype=torch.bool), struct)
+            raw = kv_t.forward(tokens, pos, torch.ones_like(tokens, dtype=torch.bool), struct)
+            logits = self._penalized(rows, raw, tokens, struct)
         with self._phase("verify_sample"):
             if cfg.fault == "temperature_twice":
                 p = sampling.process_probs(logits, temp * temp, top_p, top_k, trunc)
@@ -415,7 +406,7 @@ class SpeculativeDecoder:
         for k, row in enumerate(rows):
             row.cached_t = len(row.committed) + acc[k]
         return [self._commit(row, toks[k][:acc[k] + 1], on_chunk,
-                             self._lps(row, logits[k], toks[k][:acc[k] + 1])
+                             self._lps(row, raw[k], toks[k][:acc[k] + 1])
                              if keep_idx is None else None)
                 for k, row in enumerate(rows)], acc
 

@@ -118,3 +118,37 @@ def second_choice(fixed: torch.Tensor, logits: torch.Tensor, num_acc: torch.Tens
     out = fixed.clone()
     out[rows, num_acc] = torch.where(mode == 0, second, fixed[rows, num_acc])
     return out
+
+
+def penalize(logits: torch.Tensor, outputs: list[list[int]], presence: list[float],
+             frequency: list[float], tokens: torch.Tensor | None = None,
+             sees: torch.Tensor | None = None, first_only: bool = False) -> torch.Tensor:
+    """Presence and frequency penalties (OpenAI's, as vLLM and SGLang apply them): each
+    token's logit less ``presence`` once it has appeared in the request's output and
+    ``frequency`` per appearance, before temperature.
+
+    ``logits`` ``[B, V]`` (one position per row, after ``outputs``) or ``[B, N, V]`` (a verify
+    pass over ``tokens`` ``[B, N]``, node 0 the last committed token, ``sees`` ``[1 or B, N, N]``
+    which nodes each node follows, itself included): each node's counts take the output so far
+    and the draft tokens on its own path. ``first_only`` seeds the ``penalty_first_only`` fault:
+    penalties at each verify pass's first position only, its drafted positions unpenalised.
+    Rows without penalties are returned as they came."""
+    if not any(presence) and not any(frequency):
+        return logits
+    b, v, dev = logits.shape[0], logits.shape[-1], logits.device
+    counts = torch.zeros(b, v, device=dev)
+    for k, out in enumerate(outputs):
+        if out:
+            counts[k].index_add_(0, torch.tensor(out, device=dev), torch.ones(len(out), device=dev))
+    if logits.dim() == 3:
+        assert tokens is not None and sees is not None, "a verify pass needs its tokens"
+        onehot = torch.nn.functional.one_hot(tokens, v).float()
+        onehot[:, 0] = 0.0  # the root is committed already: in ``outputs``
+        counts = counts[:, None] + torch.bmm(sees.expand(b, -1, -1).float(), onehot)
+    shape = (-1,) + (1,) * (logits.dim() - 1)
+    pres = torch.tensor(presence, device=dev).view(shape)
+    freq = torch.tensor(frequency, device=dev).view(shape)
+    out = logits.float() - pres * (counts > 0) - freq * counts
+    if first_only and logits.dim() == 3:
+        out = torch.cat([out[:, :1], logits[:, 1:].float()], dim=1)
+    return out

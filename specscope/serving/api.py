@@ -67,6 +67,12 @@ def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
         raise BadRequest("temperature >= 0, 0 < top_p <= 1 and top_k >= 0 (or -1) are required")
     if num("n", 1, int) != 1:
         raise BadRequest("only n = 1 is supported")
+    presence, frequency = num("presence_penalty", 0.0), num("frequency_penalty", 0.0)
+    if not (-2 <= presence <= 2 and -2 <= frequency <= 2):
+        raise BadRequest("presence_penalty and frequency_penalty must be between -2 and 2")
+    for key, neutral in (("repetition_penalty", 1.0), ("min_p", 0.0), ("min_tokens", 0)):
+        if num(key, neutral) != neutral:
+            raise BadRequest(f"{key} is not supported")
     stops = stop_strings(body.get("stop"))
     lp = body.get("logprobs")
     top = (num("top_logprobs", 0, int) if lp is True else None) if chat else \
@@ -77,7 +83,8 @@ def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
     given = body.get("max_completion_tokens" if chat else "max_tokens") is not None or \
         body.get("max_tokens") is not None
     return dict(max_new_tokens=max_tokens, max_given=given, temperature=temperature, top_p=top_p,
-                top_k=max(top_k, 0), ignore_eos=bool(body.get("ignore_eos", False)),
+                top_k=max(top_k, 0), presence_penalty=presence, frequency_penalty=frequency,
+                ignore_eos=bool(body.get("ignore_eos", False)),
                 stream=bool(body.get("stream", False)), stop=stops, top_logprobs=top,
                 token_ids=bool(body.get("return_tokens_as_token_ids")),
                 include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")))
@@ -140,7 +147,9 @@ def create_app(served: Served):
                 if p["stop"] else None)
         req = Request(rid, ids, p["max_new_tokens"], p["temperature"], p["top_p"], p["top_k"],
                       arrival_ns=time.time_ns(), ignore_eos=p["ignore_eos"], stop=stop,
-                      top_logprobs=None if p["stream"] else p["top_logprobs"])
+                      top_logprobs=None if p["stream"] else p["top_logprobs"],
+                      presence_penalty=p["presence_penalty"],
+                      frequency_penalty=p["frequency_penalty"])
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
         try:
