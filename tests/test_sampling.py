@@ -25,18 +25,23 @@ def test_every_class_round_trips_through_its_name_and_its_request_fields():
 
 def test_the_probes_and_the_truth_classes_names_are_the_classes_names():
     from specscope.collector.stats import truth_key
+    from specscope.probe.penalties import PENALTIES
     from specscope.probe.workload import CLASSES, UNSET_T, class_code
 
     assert {k: v for k, v in CLASSES.items() if not k.endswith(UNSET_T)} == {
         "greedy": {"temperature": 0.0}, "temperature": {"temperature": 0.8},
-        "top-p": {"temperature": 0.8, "top_p": 0.9}, "top-k": {"temperature": 0.8, "top_k": 20}}
+        "top-p": {"temperature": 0.8, "top_p": 0.9}, "top-k": {"temperature": 0.8, "top_k": 20},
+        # greedy and temperature, their penalties and min-p floor the only differences
+        "penalties": {"temperature": 0.0, "presence_penalty": 1.0, "frequency_penalty": 0.5},
+        "min-p": {"temperature": 0.8, "min_p": 0.1}}
     # the temperature left out: the engine's default (vLLM's 1.0) samples
     assert {k: v for k, v in CLASSES.items() if k.endswith(UNSET_T)} == {
         "top-p/unset-t": {"top_p": 0.9}, "top-k/unset-t": {"top_k": 20}}
     for label, body in CLASSES.items():
         code = sampling.code(body.get("temperature"), body.get("top_p"), body.get("top_k"),
                              engine="vllm")
-        assert sampling.name(code) == label.removesuffix(UNSET_T) and code == class_code(label)
+        named = {PENALTIES: "greedy", "min-p": "temperature"}.get(label, label.removesuffix(UNSET_T))
+        assert sampling.name(code) == named and code == class_code(label)
     assert truth_key("speculative-sampling", 0.9, 20) == "speculative-sampling+top-p+top-k"
     assert truth_key("target-temperature", 1.0, 0) == "target-temperature"
     assert truth_key("greedy", 0.9, 20) == "greedy"  # a greedy request's truncations do nothing

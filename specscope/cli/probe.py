@@ -24,8 +24,10 @@ other classes have decided. Each round is bounded by --requests, --max-tokens, -
 
 More classes (--classes, or --classes all): top-p/unset-t and top-k/unset-t (top-p 0.9 or
 top-k 20 with the temperature left out: the engine's default applies, --default-temperature),
-stops (greedy answers cut by max_tokens and stop strings) and prefix (greedy prompts with a
-long shared prefix, alone, repeated and at concurrency, against the alone answer). A class
+stops (greedy answers cut by max_tokens and stop strings), prefix (greedy prompts with a
+long shared prefix, alone, repeated and at concurrency, against the alone answer),
+penalties (greedy with presence_penalty 1.0 and frequency_penalty 0.5) and min-p
+(temperature 0.8 with min_p 0.1, read by the truncation check alone). A class
 whose requests the server refuses (HTTP 400) is reported as not supported, never a FAIL or an
 ERROR.
 
@@ -38,7 +40,8 @@ What it checks, per class, from the engine's own log-probabilities:
                           the tokens verify committed where the engine says which (vLLM)
   truncation honoured     no committed token lies outside its top-p nucleus (a lower bound of
                           the mass ranked above it, unknown tail bounded, in the engine's
-                          sampler order) or beyond its top-k, by more than the
+                          sampler order), beyond its top-k, or under its min-p floor (its
+                          probability against the top-1's, exact), by more than the
                           dtype's tie margin (--dtype)
   distribution honoured   where in its distribution each committed token fell (mid-rank
                           PIT: mean 0.5 under honest sampling), bounded from the returned
@@ -53,7 +56,14 @@ What it checks, per class, from the engine's own log-probabilities:
   shared prefix honoured  (--classes ...,prefix) repeated and concurrent greedy answers agree
                           with the alone one up to near-tie flips, and carry no corruption
                           signature it lacks (U+FFFD, a token repeated 16 times, a literal
-                          special token)
+                          special token, JSON that does not parse where asked for)
+  penalties honoured      (--classes ...,penalties) every committed token is its position's
+                          argmax once penalised, scored from raw log-probabilities with the
+                          answer's own counts; one a penalised rival beats by more than the
+                          tie margin FAILs at once (penalties skipped on drafted positions);
+                          PASS after 21 positions where the penalties decided. SGLang's
+                          log-probabilities are penalised already (INCONCLUSIVE: compare the
+                          answers with --reference); llama.cpp counts the prompt (not scored)
   sharpness honoured      over every sampled class at once: a sequential likelihood ratio
   (sampled)               of the requested temperature against 0.5x to 2x it, read among the
                           returned tokens surely inside each distribution (exact at any
@@ -245,8 +255,9 @@ def register(sub) -> None:
                    help="the engine's prompt-lookup settings (num_speculative_tokens, "
                    "prompt_lookup_min, prompt_lookup_max, e.g. 4:2:5): the n-gram proposer is "
                    "replayed over vLLM's token ids to test the tokens verify produced")
-    p.add_argument("--reference", help="a target-only endpoint: the greedy prompts are sent "
-                   "there too and each pair compared as `specscope diverge` does")
+    p.add_argument("--reference", help="a target-only endpoint: the greedy prompts (the "
+                   "penalties class's too) are sent there too and each pair compared as "
+                   "`specscope diverge` does")
     p.add_argument("--every", type=float, metavar="SECONDS",
                    help="probe periodically, every SECONDS (with --metrics-port: an exporter)")
     p.add_argument("--rounds", type=int, default=0,

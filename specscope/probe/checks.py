@@ -58,6 +58,7 @@ class Position:
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
+    min_p: float = 0.0  #: tokens under min_p times the top-1's probability are excluded
     #: "accepted" (a draft token verify accepted), "correction" (the token verify drew where
     #: it rejected), "bonus", "undrafted", or "" where the engine does not say
     role: str = ""
@@ -87,6 +88,8 @@ class Semantics:
     processed: bool = False  #: the distribution sampled from (True) or the raw log-softmax
     #: at the request's temperature already, before truncation (SGLang's): never tempered again
     tempered: bool = False
+    #: penalties (presence, frequency) applied already: processed ones, and SGLang's
+    penalised: bool = False
     order: str = TEMPERATURE_FIRST
     vocab: int = DEFAULT_VOCAB
     notes: list[str] = field(default_factory=list)
@@ -255,12 +258,18 @@ def mass_above(p: Position, sem: Semantics, margin: float = 0.0) -> float | None
 def truncation_check(positions: Sequence[Position], sem: Semantics, *, label: str,
                      alpha: float = ALPHA, fault_share: float = 0.05,
                      margin: float = 0.0) -> Assessment:
-    """No committed token lies outside the requested top-p nucleus or top-k set, beyond the
-    dtype's tie ``margin`` (see ``mass_above``)."""
-    known = [p for p in positions if p.known and (p.top_p < 1.0 or p.top_k > 0)]
+    """No committed token lies outside the requested top-p nucleus, top-k set or min-p floor,
+    beyond the dtype's tie ``margin`` (see ``mass_above``, ``min_p_gap``)."""
+    known = [p for p in positions if p.known and (p.top_p < 1.0 or p.top_k > 0 or p.min_p > 0)]
     outside: list[tuple[Position, str]] = []
     for p in known:
         assert p.logprob is not None  # known
+        if p.min_p > 0:
+            below = min_p_gap(p, sem)
+            if below > -math.log(p.min_p) + max(SLACK, margin):
+                outside.append((p, f"its probability is {math.exp(-below):.3g} of the top-1's "
+                                   f"(min-p {p.min_p})"))
+                continue
         if p.top_k > 0:
             above = sum(1 for tok, lp in p.top
                         if lp > p.logprob + max(SLACK, margin) and tok != p.token)
@@ -291,6 +300,17 @@ def truncation_check(positions: Sequence[Position], sem: Semantics, *, label: st
         return Assessment(check, FAIL, ev)
     state = PASS if d.state == PASS else INCONCLUSIVE
     return Assessment(check, state, ev, None if state == PASS else d.need, "positions")
+
+
+def min_p_gap(p: Position, sem: Semantics) -> float:
+    """How far (nats) the committed token's probability lies below its top-1's where min-p
+    judges it: the ratio of two returned probabilities needs no normaliser, so it is exact. The
+    engines that apply temperature first (vLLM, SGLang) apply min-p after it; llama.cpp before."""
+    assert p.logprob is not None and p.top
+    gap = max(0.0, p.top[0][1] - p.logprob)
+    if sem.processed or sem.order == TRUNCATION_FIRST:
+        return gap
+    return gap / max(temperature_left(p, sem), 1e-6)
 
 
 def overall(checks: Sequence[Assessment]) -> str:

@@ -106,6 +106,14 @@ def _detect(http: httpx.Client, url: str, model: str | None) -> tuple[str, str]:
 
 #: what each engine's log-probabilities are unless told otherwise (``logprobs_mode``)
 DEFAULT_LOGPROBS = {"sglang": "tempered"}
+#: engines whose log-probabilities are penalised whatever the mode (SGLang computes them from
+#: logits its penalisers have changed in place; SGLANG_RETURN_ORIGINAL_LOGPROB only skips the
+#: temperature: on 0.5.21 every committed token of a penalised greedy request is their top-1,
+#: with speculation and without)
+PENALISED_LOGPROBS = ("sglang",)
+#: engines whose penalties count more than the answer so far: the probe cannot score them
+PENALTY_WINDOW = {"llamacpp": "llama.cpp counts penalties over its last repeat_last_n (64) "
+                  "tokens, the prompt's included, which the probe does not see"}
 
 
 def semantics(engine: str, logprobs_mode: str | None = None) -> Semantics:
@@ -114,6 +122,7 @@ def semantics(engine: str, logprobs_mode: str | None = None) -> Semantics:
     mode = logprobs_mode or DEFAULT_LOGPROBS.get(engine, "raw")
     sem = Semantics(engine=engine, processed=mode.startswith("processed"),
                     tempered=mode == "tempered",
+                    penalised=mode.startswith("processed") or engine in PENALISED_LOGPROBS,
                     order=TRUNCATION_FIRST if engine == "llamacpp" else TEMPERATURE_FIRST)
     if engine == "llamacpp":
         sem.notes.append("llama.cpp: pre-sampling probabilities (post_sampling_probs off); its "
@@ -126,7 +135,7 @@ def semantics(engine: str, logprobs_mode: str | None = None) -> Semantics:
         sem.notes.append("SGLang: log-probabilities at the request's temperature, before "
                          "top-k/top-p (log_softmax(logits / T); a server started with "
                          "SGLANG_RETURN_ORIGINAL_LOGPROB=1 returns raw ones: --logprobs-mode "
-                         "raw); temperature before top-k/top-p")
+                         "raw), after its penalties; temperature before top-k/top-p")
     return sem
 
 
@@ -231,7 +240,8 @@ def positions_of(response: dict[str, Any], request: str, sampling: dict[str, Any
     for i, (tok, v, top) in enumerate(rows):
         top = tuple(sorted(top, key=lambda x: -x[1]))
         out.append(Position(request=request, index=i, token=tok, logprob=v, top=top if v is not None else (),
-                            temperature=t, top_p=p, top_k=k))
+                            temperature=t, top_p=p, top_k=k,
+                            min_p=float(sampling.get("min_p", 0.0) or 0.0)))
     return out
 
 

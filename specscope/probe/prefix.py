@@ -9,19 +9,21 @@ or concurrent answer that parts from it where the alone answer's top-2 margin is
 dtype's tie margin is structural (FAIL at once); one that parts at a near tie is a numerical
 flip (counted, never judged); where the engine returns no log-probabilities a parting is
 unknown. Every answer is scanned for corruption signatures (U+FFFD, one token repeated
-``RUN`` times or more, literal special tokens): one that the same prompt's alone answer lacks
+``RUN`` times or more, literal special tokens, and JSON that does not parse where the prompt
+asks for JSON and the answer ended by itself): one that the same prompt's alone answer lacks
 FAILs. PASS once the agreeing pairs rule out structural partings in ``RULES_OUT`` or more of
 such requests (one-sided, ``PASS_ALPHA``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
-from .stops import RULES_OUT, positions_needed
+from .stops import RULES_OUT, finish_reason, positions_needed
 
 #: the class's name, as ``--classes`` takes it
 PREFIX = "prefix"
@@ -43,10 +45,12 @@ RUN = 16
 #: special tokens that must never appear in an answer's text
 SPECIAL = ("<|im_end|>", "<|im_start|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>",
            "</s>", "<s>", "<unk>", "<pad>")
+#: the question that asks for JSON: an answer to it that ended by itself must parse
+JSON_QUESTION = 'Give the text above a title, as JSON: {"title": "..."}'
 QUESTIONS = ("Summarise the text above in two sentences.",
              "List three things the text above mentions, one per line.",
              "What is the first instruction in the text above? Answer briefly.",
-             "Write a title for the text above.",
+             JSON_QUESTION,
              "Which numbers appear in the text above?",
              "Explain the text above to a child in one paragraph.")
 
@@ -78,9 +82,26 @@ def prompts(prefix: str, n: int = PROMPTS) -> list[str]:
     return [f"{prefix}\n\n{q}" for q in asked]
 
 
-def signatures(text: str, tokens: Sequence[str]) -> list[str]:
-    """The corruption signatures in one answer."""
+def parses_as_json(text: str) -> bool:
+    """The answer holds one JSON object or array (a code fence and words around it allowed)."""
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    if not starts:
+        return False
+    start = min(starts)
+    end = text.rfind("}" if text[start] == "{" else "]")
+    try:
+        json.loads(text[start:end + 1])
+    except ValueError:
+        return False
+    return True
+
+
+def signatures(text: str, tokens: Sequence[str], json_ended: bool = False) -> list[str]:
+    """The corruption signatures in one answer. ``json_ended``: its prompt asks for JSON and
+    it ended by itself (a stop, not ``max_tokens``), so it must parse."""
     found = []
+    if json_ended and not parses_as_json(text):
+        found.append("invalid JSON where the prompt asks for JSON")
     if "\ufffd" in text:
         found.append("U+FFFD (bytes that are not text)")
     run, longest, last = 0, 0, None
@@ -124,6 +145,11 @@ def parting(alone: Any, other: Any) -> Parting | None:
     return Parting(i, None)
 
 
+def json_ended(answer: Any) -> bool:
+    """The answer's prompt asks for JSON and the answer ended by itself."""
+    return JSON_QUESTION in answer.prompt and finish_reason(answer.response or {}) == "stop"
+
+
 def prefix_check(answers: Sequence[Any], tie_margin: float) -> Assessment:
     """The class's verdict over its answers (``client.Answer``s with ``phase`` set), each
     repeated or concurrent answer against the alone answer of its prompt."""
@@ -137,8 +163,9 @@ def prefix_check(answers: Sequence[Any], tie_margin: float) -> Assessment:
         where = f"request {a.index} ({a.phase})"
         acc = (f"; the engine's own acceptance for it {a.accepted}/{a.drafted}"
                if a.drafted else "")
-        new = [s for s in signatures(a.text, [p.token for p in a.positions])
-               if s not in signatures(ref.text, [p.token for p in ref.positions])]
+        new = [s for s in signatures(a.text, [p.token for p in a.positions], json_ended(a))
+               if s not in signatures(ref.text, [p.token for p in ref.positions],
+                                      json_ended(ref))]
         if new:
             faults.append(f"{where}: {new[0]}, absent from the same prompt alone{acc}")
             continue

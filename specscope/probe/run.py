@@ -13,15 +13,16 @@ from .. import sampling
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
 from ..exact import tie_margin
 from .checks import Semantics, greedy_check, overall, temperature_check, truncation_check
-from .client import ENABLE, Answer, ProbeError, detect, http_client, place, semantics, send
+from .client import ENABLE, PENALTY_WINDOW, Answer, ProbeError, detect, http_client, place, semantics, send
 from .distribution import distribution_check
 from .sharpness import sharpness_check
 from .result import ERROR, ProbeResult
 from .verified import guard, infer_ngram, select
 from . import prefix
+from .penalties import PENALTIES, penalty_check, rescored
 from .prefix import PREFIX
 from .stops import BASES, STOPS, base_of, cuts, is_cut, stops_check
-from .workload import CLASSES, OPEN_ENDED, REPETITIVE, RISKY, ProbePlan, class_code
+from .workload import CLASSES, MIN_P, OPEN_ENDED, REPETITIVE, RISKY, ProbePlan, class_code
 
 
 
@@ -41,7 +42,7 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
         answers, took = ask(url, engine, model, plan, sem, dtype, top_logprobs, http)
         inferred_note = "" if plan.ngram is not None else place_by_inference(answers)
         got = [a for a in answers if a.response is not None]
-        if not got:
+        if not got and not refused(answers):  # (every request refused: no class supported)
             errors = sorted({a.error for a in answers if a.error})[:3]
             raise ProbeError(f"{url}: no request was answered ({'; '.join(errors) or 'none sent'})")
         if not any(p.logprob is not None for a in got for p in a.positions) and \
@@ -54,6 +55,9 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
                              dtype=dtype, verdict=overall(checks),
                              engine_error=engine_failure(answers),
                              classes=capabilities(answers))
+        if not got:
+            result.notes.append("the server refused every request as a bad request (HTTP 400): "
+                                "none of the classes sent is supported there, nothing checked")
         unknown = sum(1 for a in got for p in a.positions if p.logprob is None or not p.top)
         total = sum(len(a.positions) for a in got)
         if unknown:
@@ -342,7 +346,12 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
             continue
         positions = [p for a in mine for p in a.positions]
         code = class_code(cls)
-        if code == sampling.GREEDY:
+        if cls == MIN_P:  # the floor alone: the temperature checks do not model it
+            found = [truncation_check(positions, sem, label=cls, margin=tie_margin(dtype))]
+        elif cls == PENALTIES:
+            found = [penalty_check(mine, tie_margin(dtype), penalised=sem.penalised,
+                                   unscorable=PENALTY_WINDOW.get(sem.engine, ""))]
+        elif code == sampling.GREEDY:
             found = [greedy_check(positions, tie_margin(dtype))]
         else:
             sel = select(mine, silent_drafted_nothing=sem.engine == "llamacpp")
@@ -375,13 +384,16 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
 
 def against_reference(reference: str, plan: ProbePlan, answers: list[Answer], dtype: str,
                       top_logprobs: int, *, client: httpx.Client | None = None) -> Assessment:
-    """The greedy prompts sent to a target-only endpoint too, each pair compared as ``diverge``
-    does (first divergence, the reference's top-2 margin there, tie-flip or structural)."""
+    """The greedy prompts (the penalties class's too) sent to a target-only endpoint, each pair
+    compared as ``diverge`` does (first divergence, the reference's top-2 margin there,
+    penalised where the request was, tie-flip or structural)."""
     from .. import schema
     from ..collector.diverge import TIE_MARGIN, DivergeResult, diverge
 
     engine, model = detect(reference, client=client)
-    greedy = [(i, a) for i, a in enumerate(answers) if a.cls == "greedy" and a.response is not None]
+    greedy = [(i, a) for i, a in enumerate(answers)
+              if a.cls in ("greedy", PENALTIES) and a.response is not None]
+    ref_penalised = semantics(engine).penalised
     ref_answers, _ = send(reference, engine, model, plan,
                           [(a.cls, a.prompt, a.sampling) for _, a in greedy], top_logprobs,
                           client=client)
@@ -393,11 +405,16 @@ def against_reference(reference: str, plan: ProbePlan, answers: list[Answer], dt
     def request(run_id: str, i: int, a: Answer, margins: bool) -> schema.RequestRecord:
         pos = a.positions
         extra = {}
+        scored = rescored(pos, float(a.sampling.get("presence_penalty", 0.0)),
+                          float(a.sampling.get("frequency_penalty", 0.0)))
+        if a.cls == PENALTIES and not ref_penalised:  # margins as the penalised choice saw them
+            margins = margins and all(q is not None for q in scored)
+            pos = [q or p for q, p in zip(scored, pos)]
         if margins and pos and all(len(p.top) >= 2 for p in pos):
             extra = {"top2_margins": tuple(p.top[0][1] - p.top[1][1] for p in pos),
                      "second_token_ids": ids(p.top[1][0] for p in pos)}
         return schema.RequestRecord(
-            run_id=run_id, rank=0, request_id=f"{run_id}-{i}", prompt_id=f"greedy-{i}",
+            run_id=run_id, rank=0, request_id=f"{run_id}-{i}", prompt_id=f"{a.cls}-{i}",
             t_arrival_ns=0, t_first_token_ns=0, t_finish_ns=0, num_prompt_tokens=0,
             num_output_tokens=len(pos), output_token_ids=ids(p.token for p in pos), **extra)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import sampling
 from .ngram import NgramSettings
+from .penalties import FIELDS as PENALTY_FIELDS, PENALTIES
 from .prefix import PREFIX
 from .stops import STOPS
 
@@ -27,6 +28,12 @@ CLASSES: dict[str, dict[str, Any]] = {
 #: such a request to its greedy sentinel under speculation decodes it deterministically.
 UNSET_T = "/unset-t"
 CLASSES.update({"top-p" + UNSET_T: {"top_p": 0.9}, "top-k" + UNSET_T: {"top_k": 20}})
+#: greedy with presence and frequency penalties (``penalties.py``)
+CLASSES[PENALTIES] = dict(PENALTY_FIELDS)
+#: temperature with a min-p floor: only the truncation check reads it (the temperature checks
+#: do not model min-p, which raises the top-1's share)
+MIN_P = "min-p"
+CLASSES[MIN_P] = {"temperature": 0.8, "min_p": 0.1}
 #: the classes most likely to bring an engine down, sent after every other class's requests
 #: (vLLM 0.32's CPU build crashes its engine core on top-k under speculation, every later
 #: request answered HTTP 500): what the other classes show is in before the risk is taken
@@ -37,7 +44,12 @@ ALL_CLASSES = (*CLASSES, STOPS, PREFIX)
 
 def class_code(cls: str) -> int:
     """A probe class's sampling code (``specscope.sampling``): an unset-temperature class
-    samples (every engine's default temperature is above 0)."""
+    samples (every engine's default temperature is above 0); the penalties class is greedy, the
+    min-p class samples."""
+    if cls == PENALTIES:
+        return sampling.GREEDY
+    if cls == MIN_P:
+        return sampling.SAMPLED
     return sampling.of_name(cls[:-len(UNSET_T)] if cls.endswith(UNSET_T) else cls)
 
 

@@ -269,7 +269,13 @@ def test_standalone_as_shipped_is_caught_and_repaired_never_fails(
         fixed, fixed_records, fixed_calls, _ = served(srv, prompts[24:32])
         rc_fixed, _, fixed_verdict = probe(srv.url, "--endpoint", "generate", "--classes",
                                            "greedy,temperature,top-p", "--requests", "6")
+        # the repaired verify applies temperature, top-k and top-p, never min-p (SGLang's own
+        # eagle_sample): tokens under the floor are committed, which the probe FAILs
+        rc_min_p, _, min_p_verdict = probe(srv.url, "--classes", "min-p", "--requests", "12")
     repaired_only(fixed, fixed_records, fixed_calls, fixed_verdict, rc_fixed, tmp_path)
+    (floor,) = min_p_verdict["checks"]
+    assert rc_min_p == 1 and floor["check"] == "truncation honoured (min-p)", min_p_verdict
+    assert floor["state"] == "fail" and floor["num_outside"] >= 2, floor
     logged_as_traced(srv)
     # a saved stream imports as SGLang's, its figures the trace's for that request
     streamed = import_file(tmp_path / "stream.sse")

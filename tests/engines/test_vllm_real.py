@@ -133,6 +133,41 @@ def probe_prompt_lookup(srv: VllmServer) -> dict[str, ProbeResult]:
     return out
 
 
+#: the penalties class alone (greedy with presence and frequency penalties), until it decides
+PENALTIES_PLAN = ProbePlan(classes=("penalties",), requests=12, max_tokens=48, concurrency=4,
+                           deadline_s=60, ngram=NGRAM)
+
+
+def probe_penalties(srv: VllmServer) -> dict[str, ProbeResult]:
+    """The penalties class against the n-gram server clean, then with verify scoring drafted
+    positions unpenalised (the bonus token, sampled apart from verify, still penalised)."""
+    out = {}
+    for phase in ("clean", "penalties_ignored"):
+        srv.fault_file.write_text("" if phase == "clean" else phase)
+        out[phase] = probe(srv.url, PENALTIES_PLAN, dtype="bfloat16")
+    srv.fault_file.write_text("")
+    # vLLM 0.32 refuses min-p under speculation (HTTP 400): not supported, nothing checked
+    out["min-p"] = probe(srv.url, dataclasses.replace(PENALTIES_PLAN, classes=("min-p",)),
+                         dtype="bfloat16")
+    return out
+
+
+def check_penalties(results: dict[str, ProbeResult]) -> None:
+    """vLLM penalises each drafted position with the drafts before it counted: the clean
+    server PASSes (enough positions where the penalties decide, none against them); the
+    fault FAILs on positions where an unpenalised token was committed, more than one."""
+    for phase, r in results.items():
+        print(f"--- penalties, {phase}: {r.seconds:.0f} s")
+        print(format_probe(r))
+    refused = results.pop("min-p")
+    assert refused.classes["min-p"]["state"] == "not supported" and not refused.checks
+    assert refused.verdict == "inconclusive" and "min_p" in refused.classes["min-p"]["server_said"]
+    (clean,) = results["clean"].checks
+    (faulted,) = results["penalties_ignored"].checks
+    assert clean.state == "pass" and clean.evidence["decisive"] >= 21, clean.evidence
+    assert faulted.state == "fail" and faulted.evidence["faults"] >= 2, faulted.evidence
+
+
 def blind(result: ProbeResult) -> dict[str, Assessment]:
     """The checks over the same answers as an engine without token ids or per-step figures
     would give them: the roles of every request that drafted unknown, only its per-request
@@ -250,6 +285,7 @@ def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_c
         records = trace_records(tmp_path / "ngram")
         rounds = repeated_rounds(srv, str(target), prompts[16:])
         probed = probe_prompt_lookup(srv)
+        penalised = probe_penalties(srv)
         # last: the probe's default classes, top-k at the end, which brings vLLM 0.32's CPU
         # engine core down (a step whose batch drafted nothing, with a top-k request in it)
         crash = probe(srv.url, ProbePlan(requests=12, max_tokens=32, concurrency=4, ngram=NGRAM,
@@ -286,6 +322,7 @@ def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_c
     health = schema.latest_health(trace_records(tmp_path / "ngram"))
     assert sum(h.num_hook_errors for h in health) > 0, health
     check_prompt_lookup(probed)
+    check_penalties(penalised)
     # six more workloads, vLLM's counters scraped between them: each equals its trace (a round
     # whose answers repeat no n-gram of their prompts drafts nothing, in both; which rounds do
     # depends on the CPU's arithmetic)

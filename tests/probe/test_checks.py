@@ -74,6 +74,21 @@ def test_outside_the_nucleus_fails_and_renormalising_over_returned_tokens_would_
     assert truncation_check([_pos(many, "t5", top_k=20)], sem, label="top-k").state != "fail"
 
 
+def test_a_token_under_its_min_p_floor_fails_at_the_temperature_the_engine_applies_it():
+    # min-p 0.1 at T 0.8: "c" is exp(-2.0) = 0.135 of the top-1's probability raw, but
+    # exp(-2.0 / 0.8) = 0.082 once tempered: under the floor where temperature comes first
+    top = [("a", -0.5), ("b", -1.5), ("c", -2.5)]
+    c = Position("r", 0, "c", -2.5, tuple(top), temperature=0.8, min_p=0.1)
+    check = truncation_check([c], Semantics(), label="min-p")
+    assert check.state == FAIL and "min-p 0.1" in check.evidence["message"]
+    # llama.cpp applies min-p before temperature: the same token is above its floor there
+    assert truncation_check([c], Semantics(order=TRUNCATION_FIRST), label="min-p").state != FAIL
+    # log-probabilities tempered already (SGLang's) are compared as returned
+    assert truncation_check([c], Semantics(tempered=True), label="min-p").state != FAIL
+    b = Position("r", 1, "b", -1.5, tuple(top), temperature=0.8, min_p=0.1)
+    assert truncation_check([b], Semantics(), label="min-p").state != FAIL  # 0.29 of the top-1
+
+
 def test_a_token_at_the_nucleus_edge_within_bfloat16_rounding_is_not_called_outside():
     """Seen on SGLang's CPU build (bfloat16): a top-p 0.9 request's token with 0.903 of the
     tempered mass ranked above it by the returned log-probabilities; logits off by bfloat16's

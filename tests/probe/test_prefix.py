@@ -11,7 +11,7 @@ from specscope.probe import ProbePlan, format_probe, probe
 from specscope.probe.checks import Position
 from specscope.probe.client import Answer
 from specscope.probe.prefix import (ALONE, CONCURRENT, REPEATED, document, parting, prefix_check,
-                                    prefix_tokens, prompts, signatures)
+                                    parses_as_json, prefix_tokens, prompts, signatures)
 
 TIE = 0.25
 
@@ -39,6 +39,12 @@ def test_corruption_signatures():
     assert "one token repeated 20 times" in signatures("!" * 20, ["!"] * 20)
     assert any("U+FFFD" in s for s in signatures("a\ufffdb", []))
     assert any("<|im_end|>" in s for s in signatures("done<|im_end|>more", []))
+    # JSON where the prompt asks for it and the answer ended by itself: it must parse
+    fenced = '```json\n{"title": "Plan", "items": ["a", "b", "c"]}\n```'
+    assert parses_as_json(fenced) and signatures(fenced, [], json_ended=True) == []
+    broken = '{"title": "Plan", "items": ["a", "b"!!!!'
+    assert "invalid JSON where the prompt asks for JSON" in signatures(broken, [], True)
+    assert signatures(broken, [], json_ended=False) == []  # cut by max_tokens: no evidence
 
 
 def test_structural_partings_and_new_signatures_fail_near_ties_do_not():

@@ -21,6 +21,12 @@ the server runs (clean phase, then faulted phase, one server).
 - ``top_p_ignored``: verify drops top-p (a sampling setting lost under speculation): the
   rejection sampler sees no top-p, so requests that asked for it verify against the whole
   distribution.
+- ``penalties_ignored``: verify scores the drafted positions without presence, frequency or
+  repetition penalties (TensorRT-LLM #17701's shape); the bonus token, sampled apart from
+  verify, is still penalised.
+- ``penalty_drafts_uncounted``: verify's penalties count the output before the step but not
+  the tokens drafted before each position in it (a per-step, not per-token, count: SGLang
+  #33643's shape).
 - ``break_specscope``: what specscope runs on the engine's hot path (reading the verify inputs,
   recording the step, timing the phase, building a request's record) raises ``SystemExit``, to
   show that vLLM serves regardless and the failures are counted.
@@ -132,6 +138,20 @@ def register():
         return constrain(logits, cu_num_draft_tokens, md)
 
     rs.apply_sampling_constraints = apply_sampling_constraints
+
+    sampler = rs.RejectionSampler
+    penalise, combine = sampler.apply_penalties, sampler._combine_outputs_with_spec_tokens
+
+    def apply_penalties(logits, *args, **kwargs):
+        return logits if _active("penalties_ignored") else penalise(logits, *args, **kwargs)
+
+    def combine_outputs(output_token_ids, spec_token_ids=None):
+        if _active("penalty_drafts_uncounted") and spec_token_ids is not None:
+            return [out for out, spec in zip(output_token_ids, spec_token_ids) for _ in spec]
+        return combine(output_token_ids, spec_token_ids)
+
+    sampler.apply_penalties = staticmethod(apply_penalties)
+    sampler._combine_outputs_with_spec_tokens = staticmethod(combine_outputs)
 
     from vllm.v1.spec_decode import llm_base_proposer as lbp
 
