@@ -46,12 +46,12 @@ RUN = 16
 SPECIAL = ("<|im_end|>", "<|im_start|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>",
            "</s>", "<s>", "<unk>", "<pad>")
 #: the question that asks for JSON: an answer to it that ended by itself must parse
-JSON_QUESTION = 'Give the text above a title, as JSON: {"title": "..."}'
+JSON_QUESTION = "Which numbers appear above? In JSON."
 QUESTIONS = ("Summarise the text above in two sentences.",
              "List three things the text above mentions, one per line.",
              "What is the first instruction in the text above? Answer briefly.",
+             "Write a title for the text above.",
              JSON_QUESTION,
-             "Which numbers appear in the text above?",
              "Explain the text above to a child in one paragraph.")
 
 
