@@ -97,6 +97,40 @@ def _real(make, classes: tuple[str, ...], rounds: int, endpoint: str = "chat") -
     return out
 
 
+def sglang_server(tmp: Path, method: str | None, name: str):
+    """A maker of the real SGLang's server (SmolLM2, ``method`` drafting with the model itself,
+    None: no speculation; its CPU verify repaired), or None where SGLang is not installed."""
+    from specscope.engine.models import smollm2_dir
+    from specscope.serving.sglang import (SglangServer, sglang_checkpoint, sglang_python,
+                                          speculative_args)
+
+    python = sglang_python()
+    if python is None:
+        return None
+    launcher = Path(__file__).resolve().parents[1] / "tests" / "engines" / "sglang_cpu" / \
+        "launch.py"
+    model = sglang_checkpoint(smollm2_dir(), tmp / "sglang-model")
+    spec = speculative_args(method, draft=model) if method else []
+    return lambda: SglangServer(
+        model=model, spec=spec, python=python, launcher=launcher, work_dir=tmp / name,
+        log=tmp / f"{name}.log",
+        env={"TORCHDYNAMO_DISABLE": "1", "SGLANG_STANDIN_REPAIRED_VERIFY": "1"})
+
+
+def llamacpp_server():
+    """A maker of llama.cpp's server (SmolLM2 drafting itself, draft-simple k 3), or None
+    where it is not built."""
+    from specscope.engine.models import smollm2_gguf
+    from specscope.serving.llamacpp import LlamaCppServer, llama_server_binary
+
+    try:
+        binary = llama_server_binary()
+    except FileNotFoundError:
+        return None
+    gguf = smollm2_gguf()
+    return lambda: LlamaCppServer(model=gguf, draft=gguf, k=3, binary=binary)
+
+
 def _real_rows(tmp: Path, rounds: int) -> list[Row]:
     rows = []
     try:
@@ -114,32 +148,13 @@ def _real_rows(tmp: Path, rounds: int) -> list[Row]:
                 "left out: the CPU build crashes on top-k under speculation)", rounds))
     except ImportError:
         pass
-    from specscope.serving.sglang import SglangServer, sglang_checkpoint, sglang_python
-
-    python = sglang_python()
-    if python is not None:
-        from specscope.engine.models import smollm2_dir
-        from specscope.serving.sglang import speculative_args
-
-        launcher = Path(__file__).resolve().parents[1] / "tests" / "engines" / "sglang_cpu" / \
-            "launch.py"
-        model = sglang_checkpoint(smollm2_dir(), tmp / "sglang-model")
-        rows.append(_tally(_real(lambda: SglangServer(
-            model=model, spec=speculative_args("STANDALONE", draft=model), python=python,
-            launcher=launcher, work_dir=tmp / "sglang", log=tmp / "sglang.log",
-            env={"TORCHDYNAMO_DISABLE": "1", "SGLANG_STANDIN_REPAIRED_VERIFY": "1"}), NEW,
-            rounds), "SGLang 0.5.21 CPU, SmolLM2, STANDALONE repaired, chat API", rounds))
-    from specscope.engine.models import smollm2_gguf
-    from specscope.serving.llamacpp import LlamaCppServer, llama_server_binary
-
-    try:
-        binary = llama_server_binary()
-    except FileNotFoundError:
-        binary = None
-    if binary is not None:
-        gguf = smollm2_gguf()
-        rows.append(_tally(_real(lambda: LlamaCppServer(model=gguf, draft=gguf, k=3,
-                                                         binary=binary), NEW, rounds),
+    standalone = sglang_server(tmp, "STANDALONE", "sglang")
+    if standalone is not None:
+        rows.append(_tally(_real(standalone, NEW, rounds),
+                           "SGLang 0.5.21 CPU, SmolLM2, STANDALONE repaired, chat API", rounds))
+    llamacpp = llamacpp_server()
+    if llamacpp is not None:
+        rows.append(_tally(_real(llamacpp, NEW, rounds),
                            "llama.cpp build 11434, SmolLM2, speculation draft-simple k 3",
                            rounds))
     return rows

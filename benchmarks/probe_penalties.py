@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import Row
-from .probe_classes import _probe_reference
+from .probe_classes import _probe_reference, llamacpp_server, sglang_server
 
 CHECK = "penalties honoured"
 #: faults seeded by the vLLM test plugin (tests/engines/vllm_faults), switched through its file
@@ -85,25 +85,12 @@ def _vllm_rows(tmp: Path, rounds: int) -> list[Row]:
 
 def _sglang_rows(tmp: Path, rounds: int) -> list[Row]:
     from specscope.probe import ProbePlan, probe
-    from specscope.engine.models import smollm2_dir
-    from specscope.serving.sglang import (SglangServer, sglang_checkpoint, sglang_python,
-                                          speculative_args)
 
-    python = sglang_python()
-    if python is None:
+    spec, target = sglang_server(tmp, "STANDALONE", "spec"), sglang_server(tmp, None, "target")
+    if spec is None or target is None:
         return []
-    launcher = Path(__file__).resolve().parents[1] / "tests" / "engines" / "sglang_cpu" / \
-        "launch.py"
-    model = sglang_checkpoint(smollm2_dir(), tmp / "sglang-model")
-    env = {"TORCHDYNAMO_DISABLE": "1", "SGLANG_STANDIN_REPAIRED_VERIFY": "1"}
-
-    def server(spec: list[str], name: str) -> SglangServer:
-        return SglangServer(model=model, spec=spec, python=python, launcher=launcher,
-                            work_dir=tmp / name, log=tmp / f"{name}.log", env=env)
-
     rows = []
-    with server(speculative_args("STANDALONE", draft=model), "spec") as srv, \
-            server([], "target") as ref:
+    with spec() as srv, target() as ref:
         clean = [probe(srv.url, _plan(1000 + 100 * i)) for i in range(rounds)]
         rows.append(_clean_row("SGLang 0.5.21 CPU, STANDALONE (log-probabilities penalised "
                                "already: never scored)", clean))
@@ -128,15 +115,11 @@ def _sglang_rows(tmp: Path, rounds: int) -> list[Row]:
 
 def _llamacpp_rows(rounds: int) -> list[Row]:
     from specscope.probe import probe
-    from specscope.engine.models import smollm2_gguf
-    from specscope.serving.llamacpp import LlamaCppServer, llama_server_binary
 
-    try:
-        binary = llama_server_binary()
-    except FileNotFoundError:
+    server = llamacpp_server()
+    if server is None:
         return []
-    gguf = smollm2_gguf()
-    with LlamaCppServer(model=gguf, draft=gguf, k=3, binary=binary) as srv:
+    with server() as srv:
         clean = [probe(srv.url, _plan(1000 + 100 * i)) for i in range(rounds)]
     return [_clean_row("llama.cpp build 11434, draft-simple k 3 (counts the prompt: not "
                        "scored)", clean)]
@@ -207,38 +190,22 @@ def bench_probe_min_p(reps: int) -> list[Row]:
                             "reported as not supported, never FAIL or ERROR",
                             "met" if said.get("state") == "not supported" and
                             r.verdict == "inconclusive" else "not met", "one run"))
-        from specscope.serving.sglang import (SglangServer, sglang_checkpoint, sglang_python,
-                                              speculative_args)
-
-        python = sglang_python()
-        if python is not None:
-            launcher = Path(__file__).resolve().parents[1] / "tests" / "engines" / \
-                "sglang_cpu" / "launch.py"
-            model = sglang_checkpoint(smollm2_dir(), tmp / "sglang-model")
-            env = {"TORCHDYNAMO_DISABLE": "1", "SGLANG_STANDIN_REPAIRED_VERIFY": "1"}
-            for spec_args, label, target in (
-                    (speculative_args("STANDALONE", draft=model),
-                     "SGLang 0.5.21 CPU STANDALONE (repaired verify: temperature, top-k, top-p, "
-                     "no min-p)", "FAIL every round (the engine's defect)"),
-                    ([], "SGLang 0.5.21 CPU without speculation (the control)",
-                     "0 false alarms")):
-                with SglangServer(model=model, spec=spec_args, python=python, launcher=launcher,
-                                  work_dir=tmp / label[:12].replace(" ", "-"),
-                                  log=tmp / "sglang.log", env=env) as srv:
-                    got = [probe(srv.url, _min_p_plan(1000 + 100 * i)) for i in range(rounds)]
-                rows.append(_floor_row(label, got, target))
-        from specscope.engine.models import smollm2_gguf
-        from specscope.serving.llamacpp import LlamaCppServer, llama_server_binary
-
-        try:
-            binary = llama_server_binary()
-        except FileNotFoundError:
-            binary = None
-        if binary is not None:
-            gguf = smollm2_gguf()
+        for method, label, target in (
+                ("STANDALONE", "SGLang 0.5.21 CPU STANDALONE (repaired verify: temperature, "
+                 "top-k, top-p, no min-p)", "FAIL every round (the engine's defect)"),
+                (None, "SGLang 0.5.21 CPU without speculation (the control)",
+                 "0 false alarms")):
+            server = sglang_server(tmp, method, method or "target")
+            if server is None:
+                break
+            with server() as srv:
+                got = [probe(srv.url, _min_p_plan(1000 + 100 * i)) for i in range(rounds)]
+            rows.append(_floor_row(label, got, target))
+        server = llamacpp_server()
+        if server is not None:
             # (its rounds take a minute or more each: it answers few positions, so the probe
             # keeps asking until its deadline)
-            with LlamaCppServer(model=gguf, draft=gguf, k=3, binary=binary) as srv:
+            with server() as srv:
                 got = [probe(srv.url, _min_p_plan(1000 + 100 * i)) for i in range(min(rounds, 4))]
             rows.append(_floor_row("llama.cpp build 11434 draft-simple k 3 (first tokens only: "
                                    "none returned after them under speculation)", got,

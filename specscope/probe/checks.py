@@ -265,9 +265,9 @@ def truncation_check(positions: Sequence[Position], sem: Semantics, *, label: st
     for p in known:
         assert p.logprob is not None  # known
         if p.min_p > 0:
-            below = min_p_gap(p, sem)
-            if below > -math.log(p.min_p) + max(SLACK, margin):
-                outside.append((p, f"its probability is {math.exp(-below):.3g} of the top-1's "
+            ratio = under_min_p(p, sem, max(SLACK, margin))
+            if ratio is not None:
+                outside.append((p, f"its probability is {ratio:.3g} of the top-1's "
                                    f"(min-p {p.min_p})"))
                 continue
         if p.top_k > 0:
@@ -302,15 +302,21 @@ def truncation_check(positions: Sequence[Position], sem: Semantics, *, label: st
     return Assessment(check, state, ev, None if state == PASS else d.need, "positions")
 
 
-def min_p_gap(p: Position, sem: Semantics) -> float:
-    """How far (nats) the committed token's probability lies below its top-1's where min-p
-    judges it: the ratio of two returned probabilities needs no normaliser, so it is exact. The
-    engines that apply temperature first (vLLM, SGLang) apply min-p after it; llama.cpp before."""
+def under_min_p(p: Position, sem: Semantics, margin: float) -> float | None:
+    """The committed token's probability as a share of its top-1's where min-p judges it, if
+    that lies under the floor by more than ``margin`` (logit units), else None. The ratio of
+    two returned probabilities needs no normaliser, so it is exact. The engines that apply
+    temperature first (vLLM, SGLang) apply min-p after it; llama.cpp before."""
     assert p.logprob is not None and p.top
-    gap = max(0.0, p.top[0][1] - p.logprob)
+    gap = max(0.0, p.top[0][1] - p.logprob)  # nats, as returned
+    t = p.temperature if p.temperature > 0 else 1.0
     if sem.processed or sem.order == TRUNCATION_FIRST:
-        return gap
-    return gap / max(temperature_left(p, sem), 1e-6)
+        share, below = gap, gap - margin  # the floor applied to what was returned
+    elif sem.tempered:  # returned at T already: a logit margin is margin / T there
+        share, below = gap, gap - margin / t
+    else:  # raw: tempered here
+        share, below = gap / t, (gap - margin) / t
+    return math.exp(-share) if below > -math.log(p.min_p) else None
 
 
 def overall(checks: Sequence[Assessment]) -> str:

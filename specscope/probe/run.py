@@ -405,9 +405,9 @@ def against_reference(reference: str, plan: ProbePlan, answers: list[Answer], dt
     def request(run_id: str, i: int, a: Answer, margins: bool) -> schema.RequestRecord:
         pos = a.positions
         extra = {}
-        scored = rescored(pos, float(a.sampling.get("presence_penalty", 0.0)),
-                          float(a.sampling.get("frequency_penalty", 0.0)))
         if a.cls == PENALTIES and not ref_penalised:  # margins as the penalised choice saw them
+            scored = rescored(pos, float(a.sampling.get("presence_penalty", 0.0)),
+                              float(a.sampling.get("frequency_penalty", 0.0)))
             margins = margins and all(q is not None for q in scored)
             pos = [q or p for q, p in zip(scored, pos)]
         if margins and pos and all(len(p.top) >= 2 for p in pos):
