@@ -36,8 +36,12 @@ from typing import Any, Sequence
 
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
 from .checks import SLACK, Position
+from .stops import positions_needed
 
 PENALTIES = "penalties"
+#: the roles of tokens verify produced (``checks.Position.role``): a draft it accepted, the token
+#: drawn at a rejection, the bonus after a fully accepted draft
+VERIFIED = ("accepted", "correction", "bonus")
 CHECK = "penalties honoured"
 #: the class's request fields: greedy, with penalties strong enough to decide often
 FIELDS: dict[str, Any] = {"temperature": 0.0, "presence_penalty": 1.0, "frequency_penalty": 0.5}
@@ -47,8 +51,8 @@ RULES_OUT, PASS_ALPHA = 0.2, 0.01
 
 
 def decisive_needed(rules_out: float = RULES_OUT, alpha: float = PASS_ALPHA) -> int:
-    """The decisive positions without a fault that rule out ``rules_out`` at ``alpha``."""
-    return math.ceil(math.log(alpha) / math.log(1.0 - rules_out))
+    """The deciding positions without a fault that rule out ``rules_out`` at ``alpha``."""
+    return positions_needed(rules_out, alpha)
 
 
 def _ambiguous(token: str) -> bool:
@@ -116,22 +120,26 @@ def penalty_check(answers: Sequence[Any], tie_margin: float, penalised: bool = F
             "num_positions": sum(len(a.positions) for a in answers)})
     faults: list[tuple[float, Any, Position]] = []
     decisive = known = unknown = 0
-    for a in answers:
-        if a.response is None:
-            continue
+    got = [a for a in answers if a.response is not None]
+    # where the engine says which tokens verify produced (``client.place``), only those count
+    # as deciding: a fault confined to verify never reaches a token decoded without a draft
+    placed = bool(got) and all(a.roles_by for a in got)
+    for a in got:
         f = a.sampling
         judged = judge(a.positions, float(f.get("presence_penalty", 0.0)),
                        float(f.get("frequency_penalty", 0.0)), tie_margin, penalised)
         for verdict, p, gap in judged:
             known += p.known
             unknown += not p.known
-            decisive += verdict == "decisive"
+            decisive += verdict == "decisive" and (not placed or p.role in VERIFIED)
             if verdict == "fault":
                 faults.append((gap, a, p))
     need = decisive_needed()
     ev: dict[str, Any] = {"mode_requested": "greedy", "reading": "penalised by the engine" if penalised else
                           "raw, penalised here", "num_positions": known, "num_unknown": unknown,
                           "decisive": decisive, "faults": len(faults), "decisive_needed": need,
+                          "decisive_counted": "tokens verify produced" if placed else
+                          "every token (which ones verify produced is unknown)",
                           "tie_margin": tie_margin}
     if faults:
         gap, a, p = max(faults, key=lambda x: x[0])
@@ -142,7 +150,8 @@ def penalty_check(answers: Sequence[Any], tie_margin: float, penalised: bool = F
         return Assessment(CHECK, FAIL, ev)
     if decisive >= need:
         ev["rules_out"] = (f"rules out penalties ignored at {RULES_OUT:.0%} or more of the "
-                           "positions where they decide")
+                           "positions where they decide"
+                           + (" among the tokens verify produced" if placed else ""))
         return Assessment(CHECK, PASS, ev)
     if not known:
         ev["reason"] = "no committed token came with log-probabilities"

@@ -5,6 +5,8 @@ applied at each verify pass's first position only."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import httpx
 import pytest
 
@@ -70,6 +72,16 @@ def test_the_check_passes_only_past_its_stated_size_and_fails_on_one_fault():
     assert short.state == INCONCLUSIVE and short.need == 1
     bad = penalty_check(good[:3] + [_answer([FIRST, IGNORED], index=7)], 0.25)
     assert bad.state == FAIL and "request 7" in bad.evidence["message"]
+    # where the engine says which tokens verify produced, only those decide: a fault confined
+    # to verify never reaches a token decoded without a draft
+    undrafted = [_answer([FIRST, replace(HONEST, role="undrafted")], index=i) for i in range(need)]
+    for a in undrafted:
+        a.roles_by = "replay"
+    placed = penalty_check(undrafted, 0.25)
+    assert placed.state == INCONCLUSIVE and placed.evidence["decisive"] == 0
+    for a in undrafted:
+        a.positions = [FIRST, replace(HONEST, role="accepted")]
+    assert penalty_check(undrafted, 0.25).state == PASS
     said = penalty_check(good, 0.25, unscorable="counts the prompt too")
     assert said.state == INCONCLUSIVE and "counts the prompt too" in said.evidence["reason"]
 
