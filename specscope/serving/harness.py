@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -17,12 +18,29 @@ from pathlib import Path
 AIPERF_VERSION = "0.13.0"
 #: starts on a fresh port after the chosen one was taken before the server could bind it
 PORT_TRIES = 3
-#: what a server's log says when its HTTP port is taken (uvicorn: vLLM, SGLang, serve-engine)
-BIND_FAILED = ("address already in use", "Address already in use")
+#: what a server's log says when a port it binds is taken (uvicorn for vLLM, SGLang and
+#: serve-engine; torch's stores; llama.cpp's own words), read lower-cased
+BIND_FAILED = ("address already in use", "couldn't bind http server socket")
 
 
 class PortTaken(Exception):
     """The server could not bind the port chosen for it."""
+
+
+def port_taken(log_text: str, port: int, exited: bool) -> bool:
+    """Whether ``log_text`` (one start's log) shows a bind that failed on a taken port: a line
+    naming ``port`` while the server runs, any such line once it has exited."""
+    failed = [line for line in log_text.lower().splitlines()
+              if any(m in line for m in BIND_FAILED)]
+    return bool(failed) and (exited or any(
+        re.search(rf"(?<!\d){port}(?!\d)", line) for line in failed))
+
+
+def read_from(path: Path, offset: int, most: int = 1 << 20) -> str:
+    """The text of ``path`` from byte ``offset`` on (its last ``most`` bytes at most)."""
+    with open(path, "rb") as f:
+        f.seek(max(offset, path.stat().st_size - most))
+        return f.read().decode("utf-8", "replace")
 
 
 def free_port() -> int:
@@ -41,6 +59,7 @@ class ServerProcess:
     log: Path | None = None
     proc: subprocess.Popen | None = None
     _out: object = None
+    _log_from: int = 0  #: where this start's part of the log begins
     label = "serve-engine"  #: what error messages call the server
 
     @property
@@ -70,15 +89,17 @@ class ServerProcess:
                     append: bool) -> "ServerProcess":
         name = self.label
         self._out = open(self.log, "a" if append else "w") if self.log else subprocess.DEVNULL  # noqa: SIM115
+        self._log_from = self.log.stat().st_size if append and self.log else 0
         self.proc = subprocess.Popen(self.command(), stdout=self._out, stderr=subprocess.STDOUT,
                                      env=env, start_new_session=new_session)
         self._group = new_session
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self._port_taken():
+            exited = self.proc.poll() is not None
+            if self._port_taken(exited):
                 self.stop()
                 raise PortTaken(self.port)
-            if self.proc.poll() is not None:
+            if exited:
                 self.stop()
                 raise RuntimeError(f"{name} exited with {self.proc.returncode}"
                                    + (f"; see {self.log}" if self.log else ""))
@@ -92,16 +113,14 @@ class ServerProcess:
         raise TimeoutError(f"{name} did not answer /health within {timeout_s:.0f} s"
                            + (f"; see {self.log}" if self.log else ""))
 
-    def _port_taken(self) -> bool:
-        """Whether the log says the server could not bind its HTTP port (uvicorn's words for
-        vLLM and SGLang, llama.cpp's own)."""
+    def _port_taken(self, exited: bool) -> bool:
+        """Whether this start's part of the log (an earlier start's is left out) says a port
+        was taken: one naming the server's HTTP port, or any once the server has exited (an
+        internal port the server chose beside it). A bind failure the server survives (torch
+        warns when one address family's bind fails, then binds the other) is not one."""
         if self.log is None or not self.log.exists():
             return False
-        with open(self.log, "rb") as f:
-            f.seek(max(0, self.log.stat().st_size - 65536))
-            tail = f.read().decode("utf-8", "replace")
-        return str(self.port) in tail and any(m in tail for m in BIND_FAILED) or (
-            "couldn't bind HTTP server socket" in tail)
+        return port_taken(read_from(self.log, self._log_from), self.port, exited)
 
     def stop(self, timeout_s: float = 30.0) -> int:
         """SIGINT to the server's PID, SIGKILL after ``timeout_s``; a server started in its
