@@ -188,23 +188,53 @@ def _ngram_plan(seed: int = 0):
 
 
 def _prompt_lookup_rows(tmp: Path, rounds: int) -> list[Row]:
+    return [_clean_rounds(_NGRAM_LABEL, lambda: _ngram_server(tmp, "ngram-clean", ""), rounds,
+                          lambda i: _ngram_plan(seed=1000 * i)),
+            _fault_row(f"{_NGRAM_LABEL}, fault: temperature requests verified by argmax (the "
+                       "tokens verify produced only)",
+                       lambda: _ngram_server(tmp, "ngram-fault", "silent_greedy"),
+                       tmp / "ngram-fault", "speculative-sampling", _ngram_plan(),
+                       "30 requests x 64 tokens, conc 4")]
+
+
+#: faults of other shapes under prompt lookup, where the replay names each draft: the residual
+#: and acceptance-rule checks read them as well as the whole-distribution ones
+NGRAM_SHAPE_FAULTS = {
+    "the residual's argmax committed at rejections (accepted and bonus tokens honest)":
+        ("residual_argmax", "speculative-sampling"),
+    "temperature applied twice at verify (T squared)": ("temperature_twice",
+                                                        "speculative-sampling"),
+}
+
+
+def bench_ngram_shapes(reps: int) -> list[Row]:
+    """Time to a verdict for the faults of other shapes on vLLM's prompt lookup, each on a
+    server of its own, the probe told the n-gram settings and asking until it knows."""
+    from specscope.serving.vllm import vllm_python
+
+    if vllm_python() is None:
+        return [Row("verify faults under prompt lookup: time to a verdict", "not run", "", "",
+                    "", "n/a", "vLLM's environment missing (make vllm-env)")]
+    with tempfile.TemporaryDirectory() as tmp:
+        return [_fault_row(f"{_NGRAM_LABEL}, fault: {label}",
+                           lambda fault=fault: _ngram_server(Path(tmp), f"ngram-{fault}", fault),
+                           Path(tmp) / f"ngram-{fault}", cls, _ngram_plan(),
+                           "30 requests x 64 tokens, conc 4")
+                for label, (fault, cls) in NGRAM_SHAPE_FAULTS.items()]
+
+
+_NGRAM_LABEL = f"vLLM CPU, SmolLM2, prompt lookup {NGRAM_K}/{NGRAM_MIN}/{NGRAM_MAX} (--ngram given)"
+
+
+def _ngram_server(tmp: Path, name: str, fault: str):
     from specscope.engine.models import smollm2_dir
     from specscope.serving.vllm import VllmServer, speculative_config
 
-    def make(name: str, fault: str):
-        env = {"SPECSCOPE_TEST_FIX": "cpu_expand", **({"SPECSCOPE_TEST_FAULT": fault} if fault else {})}
-        spec = speculative_config("ngram", k=NGRAM_K, prompt_lookup_min=NGRAM_MIN,
-                                  prompt_lookup_max=NGRAM_MAX)
-        return VllmServer(model=smollm2_dir(), spec=spec, trace_dir=tmp / name,
-                          log=tmp / f"{name}.log", env=env, extra_args=["--max-logprobs", "20"])
-
-    label = f"vLLM CPU, SmolLM2, prompt lookup {NGRAM_K}/{NGRAM_MIN}/{NGRAM_MAX} (--ngram given)"
-    return [_clean_rounds(label, lambda: make("ngram-clean", ""), rounds,
-                          lambda i: _ngram_plan(seed=1000 * i)),
-            _fault_row(f"{label}, fault: temperature requests verified by argmax (the tokens "
-                       "verify produced only)", lambda: make("ngram-fault", "silent_greedy"),
-                       tmp / "ngram-fault", "speculative-sampling", _ngram_plan(),
-                       "30 requests x 64 tokens, conc 4")]
+    env = {"SPECSCOPE_TEST_FIX": "cpu_expand", **({"SPECSCOPE_TEST_FAULT": fault} if fault else {})}
+    spec = speculative_config("ngram", k=NGRAM_K, prompt_lookup_min=NGRAM_MIN,
+                              prompt_lookup_max=NGRAM_MAX)
+    return VllmServer(model=smollm2_dir(), spec=spec, trace_dir=tmp / name,
+                      log=tmp / f"{name}.log", env=env, extra_args=["--max-logprobs", "20"])
 
 
 def _sglang_rows(tmp: Path, rounds: int) -> list[Row]:

@@ -69,6 +69,14 @@ What it checks, per class, from the engine's own log-probabilities:
                           returned tokens surely inside each distribution (exact at any
                           temperature); FAIL where one fits better beyond 1e-9, PASS where
                           0.8x and 1.25x (and beyond) are each outweighed 100 to 1
+  acceptance rule         (prompt lookup, where the replay names each draft d) the drafts
+  honoured (sampled)      accepted against the sum of p(d), the rule min(1, p/q) for a
+                          deterministic draft, both sides at a sequential bound; PASS rules
+                          out an acceptance rate 10 points off
+  residual honoured       (prompt lookup) each token drawn at a rejection, its mid-rank PIT
+  (sampled)               in the residual (p without the rejected draft, renormalised), both
+                          sides: a residual taken as its argmax, or drawn at the wrong
+                          temperature; PASS rules out a mean rank 0.1 off 0.5
 
 Server flags, per engine:
   vLLM       log-probabilities by default (--max-logprobs caps the alternatives; the probe

@@ -62,6 +62,9 @@ class Position:
     #: "accepted" (a draft token verify accepted), "correction" (the token verify drew where
     #: it rejected), "bonus", "undrafted", or "" where the engine does not say
     role: str = ""
+    #: the token drafted at this place (an accepted one is the committed token; a correction's
+    #: is the one verify rejected), in ``top``'s spelling; "" where unknown
+    draft: str = ""
 
     @property
     def known(self) -> bool:

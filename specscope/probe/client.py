@@ -28,7 +28,7 @@ import json
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 import httpx
@@ -333,9 +333,21 @@ def place(positions: list[Position], response: dict[str, Any], ngram: NgramSetti
         r = replay(ids[0], ids[1], ngram, per_step=steps,
                    totals=(drafted, accepted) if drafted is not None and accepted is not None else None)
         if r.ok and (steps is not None or drafted is not None):
-            return labelled(r.roles), drafted, accepted, "replay", r.num_verified, ""
+            drafts = dict(enumerate(r.drafts))
+            out = [p if drafts.get(p.index) is None else
+                   replace(p, draft=spelled(p.token, ids[1][p.index], int(drafts[p.index] or 0)))
+                   for p in labelled(r.roles)]
+            return out, drafted, accepted, "replay", r.num_verified, ""
         why = r.reason or "the engine gives no speculative counts to confirm the replay"
     return positions, drafted, accepted, "", verified, why
+
+
+def spelled(token: str, token_id: int, other: int) -> str:
+    """Token id ``other`` spelled as ``token`` (the token of ``token_id``) is: vLLM's
+    ``token_id:N`` under ``return_tokens_as_token_ids``; "" where the spelling is text."""
+    if other == token_id:
+        return token
+    return f"token_id:{other}" if token == f"token_id:{token_id}" else ""
 
 
 def top_logprobs_limit(message: str) -> int | None:

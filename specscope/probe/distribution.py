@@ -28,7 +28,8 @@ from .checks import SLACK, Position, Semantics, _tail_bound, temperature_left
 CHECK = "distribution honoured"
 
 
-def interval(p: Position, sem: Semantics) -> tuple[float, float, float] | None:
+def interval(p: Position, sem: Semantics, exclude: str = ""
+             ) -> tuple[float, float, float] | None:
     """(lowest u, highest u, a variance bound) of ``p``'s committed token, or None where the
     returned figures do not bound it (unknown, or raw figures under truncation).
 
@@ -39,7 +40,11 @@ def interval(p: Position, sem: Semantics) -> tuple[float, float, float] | None:
     returned: temperature 1, tempered, processed): a committed token outside the returned ones
     sits in the tail group, u = (returned mass + half the tail's). With a temperature still
     to apply, the normaliser lies between the returned tokens' tempered mass (plus the
-    committed token's, where it is outside them) and that plus the tail's bound."""
+    committed token's, where it is outside them) and that plus the tail's bound.
+
+    ``exclude``: the distribution with that token removed and the rest renormalised (the
+    residual a verify step draws from where it rejected a deterministic draft of it); where it
+    was not returned, its mass is bounded by the tail's cap and the normaliser with it."""
     if not p.known or p.temperature <= 0:
         return None
     assert p.logprob is not None  # known
@@ -51,7 +56,9 @@ def interval(p: Position, sem: Semantics) -> tuple[float, float, float] | None:
     listed = sorted(((lp, tok) for tok, lp in p.top if lp > -math.inf), reverse=True)
     # the last listed may be the committed token, listed because it was committed (vLLM's
     # OpenAI server): only the others are surely the best, the rest is the tail group
-    returned = {tok: lp for lp, tok in listed[:max(1, len(listed) - 1)]}
+    best = {tok: lp for lp, tok in listed[:max(1, len(listed) - 1)]}
+    gone = next((lp for lp, tok in listed if tok == exclude), None) if exclude else None
+    returned = {tok: lp for tok, lp in best.items() if tok != exclude}
     inside = p.token in returned
     lps = list(returned.values())
     ref = max(lps + [p.logprob])
@@ -60,9 +67,16 @@ def interval(p: Position, sem: Semantics) -> tuple[float, float, float] | None:
     listed_w = sum(w)
     if t == 1.0:  # the returned figures are probabilities: the normaliser is 1 (scaled here)
         z_lo = z_hi = math.exp(-ref)
+        if gone is not None:
+            z_lo = z_hi = z_hi - math.exp(gone - ref)
+        elif exclude:  # not returned: at most the tail's cap
+            z_lo -= min(_tail_cap(list(best.values())), max(0.0, 1.0 - sum(
+                math.exp(lp) for lp in best.values()))) * math.exp(-ref)
     else:
-        tail = _tail_bound(lps, t, sem.vocab) * math.exp(-ref / t)
+        tail = _tail_bound(list(best.values()), t, sem.vocab) * math.exp(-ref / t)
         z_lo, z_hi = listed_w + (0.0 if inside else c), listed_w + max(tail, 0.0 if inside else c)
+    if z_lo <= 0.0:
+        return None
     if inside:
         above = sum(x for lp, x in zip(lps, w) if lp > p.logprob + SLACK)
         tie = sum(x for lp, x in zip(lps, w) if abs(lp - p.logprob) <= SLACK) or c
@@ -71,6 +85,21 @@ def interval(p: Position, sem: Semantics) -> tuple[float, float, float] | None:
         lo, hi = 0.5 + listed_w / (2 * z_hi), 0.5 + listed_w / (2 * z_lo)
     cube = sum((x / z_hi) ** 3 for x in w)
     return max(0.0, lo), min(1.0, hi), max(0.0, 1.0 - cube) / 12
+
+
+def sided_p(low: "pit.PitDecision", high: "pit.PitDecision") -> float:
+    """The smaller p-value of a two-sided test read from intervals, each side's counted only in
+    its own direction (the low side's from the upper ends, when they sit below; the high
+    side's from the lower ends, when they sit above): the other reading is no evidence."""
+    return min((d.p_fail for d, side in ((low, -1), (high, 1))
+                if d.shift is not None and math.copysign(1, d.shift) == side), default=1.0)
+
+
+def _tail_cap(lps: Sequence[float]) -> float:
+    """The most probability one token outside the returned ones can hold: the second smallest
+    returned (the smallest may be the committed token, listed because it was committed)."""
+    probs = sorted(math.exp(lp) for lp in lps)
+    return probs[1] if len(probs) > 1 else probs[0] if probs else 1.0
 
 
 def distribution_check(positions: Sequence[Position], sem: Semantics, *, label: str,
@@ -114,7 +143,7 @@ def distribution_check(positions: Sequence[Position], sem: Semantics, *, label: 
                 + ("verify commits tokens sharper than asked" if side < 0 else
                    "verify commits tokens flatter than asked")))
             return Assessment(check, FAIL, ev)
-    ev["p_value"] = min(low.p_fail, high.p_fail)
+    ev["p_value"] = sided_p(low, high)
     wide = max(abs(lo - n / 2), abs(hi - n / 2))
     bound = (wide + pit.threshold(var, pass_alpha / 2.0, levels=1)) / n
     if bound < pit.PASS_SHIFT and not blind:

@@ -92,6 +92,9 @@ class Replay:
     roles: tuple[str, ...]
     steps: tuple[tuple[int, int], ...]  #: (drafted, accepted) per verify step with a draft
     reason: str = ""
+    #: per output token, the token id drafted at its place (accepted ones and corrections), else
+    #: None; empty where the replay does not hold
+    drafts: tuple[int | None, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -117,6 +120,7 @@ def replay(prompt: Sequence[int], output: Sequence[int], s: NgramSettings, *,
     if not out:
         return Replay((), (), "no output tokens")
     roles = [PREFILL]
+    drafts: list[int | None] = [None]
     steps: list[tuple[int, int]] = []
     engine = list(per_step) if per_step is not None else None
     j = 1
@@ -133,6 +137,7 @@ def replay(prompt: Sequence[int], output: Sequence[int], s: NgramSettings, *,
             draft = draft[:drafted]
         if not draft:
             roles.append(UNDRAFTED)
+            drafts.append(None)
             j += 1
             continue
         a = 0
@@ -147,8 +152,10 @@ def replay(prompt: Sequence[int], output: Sequence[int], s: NgramSettings, *,
             a = min(want, len(out) - j)
         steps.append((len(draft), a))
         roles += [ACCEPTED] * a
+        drafts += draft[:a]
         if j + a < len(out):
             roles.append(CORRECTION if a < len(draft) else BONUS)
+            drafts.append(draft[a] if a < len(draft) else None)
         j += a + 1
     if engine is not None and len(steps) != len(engine):
         return Replay((), tuple(steps), f"the engine ran {len(engine)} verify steps with a "
@@ -158,7 +165,7 @@ def replay(prompt: Sequence[int], output: Sequence[int], s: NgramSettings, *,
         if engine is None and (drafted, accepted) != tuple(totals):
             return Replay((), tuple(steps), f"the replay drafts {drafted} and accepts {accepted}; "
                           f"the engine says {totals[0]} and {totals[1]}")
-    return Replay(tuple(roles[:len(out)]), tuple(steps))
+    return Replay(tuple(roles[:len(out)]), tuple(steps), drafts=tuple(drafts[:len(out)]))
 
 
 #: the n-gram lengths tried where the settings are inferred (vLLM's default is 5:5)

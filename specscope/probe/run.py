@@ -14,6 +14,7 @@ from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
 from ..exact import tie_margin
 from .checks import Semantics, greedy_check, overall, temperature_check, truncation_check
 from .client import ENABLE, PENALTY_WINDOW, Answer, ProbeError, detect, http_client, place, semantics, send
+from .acceptance import acceptance_check, residual_check
 from .distribution import distribution_check
 from .sharpness import sharpness_check
 from .result import ERROR, ProbeResult
@@ -335,7 +336,8 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
     """The checks per class over the answers' positions (each check's evidence names its class,
     ``probe_class``); the temperature check on the tokens verify produced where they can be
     found, else on every token with the blind spot bounded (``verified.py``); then the
-    sharpness check pooled over every sampled class (``probe_classes``)."""
+    sharpness check pooled over every sampled class (``probe_classes``), and where the replay
+    names each draft (prompt lookup), the acceptance rule and the residual pooled too."""
     checks = []
     sampled: list = []  # every sampled class's tested positions, for the pooled check
     sampled_classes: list[str] = []
@@ -376,9 +378,12 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
         c = stops_check(bases, cut_answers)
         checks.append(replace(c, evidence={**c.evidence, "probe_class": STOPS}))
     if sampled_classes:  # pooled: a temperature applied wrongly reaches every sampled class
-        c = sharpness_check(sampled, sem, blind=blind)
-        checks.append(replace(c, evidence={**c.evidence, "probe_class": "sampled",
-                                           "probe_classes": sampled_classes}))
+        pooled = [sharpness_check(sampled, sem, blind=blind),  # and where the drafts are known
+                  acceptance_check(sampled, sem, label="sampled"),  # (prompt lookup), the
+                  residual_check(sampled, sem, label="sampled")]  # rule and its residual
+        checks += [replace(c, evidence={**c.evidence, "probe_class": "sampled",
+                                        "probe_classes": sampled_classes})
+                   for c in pooled if c is not None]
     return checks
 
 

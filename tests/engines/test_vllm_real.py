@@ -121,16 +121,41 @@ NGRAM_PLAN = ProbePlan(classes=("greedy", "temperature", "top-p"), requests=24, 
                        until_decided=False)
 
 
+#: the temperature class alone until it decides: a residual fault reaches only the tokens verify
+#: draws at rejections, which the replay names with the draft each replaced
+RESIDUAL_PLAN = ProbePlan(classes=("temperature",), requests=12, max_tokens=64, concurrency=4,
+                          deadline_s=90, ngram=NGRAM)
+
+
 def probe_prompt_lookup(srv: VllmServer) -> dict[str, ProbeResult]:
     """The probe against the n-gram server clean, then with verify committing the argmax for
     sampled requests (a fault confined to the tokens verify produced: steps without a draft
-    sample honestly, the bonus token too)."""
+    sample honestly, the bonus token too), then with the residual's argmax committed at
+    rejections (accepted and bonus tokens honest)."""
     out = {}
     for phase in ("clean", "silent_greedy"):
         srv.fault_file.write_text("" if phase == "clean" else phase)
         out[phase] = probe(srv.url, NGRAM_PLAN, dtype="bfloat16")
+    srv.fault_file.write_text("residual_argmax")
+    out["residual_argmax"] = probe(srv.url, RESIDUAL_PLAN, dtype="bfloat16")
     srv.fault_file.write_text("")
     return out
+
+
+def check_residual(r: ProbeResult) -> None:
+    """The residual's argmax committed at rejections FAILs, on many positions, not one lucky
+    token: through the residual check (the tokens drawn at rejections alone) or first through
+    the pooled sharpness check, the residual check then leaning toward the fault, never PASS;
+    the acceptance rule, which the fault leaves alone, does not FAIL."""
+    print(f"--- residual_argmax: {r.seconds:.0f} s, {r.tokens} tokens")
+    print(format_probe(r))
+    checks = {c.check: c for c in r.checks}
+    failed = [c for c in r.checks if c.state == "fail"]
+    assert r.verdict == "fail" and r.seconds < 90 and failed
+    assert all(c.evidence["num_positions"] >= 30 for c in failed), failed
+    residual = checks["residual honoured (sampled)"]
+    assert residual.state == "fail" or residual.evidence["lean"] == "fault", residual
+    assert checks["acceptance rule honoured (sampled)"].state != "fail"
 
 
 #: the penalties class alone (greedy with presence and frequency penalties), until it decides
@@ -183,6 +208,7 @@ def blind(result: ProbeResult) -> dict[str, Assessment]:
 def check_prompt_lookup(results: dict[str, ProbeResult]) -> None:
     """With the settings the probe replays vLLM's proposer and tests the tokens verify produced:
     it never FAILs the clean server nor PASSes the fault; read blind, neither either."""
+    check_residual(results.pop("residual_argmax"))
     for phase, r in results.items():
         placed = {a.roles_by for a in r.answers if a.response is not None}
         print(f"--- {phase}: {r.seconds:.0f} s, {r.tokens} tokens, roles from {sorted(placed)}")

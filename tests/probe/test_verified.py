@@ -48,6 +48,8 @@ def test_a_prompt_lookup_response_is_placed_by_the_replay_and_only_by_it():
     assert (drafted, accepted, by, verified, why) == (3, 2, "replay", 3, "")
     assert [p.role for p in placed] == ["prefill", "undrafted", "accepted", "accepted",
                                         "correction", "undrafted"]
+    # each drafted place names its draft in the responses' spelling: the rejected 14 too
+    assert [p.draft for p in placed] == ["", "", "token_id:12", "token_id:13", "token_id:14", ""]
     # without the settings the roles stay unknown; vLLM's counts still bound the verified tokens
     blind = place(pos, resp, None)
     assert blind[3] == "" and blind[4] == 3 and "--ngram" in blind[5]

@@ -21,6 +21,10 @@ the server runs (clean phase, then faulted phase, one server).
 - ``top_p_ignored``: verify drops top-p (a sampling setting lost under speculation): the
   rejection sampler sees no top-p, so requests that asked for it verify against the whole
   distribution.
+- ``residual_argmax``: where verify rejects a draft token, it commits the residual's argmax
+  (the most probable token of max(p - q, 0), the draft token left out under prompt lookup) in
+  place of a draw from it; accepted and bonus tokens stay honest, so only the tokens that
+  replace a rejected draft are wrong.
 - ``penalties_ignored``: verify scores the drafted positions without presence, frequency or
   repetition penalties (TensorRT-LLM #17701's shape); the bonus token, sampled apart from
   verify, is still penalised.
@@ -123,6 +127,23 @@ def register():
         return out
 
     rs.rejection_sample = rejection_sample
+
+    recover = rs.sample_recovered_tokens
+
+    def sample_recovered_tokens(max_spec_len, num_draft_tokens, cu_num_draft_tokens,
+                                draft_token_ids, draft_probs, target_probs, *args, **kwargs):
+        out = recover(max_spec_len, num_draft_tokens, cu_num_draft_tokens, draft_token_ids,
+                      draft_probs, target_probs, *args, **kwargs)
+        if not _active("residual_argmax"):
+            return out
+        if draft_probs is None:  # a deterministic draft (prompt lookup): p without the draft
+            residual = target_probs.clone()
+            residual.scatter_(-1, draft_token_ids.long().unsqueeze(-1), 0.0)
+        else:
+            residual = (target_probs - draft_probs).clamp_min(0.0)
+        return residual.argmax(dim=-1).to(out.dtype)
+
+    rs.sample_recovered_tokens = sample_recovered_tokens
 
     # the faults of other shapes act where verify turns the target's logits into the
     # distribution it samples from (temperature, top-k, top-p): RejectionSampler.forward calls
