@@ -20,7 +20,7 @@ from .explain import bench_explain, bench_ngram_categories
 from .imports import bench_logs, bench_notebook
 from .probe_classes import bench_probe_classes
 from .probe_penalties import bench_probe_min_p, bench_probe_penalties
-from .probe import (bench_ngram_shapes, bench_probe, bench_shapes, bench_sglang_probe,
+from .probe import (bench_ngram_clean, bench_ngram_shapes, bench_probe, bench_shapes, bench_sglang_probe,
                     bench_sglang_shapes, bench_verdicts)
 from .reliability import bench_reliability
 from .scrape import bench_scrape
@@ -38,7 +38,8 @@ BENCHES = {"dashboard": bench_dashboard, "serve": bench_serve, "hooks": bench_ho
            "reliability": bench_reliability, "detectors": bench_detectors,
            "probe": bench_probe, "sglang-probe": bench_sglang_probe, "fleet": bench_fleet,
            "sweeps": bench_sweeps, "verdicts": bench_verdicts,
-           "shapes": bench_shapes, "ngram-shapes": bench_ngram_shapes, "sglang-shapes": bench_sglang_shapes, "stops": bench_stops,
+           "shapes": bench_shapes, "ngram-shapes": bench_ngram_shapes,
+           "ngram-clean": bench_ngram_clean, "sglang-shapes": bench_sglang_shapes, "stops": bench_stops,
            "probe-classes": bench_probe_classes, "probe-penalties": bench_probe_penalties,
            "probe-min-p": bench_probe_min_p}
 
