@@ -106,3 +106,20 @@ def test_without_named_drafts_there_is_no_check():
     unnamed = [Position(**{**p.__dict__, "draft": ""}) for p in pos]
     assert acceptance_check(unnamed, sem, label="sampled") is None
     assert residual_check(unnamed, sem, label="sampled") is None
+
+
+def test_the_probe_reads_both_pooled_over_the_sampled_classes_only_where_drafts_are_named():
+    from specscope.probe.client import Answer
+    from specscope.probe.run import run_checks
+
+    pos, sem = _verify(random.Random(5), 400, "residual_argmax")
+    named = [Answer("temperature", "p", {"temperature": 0.8}, response={}, positions=pos,
+                    roles_by="replay")]
+    checks = {c.check: c for c in run_checks(named, sem)}
+    assert checks["residual honoured (sampled)"].state == FAIL
+    assert checks["residual honoured (sampled)"].evidence["probe_classes"] == ["temperature"]
+    assert "acceptance rule honoured (sampled)" in checks
+    unnamed = [Answer("temperature", "p", {"temperature": 0.8}, response={}, roles_by="replay",
+                      positions=[Position(**{**p.__dict__, "draft": ""}) for p in pos])]
+    names = {c.check for c in run_checks(unnamed, sem)}
+    assert not names & {"residual honoured (sampled)", "acceptance rule honoured (sampled)"}
