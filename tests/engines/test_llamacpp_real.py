@@ -150,6 +150,11 @@ def test_speculation_configured_but_nothing_drafted_is_said(llama_server, smollm
     assert responses.format == "llamacpp-responses" and "nothing-drafted" in responses.traps
 
 
+#: the probe's checks whose PASS rests on how the sampled tokens spread, which a clean round
+#: of 48 requests reaches in most rounds, not all
+SPREAD_CHECKS = ("temperature honoured", "distribution honoured", "sharpness honoured")
+
+
 @pytest.mark.parametrize("speculation", ["draft-simple", "ngram-simple", "none"])
 def test_probe_never_fails_a_clean_llamacpp_and_says_what_it_cannot_see(
         llama_server, smollm2_gguf_file, tmp_path, speculation):
@@ -203,13 +208,15 @@ def test_probe_never_fails_a_clean_llamacpp_and_says_what_it_cannot_see(
         assert unknown and "#27972" in unknown[0], result.notes
         assert result.acceptance["drafted"], result.acceptance  # its own timings, per request
     if speculation == "none":
-        # every position known; greedy and both truncation checks PASS. A temperature class
-        # PASSes where its one-sided bound rules the fault out, which at 48 requests it does in
-        # most rounds, not all (BENCHMARKS.md: 18 of 20 for temperature): short of it, it must
-        # lean honest, never toward the fault
+        # every position known; greedy and both truncation checks PASS. The checks of the
+        # sampled tokens' spread (temperature, whole distribution, sharpness) PASS where their
+        # bounds rule the fault out, which at 48 requests they do in most rounds, not all
+        # (BENCHMARKS.md: 18 of 20 for temperature; the whole distribution was once 3 positions
+        # short of it over 652, its intervals widened by the unreturned tail): short of it, each
+        # must lean honest, never toward the fault
         assert not unknown and result.verdict in ("pass", "inconclusive"), format_probe(result)
         for c in result.checks:
-            if c.check.startswith("temperature honoured"):
+            if c.check.startswith(SPREAD_CHECKS):
                 assert c.state == "pass" or c.evidence.get("lean") == "honest", format_probe(result)
             else:
                 assert c.state == "pass", format_probe(result)
