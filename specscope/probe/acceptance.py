@@ -34,7 +34,7 @@ from .. import pit
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
 from ..exact import ALPHA, PASS_ALPHA, fmt_p
 from .checks import Position, Semantics, _tail_bound, temperature_left
-from .distribution import _tail_cap, interval, sided_p
+from .distribution import _tail_cap, failed_side, interval, shift_bound, sided_p
 
 ACCEPT_CHECK = "acceptance rule honoured"
 RESIDUAL_CHECK = "residual honoured"
@@ -119,17 +119,17 @@ def acceptance_check(positions: Sequence[Position], sem: Semantics, *, label: st
               fail_shift=pit.ACCEPT_FAIL_SHIFT)
     few = pit.decide_sum(hits - hi, n, var, 1.0, **kw)  # fewer than even the upper ends
     many = pit.decide_sum(hits - lo, n, var, 1.0, **kw)  # more than even the lower ends
-    for d, side in ((few, -1), (many, 1)):
-        if d.state == FAIL and d.shift is not None and math.copysign(1, d.shift) == side:
-            ev.update(p_value=d.p_fail, positions_needed=None, lean="fault", message=(
-                f"verify accepted {hits} of {n} drafts where the acceptance rule gives "
-                f"{lo:.1f} to {hi:.1f} (p {fmt_p(d.p_fail)}, {sem.mode} log-probabilities): "
-                "it accepts " + ("fewer" if side < 0 else "more") + " drafts than the "
-                "requested sampling allows"))
-            return Assessment(check, FAIL, ev)
+    failed = failed_side(few, many)
+    if failed is not None:
+        d, side, shift = failed
+        ev.update(p_value=d.p_fail, positions_needed=None, lean="fault", message=(
+            f"verify accepted {hits} of {n} drafts where the acceptance rule gives "
+            f"{lo:.1f} to {hi:.1f} (p {fmt_p(d.p_fail)}, {sem.mode} log-probabilities): "
+            "it accepts " + ("fewer" if side < 0 else "more") + " drafts than the "
+            "requested sampling allows"))
+        return Assessment(check, FAIL, ev)
     ev["p_value"] = sided_p(few, many)
-    wide = max(abs(hits - lo), abs(hits - hi))
-    bound = (wide + pit.threshold(var, pass_alpha / 2.0, levels=1, b=1.0)) / n
+    bound = shift_bound(hits - lo, hits - hi, var, n, pass_alpha, b=1.0)
     ev["shift_bound"] = bound
     if bound < pit.ACCEPT_PASS_SHIFT:
         ev.update(positions_needed=None, lean="honest")
@@ -162,18 +162,18 @@ def residual_check(positions: Sequence[Position], sem: Semantics, *, label: str,
         return Assessment(check, INCONCLUSIVE, ev)
     kw = dict(alpha=alpha, pass_alpha=pass_alpha, pass_shift=RESIDUAL_PASS_SHIFT)
     sharp, flat = pit.decide(hi, n, var, **kw), pit.decide(lo, n, var, **kw)
-    for d, side in ((sharp, -1), (flat, 1)):
-        if d.state == FAIL and d.shift is not None and math.copysign(1, d.shift) == side:
-            ev.update(p_value=d.p_fail, positions_needed=None, lean="fault", message=(
-                f"the tokens verify drew at {n} rejections sit at a mean rank "
-                f"{'of at most' if side < 0 else 'of at least'} {0.5 + d.shift:.3f} in the "
-                f"residual where honest sampling gives 0.500 (p {fmt_p(d.p_fail)}, {sem.mode} "
-                "log-probabilities): the residual is drawn "
-                + ("sharper" if side < 0 else "flatter") + " than the rule allows"))
-            return Assessment(check, FAIL, ev)
+    failed = failed_side(sharp, flat)
+    if failed is not None:
+        d, side, shift = failed
+        ev.update(p_value=d.p_fail, positions_needed=None, lean="fault", message=(
+            f"the tokens verify drew at {n} rejections sit at a mean rank "
+            f"{'of at most' if side < 0 else 'of at least'} {0.5 + shift:.3f} in the "
+            f"residual where honest sampling gives 0.500 (p {fmt_p(d.p_fail)}, {sem.mode} "
+            "log-probabilities): the residual is drawn "
+            + ("sharper" if side < 0 else "flatter") + " than the rule allows"))
+        return Assessment(check, FAIL, ev)
     ev["p_value"] = sided_p(sharp, flat)
-    bound = (max(abs(lo - n / 2), abs(hi - n / 2))
-             + pit.threshold(var, pass_alpha / 2.0, levels=1)) / n
+    bound = shift_bound(lo - n / 2, hi - n / 2, var, n, pass_alpha)
     ev["shift_bound"] = bound
     if bound < RESIDUAL_PASS_SHIFT:
         ev.update(positions_needed=None, lean="honest")

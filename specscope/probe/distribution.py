@@ -87,6 +87,26 @@ def interval(p: Position, sem: Semantics, exclude: str = ""
     return max(0.0, lo), min(1.0, hi), max(0.0, 1.0 - cube) / 12
 
 
+def failed_side(low: "pit.PitDecision", high: "pit.PitDecision"
+                ) -> "tuple[pit.PitDecision, int, float] | None":
+    """(decision, side, mean shift) of a two-sided test read from intervals that FAILed in its own
+    direction: -1 the low side (its sums from the upper ends, too low), 1 the high side (from
+    the lower ends, too high); None where neither did."""
+    for d, side in ((low, -1), (high, 1)):
+        if d.state == FAIL and d.shift is not None and math.copysign(1, d.shift) == side:
+            return d, side, d.shift
+    return None
+
+
+def shift_bound(dev_lo: float, dev_hi: float, var: float, n: int, pass_alpha: float,
+                b: float = 0.5) -> float:
+    """The mean shift a PASS rules out: the wider of the intervals' summed deviations plus
+    the fixed-sample bound at ``pass_alpha`` (increments within ``b`` of their mean), per
+    increment."""
+    return (max(abs(dev_lo), abs(dev_hi))
+            + pit.threshold(var, pass_alpha / 2.0, levels=1, b=b)) / n
+
+
 def sided_p(low: "pit.PitDecision", high: "pit.PitDecision") -> float:
     """The smaller p-value of a two-sided test read from intervals, each side's counted only in
     its own direction (the low side's from the upper ends, when they sit below; the high
@@ -133,19 +153,19 @@ def distribution_check(positions: Sequence[Position], sem: Semantics, *, label: 
         return Assessment(check, INCONCLUSIVE, ev)
     low = pit.decide(hi, n, var, alpha=alpha, pass_alpha=pass_alpha)  # the sharp side
     high = pit.decide(lo, n, var, alpha=alpha, pass_alpha=pass_alpha)  # the flat side
-    for d, side in ((low, -1), (high, 1)):
-        if d.state == FAIL and d.shift is not None and math.copysign(1, d.shift) == side:
-            ev.update(p_value=d.p_fail, positions_needed=None, lean="fault", message=(
-                f"the committed tokens' mean rank in their distribution (mid-rank PIT) is "
-                f"{'at most' if side < 0 else 'at least'} {0.5 + d.shift:.3f} where honest "
-                f"sampling gives 0.500 (p {fmt_p(d.p_fail)} over {n} positions, {sem.mode} "
-                "log-probabilities): "
-                + ("verify commits tokens sharper than asked" if side < 0 else
-                   "verify commits tokens flatter than asked")))
-            return Assessment(check, FAIL, ev)
+    failed = failed_side(low, high)
+    if failed is not None:
+        d, side, shift = failed
+        ev.update(p_value=d.p_fail, positions_needed=None, lean="fault", message=(
+            f"the committed tokens' mean rank in their distribution (mid-rank PIT) is "
+            f"{'at most' if side < 0 else 'at least'} {0.5 + shift:.3f} where honest "
+            f"sampling gives 0.500 (p {fmt_p(d.p_fail)} over {n} positions, {sem.mode} "
+            "log-probabilities): "
+            + ("verify commits tokens sharper than asked" if side < 0 else
+               "verify commits tokens flatter than asked")))
+        return Assessment(check, FAIL, ev)
     ev["p_value"] = sided_p(low, high)
-    wide = max(abs(lo - n / 2), abs(hi - n / 2))
-    bound = (wide + pit.threshold(var, pass_alpha / 2.0, levels=1)) / n
+    bound = shift_bound(lo - n / 2, hi - n / 2, var, n, pass_alpha)
     if bound < pit.PASS_SHIFT and not blind:
         ev.update(positions_needed=None, lean="honest", shift_bound=bound)
         return Assessment(check, PASS, ev)
