@@ -262,11 +262,18 @@ def truncation_check(positions: Sequence[Position], sem: Semantics, *, label: st
                      alpha: float = ALPHA, fault_share: float = 0.05,
                      margin: float = 0.0) -> Assessment:
     """No committed token lies outside the requested top-p nucleus, top-k set or min-p floor,
-    beyond the dtype's tie ``margin`` (see ``mass_above``, ``min_p_gap``)."""
+    beyond the dtype's tie ``margin`` (see ``mass_above``, ``under_min_p``). Processed
+    log-probabilities are the truncated distribution renormalised: the mass ranked above a token
+    there can pass top-p for a token inside the nucleus, so a token is outside iff its processed
+    log-probability is -inf."""
     known = [p for p in positions if p.known and (p.top_p < 1.0 or p.top_k > 0 or p.min_p > 0)]
     outside: list[tuple[Position, str]] = []
     for p in known:
         assert p.logprob is not None  # known
+        if sem.processed:  # the truncated distribution itself, renormalised: inside iff finite
+            if p.logprob == -math.inf:
+                outside.append((p, "its processed log-probability is -inf"))
+            continue
         if p.min_p > 0:
             ratio = under_min_p(p, sem, max(SLACK, margin))
             if ratio is not None:
@@ -280,9 +287,6 @@ def truncation_check(positions: Sequence[Position], sem: Semantics, *, label: st
                 outside.append((p, f"{above} returned tokens rank above it (top-k {p.top_k})"))
                 continue
         if p.top_p < 1.0:
-            if sem.processed and p.logprob == -math.inf:
-                outside.append((p, "its processed log-probability is -inf"))
-                continue
             m = mass_above(p, sem, margin)
             if m is not None and m >= p.top_p + SLACK:
                 outside.append((p, f"at least {m:.4f} of the mass ranks above it (top-p {p.top_p})"))

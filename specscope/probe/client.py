@@ -25,6 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import math
 import re
 import threading
 import time
@@ -130,7 +131,10 @@ def semantics(engine: str, logprobs_mode: str | None = None) -> Semantics:
                          "its default top-k 40 and min-p 0.05 off where a class does not ask")
     elif engine == "vllm":
         sem.notes.append(f"vLLM: {'processed' if sem.processed else 'raw'} log-probabilities "
-                         "(--logprobs-mode); temperature before top-k/top-p")
+                         "(--logprobs-mode); temperature before top-k/top-p" + (
+                             "; processed ones are what the engine built: a truncation or "
+                             "temperature it got wrong before computing them is invisible "
+                             "here (raw ones check it)" if sem.processed else ""))
     elif engine == "sglang":
         sem.notes.append("SGLang: log-probabilities at the request's temperature, before "
                          "top-k/top-p (log_softmax(logits / T); a server started with "
@@ -219,7 +223,7 @@ def positions_of(response: dict[str, Any], request: str, sampling: dict[str, Any
     rows: list[tuple[str, float | None, tuple]] = []
     if isinstance(lp.get("content"), list):
         for e in lp["content"]:
-            top = tuple((str(a.get("token")), float(a["logprob"])) for a in e.get("top_logprobs") or []
+            top = tuple((str(a.get("token")), _float(a["logprob"])) for a in e.get("top_logprobs") or []
                         if a.get("logprob") is not None)
             rows.append((str(e.get("token")), _lp(e.get("logprob"), top), top))
     elif isinstance((response.get("meta_info") or {}).get("output_token_logprobs"), list):
@@ -229,11 +233,11 @@ def positions_of(response: dict[str, Any], request: str, sampling: dict[str, Any
         tops = meta.get("output_top_logprobs") or []
         for i, e in enumerate(meta["output_token_logprobs"]):
             alts = tops[i] if i < len(tops) and isinstance(tops[i], list) else []
-            top = tuple((str(a[1]), float(a[0])) for a in alts if a and a[0] is not None)
+            top = tuple((str(a[1]), _float(a[0])) for a in alts if a and a[0] is not None)
             rows.append((str(e[1]), _lp(e[0], top), top))
     elif isinstance(lp.get("tokens"), list):
         for tok, v, alts in zip(lp["tokens"], lp.get("token_logprobs") or [], lp.get("top_logprobs") or []):
-            top = tuple(sorted(((str(a), float(b)) for a, b in (alts or {}).items()),
+            top = tuple(sorted(((str(a), _float(b)) for a, b in (alts or {}).items()),
                                key=lambda x: -x[1]))
             rows.append((str(tok), _lp(v, top), top))
     out = []
@@ -245,10 +249,19 @@ def positions_of(response: dict[str, Any], request: str, sampling: dict[str, Any
     return out
 
 
+#: vLLM writes a log-probability of -inf (a token its processed distribution cut) as this
+MINUS_INF = -9999.0
+
+
+def _float(value: Any) -> float:
+    v = float(value)
+    return -math.inf if v <= MINUS_INF else v
+
+
 def _lp(value: Any, top: tuple) -> float | None:
     if value is None:
         return None
-    v = float(value)
+    v = _float(value)
     if v == 0.0 and not top:
         return None  # llama.cpp under speculation: 0.0 with nothing beside it is no figure
     return v

@@ -207,3 +207,28 @@ def test_sglangs_tempered_log_probabilities_are_never_tempered_again():
     assert truncation_check([p] * 40, tempered, label="top-p").state != FAIL
     assert truncation_check([p] * 40, raw, label="top-p").state == FAIL  # the misreading
     assert p_max_bound(_pos(top, "a", t=0.5), tempered) == pytest.approx(0.6)
+
+
+def test_processed_log_probabilities_are_the_nucleus_renormalised_so_only_minus_inf_is_outside():
+    """vLLM's processed log-probabilities are the truncated distribution renormalised: the last
+    token inside a top-p 0.9 nucleus ({a 0.8, b 0.1} of the raw mass, so a is 0.889 of it
+    processed, with ``c`` cut) has more than 0.9 ranked above it there. A clean vLLM failed this
+    check so before; a token with a -inf processed log-probability still FAILs."""
+    sem = Semantics(processed=True)
+    nucleus = [("a", math.log(0.8 / 0.9)), ("b", math.log(0.1 / 0.9)), ("c", -math.inf)]
+    last_inside = _pos(nucleus, "b", t=1.0, top_p=0.9)
+    assert truncation_check([last_inside] * 400, sem, label="top-p").state == "pass"
+    cut = _pos(nucleus, "c", t=1.0, top_p=0.9)
+    check = truncation_check([last_inside, cut], sem, label="top-p")
+    assert check.state == FAIL and "-inf" in check.evidence["message"]
+    # the same figures read as raw log-probabilities are a token outside the nucleus
+    assert truncation_check([_pos(nucleus[:2] + [("c", math.log(0.01))], "c", t=1.0, top_p=0.5)],
+                            Semantics(), label="top-p").state == FAIL
+    # vLLM writes that -inf as -9999.0 in its responses: read back as -inf, never as a figure
+    response = {"choices": [{"logprobs": {"content": [
+        {"token": "c", "logprob": -9999.0,
+         "top_logprobs": [{"token": "a", "logprob": math.log(0.8 / 0.9)},
+                          {"token": "c", "logprob": -9999.0}]}]}}]}
+    (read,) = positions_of(response, "r", {"temperature": 1.0, "top_p": 0.9})
+    assert read.logprob == -math.inf and read.top[-1] == ("c", -math.inf)
+    assert truncation_check([read], sem, label="top-p").state == FAIL
