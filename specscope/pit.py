@@ -45,6 +45,10 @@ FAIL_SHIFT = 0.01
 #: variance up to 1/4, so 5 points would need four times the drafts); FAIL needs 2 points
 ACCEPT_PASS_SHIFT = 0.1
 ACCEPT_FAIL_SHIFT = 0.02
+#: the residual rule's (the tokens that replace rejected drafts, ``decide`` of their PITs): a
+#: PASS rules out a mean shift of 0.1 at rejections, which are a fraction of the positions; the
+#: residual's argmax taken moves SmolLM2's mean to about 0.3, a shift of 0.2
+RESID_PASS_SHIFT = 0.1
 #: ratio between neighbouring variance budgets, and the budgets' range (in variance units: one
 #: position holds at most 1/12): from 1 to 10^7 positions' worth
 GRID = 1.25

@@ -6,12 +6,11 @@ Times are integer nanoseconds; units change only at the edges.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 #: Written into every trace file; readers refuse any version not in READABLE_VERSIONS.
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 #: 2 added spec_counts, sample and benchmark records; 3 added per-request speculative figures
 #: and categories on request records, and the draft depth each verify step used; 4 added the
 #: weight of a source's reported figures on spec_counts records (``reported_weight``); 5 added
@@ -19,12 +18,13 @@ SCHEMA_VERSION = 10
 #: output token's top-2 logit margin and second choice on request records; 6 added mismatch
 #: records (a greedy request's committed token that is not its position's argmax, with the margin);
 #: 7 added the node (host) a record's process ran on (``node``, "" where unknown); 8 named each
-#: count by what it means, one spelling on every record (``RENAMED``: older traces still read);
+#: count by what it means, one spelling on every record (``io.codec.RENAMED``: older traces still read);
 #: 9 added the whole-distribution test's sums on verify entries (``pit_sum``, ``pit_var``) and
 #: the acceptance rule's (``accept_expected``, ``accept_var``), and the positions committed
 #: outside the truncation (``num_outside``); 10 added the sharpness test's sums
-#: (``sharp_positions``, ``sharp_llr``).
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+#: (``sharp_positions``, ``sharp_llr``); 11 the residual rule's at a rejected draft
+#: (``resid_pit``, ``resid_var``).
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
 #: what the ``node`` field means, said once for every record that has one
 NODE_DOC = "the node (host) the recording process ran on: $SPECSCOPE_NODE, else the hostname"
 
@@ -138,6 +138,12 @@ class VerifyEntry:
     #: top-p) by more than bfloat16's tie margin: impossible under honest sampling. None where
     #: not computed.
     num_outside: int | None = None
+    #: The residual rule: where verify rejected a draft, the mid-rank PIT of the token it
+    #: committed in the draft's place, in the residual max(p - q, 0) normalised (1/2 in
+    #: expectation under honest verify), and its variance bound. None where the step rejected
+    #: no draft, or the draft's distribution is unknown (a sampled draft without it).
+    resid_pit: float | None = None
+    resid_var: float | None = None
     #: The sharpness test (``specscope.sharp``) over the same verified positions: how many it
     #: read (the committed token among the position's most probable tokens), and for each
     #: alternative temperature on ``sharp.GRID`` (c times the requested one) the sum of the log
@@ -447,104 +453,6 @@ RECORD_TYPES: dict[str, type] = {
     "benchmark": BenchmarkRecord,
 }
 KIND_OF = {cls: kind for kind, cls in RECORD_TYPES.items()}
-_COUNTS_RENAMED = {"draft_tokens": "num_draft_tokens", "accepted_tokens": "num_accepted"}
-#: fields schema 8 renamed, old name -> new, by record kind: a record of an older trace reads
-#: under the new names (no old name is a field of schema 8, so no version needs consulting)
-RENAMED: dict[str, dict[str, str]] = {
-    "run": {"num_draft_tokens": "num_verify_tokens"},
-    "request": {"num_accepted_tokens": "num_accepted"},
-    "spec_counts": _COUNTS_RENAMED,
-    "engine_counts": _COUNTS_RENAMED,
-}
-
-
-class SchemaError(ValueError):
-    """A record that does not fit the schema."""
-
-
-#: a record field named like the record tag (AnomalyRecord.kind) travels under this name
-FIELD_KIND = "anomaly_kind"
-
-
-def to_dict(record: Any) -> dict[str, Any]:
-    """A record as a JSON-ready dict with its ``kind`` (the record's own ``kind`` field, an
-    anomaly's, as ``anomaly_kind``)."""
-    fields = _fields(record)
-    if "kind" in fields:
-        fields[FIELD_KIND] = fields.pop("kind")
-    return {"kind": KIND_OF[type(record)], **fields}
-
-
-_NAMES: dict[type, tuple[str, ...]] = {}
-_PLAIN = (int, float, str, bool, type(None))
-
-
-def _fields(record: Any) -> dict[str, Any]:
-    cls = type(record)
-    names = _NAMES.get(cls)
-    if names is None:
-        names = _NAMES[cls] = tuple(f.name for f in dataclasses.fields(record))
-    out: dict[str, Any] = {}
-    for name in names:
-        value = getattr(record, name)
-        if type(value) in _PLAIN:  # most fields: no conversion (exact types, cheap test)
-            pass
-        elif isinstance(value, tuple):
-            value = [_fields(v) for v in value] if value and dataclasses.is_dataclass(value[0]) else list(value)
-        elif isinstance(value, Mapping):
-            value = dict(value)
-        out[name] = value
-    return out
-
-
-def from_dict(data: Mapping[str, Any]) -> Any:
-    """Rebuild a record from ``to_dict`` output; raises SchemaError on a mismatch."""
-    if not isinstance(data, Mapping):
-        raise SchemaError(f"expected an object, got {type(data).__name__}")
-    kind = data.get("kind")
-    cls = RECORD_TYPES.get(kind) if isinstance(kind, str) else None
-    if cls is None:
-        raise SchemaError(f"unknown record kind {kind!r}; known: {', '.join(RECORD_TYPES)}")
-    kwargs: dict[str, Any] = {}
-    renamed = RENAMED.get(KIND_OF[cls], {})
-    if renamed.keys() & data.keys():
-        data = {renamed.get(k, k): v for k, v in data.items()}
-    if FIELD_KIND in data:
-        data = {k: v for k, v in data.items() if k not in ("kind", FIELD_KIND)} | \
-            {"kind": kind, "_field_kind": data[FIELD_KIND]}
-    for f in dataclasses.fields(cls):
-        name = "_field_kind" if f.name == "kind" else f.name
-        if name not in data:
-            continue
-        value = data[name]
-        if f.name == "entries":
-            value = tuple(_entry(v) for v in value)
-        elif isinstance(value, list):
-            value = tuple(value)
-        kwargs[f.name] = value
-    unknown = set(data) - {f.name for f in dataclasses.fields(cls)} - {"kind", "_field_kind"}
-    if unknown:
-        raise SchemaError(f"{kind} record has unknown fields: {', '.join(sorted(unknown))}")
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:
-        raise SchemaError(f"{kind} record: {exc}") from None
-
-
-def _entry(data: Mapping[str, Any]) -> VerifyEntry:
-    if not isinstance(data, Mapping):
-        raise SchemaError("verify entry must be an object")
-    names = {f.name for f in dataclasses.fields(VerifyEntry)}
-    unknown = set(data) - names
-    if unknown:
-        raise SchemaError(f"verify entry has unknown fields: {', '.join(sorted(unknown))}")
-    kwargs: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-    try:
-        return VerifyEntry(**kwargs)
-    except TypeError as exc:
-        raise SchemaError(f"verify entry: {exc}") from None
-
-
 def mode_for(temperature: float, configured: str) -> str:
     """The mode a request asks for: greedy at temperature 0, else the configured sampler."""
     return GREEDY if temperature <= 0.0 else configured

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specscope import schema
+from specscope.io import codec
 from specscope.io.parquet import read_parquet, write_parquet
 from specscope.io.trace import read_trace, write_trace
 
@@ -59,7 +60,7 @@ any_record = st.one_of(verify_records, request_records, phase_records, fallback_
 
 @given(any_record)
 def test_dict_round_trip(record):
-    assert schema.from_dict(json.loads(json.dumps(schema.to_dict(record)))) == record
+    assert codec.from_dict(json.loads(json.dumps(codec.to_dict(record)))) == record
 
 
 @settings(max_examples=40, deadline=None)
@@ -77,14 +78,14 @@ def test_parquet_round_trip(tmp_path_factory, records):
     out = tmp_path_factory.mktemp("p")
     write_parquet(records, out)
     back = read_parquet(out)
-    key = lambda r: json.dumps(schema.to_dict(r), sort_keys=True)  # noqa: E731
+    key = lambda r: json.dumps(codec.to_dict(r), sort_keys=True)  # noqa: E731
     assert sorted(map(key, back)) == sorted(map(key, records))
 
 
 def test_unknown_kind_and_fields_are_refused():
-    with pytest.raises(schema.SchemaError, match="unknown record kind"):
-        schema.from_dict({"kind": "nope"})
-    with pytest.raises(schema.SchemaError, match="unknown fields: bogus"):
-        schema.from_dict({"kind": "phase", "bogus": 1})
-    with pytest.raises(schema.SchemaError, match="phase record"):
-        schema.from_dict({"kind": "phase", "run_id": "r"})  # missing required fields
+    with pytest.raises(codec.SchemaError, match="unknown record kind"):
+        codec.from_dict({"kind": "nope"})
+    with pytest.raises(codec.SchemaError, match="unknown fields: bogus"):
+        codec.from_dict({"kind": "phase", "bogus": 1})
+    with pytest.raises(codec.SchemaError, match="phase record"):
+        codec.from_dict({"kind": "phase", "run_id": "r"})  # missing required fields

@@ -101,7 +101,8 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
             r = req[sampled]
             per = [np.bincount(r, weights=w[sampled], minlength=n_modes * width) for w in cols]
             groups = [(code, [p[code] for p in per]) for code in np.flatnonzero(per[0]).tolist()]
-        for code, (nv, nt, ex, var, pn, ps, pv, at, ah, ae, av, out, sn, *llr) in groups:
+        for code, (nv, nt, ex, var, pn, ps, pv, at, ah, ae, av, out, rn, rs, rv, sn,
+                   *llr) in groups:
             key = truth_class(modes[code // width], code % width)
             t = stats.truth.setdefault(key, TruthStats())
             t.num_verified += int(nv)
@@ -116,6 +117,9 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
             t.accept_expected += float(ae)
             t.accept_var += float(av)
             t.num_outside += int(round(out))
+            t.resid_positions += int(round(rn))
+            t.resid_sum += float(rs)
+            t.resid_var += float(rv)
             if sn:
                 t.sharp_positions += int(round(sn))
                 t.sharp_llr = _add_lists(t.sharp_llr, [float(x) for x in llr])
@@ -129,8 +133,9 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
 
 
 def _pit_columns(c: VerifyColumns, verified: np.ndarray) -> list[np.ndarray]:
-    """Per entry: the positions the whole-distribution test covers, its PIT sum and variance
-    (zeros where an entry carries none)."""
+    """Per entry: the positions the whole-distribution test covers, its PIT sum and variance,
+    the acceptance rule's, the positions outside the truncation, the residual rule's and the
+    sharpness test's (zeros where an entry carries none)."""
     zero = np.zeros(len(verified))
     if c.pit_sum is None or c.pit_var is None:
         out = [zero, zero, zero]
@@ -149,6 +154,13 @@ def _pit_columns(c: VerifyColumns, verified: np.ndarray) -> list[np.ndarray]:
         out += [np.where(has, trials, 0), np.where(has, c.num_accepted, 0),
                 np.where(has, c.accept_expected, 0.0), np.where(has, c.accept_var, 0.0),
                 outside]
+    # the residual rule: rejections read, their PIT sum and variance
+    if c.resid_pit is None or c.resid_var is None:
+        out += [zero, zero, zero]
+    else:
+        has = np.isfinite(c.resid_pit) & np.isfinite(c.resid_var)
+        out += [has.astype(np.float64), np.where(has, c.resid_pit, 0.0),
+                np.where(has, c.resid_var, 0.0)]
     # the sharpness test: positions read, then one log-ratio sum per alternative
     if c.sharp_positions is None or c.sharp_llr is None:
         return out + [zero] * (1 + len(sharp.GRID))

@@ -132,6 +132,7 @@ def requests_to_detect(ref_hits: int, ref_n: int, config: GateConfig = GateConfi
 
 #: anomaly kinds (found per request, or live) that fail the gate's sampling-truth checks
 _TRUTH_KINDS = ("silent_greedy", "sampling_mismatch", "distribution_mismatch", "acceptance_mismatch",
+                "residual_mismatch",
                 "truncation_violated",
                 "greedy_mismatch")
 

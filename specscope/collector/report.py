@@ -12,6 +12,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .. import schema
+from ..io import codec
 from .detectors import (DRAFT_CHECK, TRUTH_CHECK, AcceptanceRegressionDetector, QualityDetector,
                         SamplingTruthDetector, detectors_for, evaluate)
 from .evalgate import eval_gate
@@ -244,8 +245,8 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
 
 def _anomaly(a: schema.AnomalyRecord) -> dict[str, Any]:
     """A finding as the report lists it: its own ``kind`` ("silent_greedy", ...)."""
-    d = schema.to_dict(a)
-    d["kind"] = d.pop(schema.FIELD_KIND)
+    d = codec.to_dict(a)
+    d["kind"] = d.pop(codec.FIELD_KIND)
     return d
 
 
@@ -318,7 +319,7 @@ def _section_dict(s: SpecStats, run: schema.RunRecord | None, windows: list[dict
     busy_s = _busy.seconds(s.busy) if s.busy else None
     elapsed_s = busy_s or span_s
     return {
-        "run": schema.to_dict(run) if run else None,
+        "run": codec.to_dict(run) if run else None,
         #: "measured", "forced" (acceptance is a setting: a speed-only run) or "lossy"
         #: (verification not per-token by configuration), and why (collector/configured.py)
         "verification": {"kind": kind or "measured", "why": kind_why or None},
@@ -355,7 +356,7 @@ def _section_dict(s: SpecStats, run: schema.RunRecord | None, windows: list[dict
                        for b in s.benchmarks],
         #: each finding with its own ``kind`` ("silent_greedy", ...), not the record tag
         "anomalies": [_anomaly(a) for a in anomalies],
-        "hooks": [schema.to_dict(h) for h in health],
+        "hooks": [codec.to_dict(h) for h in health],
     }
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from .. import schema
+from ..io import codec
 from .evalgate import gate_text
 
 
@@ -240,7 +241,7 @@ class Section:
                                              "histogram": tuple((sec.get("draft_health") or {})
                                                                 .get("histogram") or ())}),
             engine_gauges=dict(sec.get("engine_gauges") or {}),
-            hooks=tuple(schema.from_dict({"kind": "hook_health", **h})
+            hooks=tuple(codec.from_dict({"kind": "hook_health", **h})
                         for h in sec.get("hooks") or ()),
             engine_counts=sec.get("engine_counts") or None,
             _json=sec,
@@ -272,4 +273,4 @@ def _truth(t: Mapping[str, Any]) -> Truth:
 def _run(data: Mapping[str, Any] | None) -> schema.RunRecord | None:
     if not data:
         return None
-    return schema.from_dict(data if "kind" in data else {"kind": "run", **data})
+    return codec.from_dict(data if "kind" in data else {"kind": "run", **data})

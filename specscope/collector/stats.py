@@ -62,6 +62,11 @@ class TruthStats:
     accept_var: float = by(total, default=0.0)
     #: verified positions committed outside the requested truncation (``hooks/stats``)
     num_outside: int = by(total, default=0)
+    #: the residual rule (``hooks/stats.residual_columns``): rejected drafts it read, the sum
+    #: of the PITs of the tokens committed in their place and of their variance bounds
+    resid_positions: int = by(total, default=0)
+    resid_sum: float = by(total, default=0.0)
+    resid_var: float = by(total, default=0.0)
     #: the sharpness test (``specscope.sharp``): positions it read (where entries carry it)
     #: and, per alternative temperature on ``sharp.GRID``, the sum of the log likelihood ratios
     sharp_positions: int = by(total, default=0)
@@ -405,6 +410,10 @@ class SpecStats:
                     t.accept_var += e.accept_var
                 if e.num_outside:
                     t.num_outside += int(e.num_outside)
+                if e.resid_pit is not None and e.resid_var is not None:
+                    t.resid_positions += 1
+                    t.resid_sum += e.resid_pit
+                    t.resid_var += e.resid_var
                 if e.sharp_positions and e.sharp_llr is not None:
                     t.sharp_positions += e.sharp_positions
                     t.sharp_llr = _add_lists(t.sharp_llr, list(e.sharp_llr))

@@ -183,6 +183,7 @@ class SamplingTruthDetector:
         where = f" in request {scope}" if scope else ""
         dist = self._pit(t, evidence)
         rule = self._accept(t, evidence)
+        resid = self._resid(t, evidence)
         temp = self._sharp(t, evidence)
         kind = message = None
         if t.num_outside:
@@ -223,6 +224,15 @@ class SamplingTruthDetector:
                 f"sampling gives {t.accept_expected:.1f} (p {fmt_p(rule.p_fail)}): verify "
                 + ("accepts more drafts than its own rule allows" if rule.shift > 0 else
                    "accepts fewer drafts than its own rule gives"))
+        elif resid is not None and resid.state == FAIL:
+            assert resid.shift is not None  # decided on rejections
+            kind, message = "residual_mismatch", (
+                f"requests asking for {mode}{where} had the tokens that replace rejected drafts "
+                f"at a mean rank (mid-rank PIT) of {0.5 + resid.shift:.3f} in the residual "
+                f"max(p - q, 0) where honest verify gives 0.500 (p {fmt_p(resid.p_fail)} over "
+                f"{t.resid_positions} rejections): "
+                + ("the residual is drawn too sharp (its argmax, or at a lower temperature)"
+                   if resid.shift < 0 else "the residual is drawn too flat, or in the tail"))
         if scope:
             evidence["request_id"] = scope
         check = f"{TRUTH_CHECK} ({mode})"
@@ -238,16 +248,18 @@ class SamplingTruthDetector:
         # the sharpness test only FAILs, but a PASS waits while it leans toward a fault
         dist_open = (dist is not None and dist.state != PASS) or \
             (rule is not None and rule.state != PASS) or \
+            (resid is not None and resid.state != PASS) or \
             (temp is not None and temp.state == INCONCLUSIVE and temp.lean == "fault")
         if hi.state == PASS and lo.state == PASS and not dist_open:
             return Assessment(check, PASS, evidence, None, "positions")
         side = hi if obs >= exp else lo
         open_sides = [d for d in (hi, lo) if d.state != PASS]
-        needs = [d.need for d in open_sides] + [x.need for x in (dist, rule)
+        needs = [d.need for d in open_sides] + [x.need for x in (dist, rule, resid)
                                                 if x is not None and x.state != PASS]
         need = max(n for n in needs if n is not None) if needs and None not in needs else None
         evidence["lean"] = "fault" if any(d.lean == "fault" for d in (hi, lo)) or any(
-            x is not None and x.state != PASS and x.lean == "fault" for x in (dist, rule, temp)) \
+            x is not None and x.state != PASS and x.lean == "fault"
+            for x in (dist, rule, resid, temp)) \
             else side.lean
         if need is None:
             evidence["reason"] = (f"the observed rate sits at the fault's size ({obs:.1%} "
@@ -274,6 +286,23 @@ class SamplingTruthDetector:
         evidence["rules_out"] += (f"; and an acceptance rate {pit.ACCEPT_PASS_SHIFT:.0%} or "
                                   "more off what the acceptance rule min(1, p/q) gives the "
                                   "same drafts")
+        return d
+
+    def _resid(self, t: TruthStats, evidence: dict) -> "pit.PitDecision | None":
+        """The residual rule's test of ``t``: the PITs of the tokens committed in place of
+        rejected drafts, in the residual max(p - q, 0), against 1/2 (``pit.decide``, both
+        sides), its figures added to ``evidence``; None where no entry carried it."""
+        if not t.resid_positions:
+            return None
+        d = pit.decide(t.resid_sum, t.resid_positions, t.resid_var, alpha=self.alpha,
+                       pass_alpha=self.pass_alpha, pass_shift=pit.RESID_PASS_SHIFT)
+        evidence.update(resid_positions=t.resid_positions,
+                        resid_mean=None if d.shift is None else 0.5 + d.shift,
+                        resid_p_value=d.p_fail, resid_state=d.state,
+                        p_value=min(evidence["p_value"], d.p_fail))
+        evidence["rules_out"] += (f"; and tokens replacing rejected drafts whose mean rank in "
+                                  f"the residual max(p - q, 0) is {pit.RESID_PASS_SHIFT:g} or "
+                                  "more off 1/2")
         return d
 
     def _sharp(self, t: TruthStats, evidence: dict) -> "sharp.SharpDecision | None":

@@ -362,7 +362,7 @@ class SpeculativeDecoder:
                     fixed = sampling.second_choice(fixed, logits, num_acc, mode)
             else:
                 num_acc, fixed, path_logits, keep_idx, top1 = self._verify_tree(tree, logits, p, mode)
-            drafted = q_drafted = None
+            drafted = q_drafted = q_full = None
             if self.recorder is not None and cfg.topk == 1:
                 # the acceptance rule's inputs: each row's draft tokens (-1 past a short n-gram
                 # draft) and, where verify runs speculative sampling, the draft's probability
@@ -373,6 +373,7 @@ class SpeculativeDecoder:
                 q_drafted = torch.where((mode == 2)[:, None],
                                         q.gather(-1, draft[..., None])[..., 0],
                                         torch.ones(b, d, device=dev))
+                q_full = q  # the residual rule of a sampled draft reads its whole distribution
             if self.recorder is not None:
                 self.recorder.record_verify(
                     request_ids=[r.request_id for r in rs], num_accepted=num_acc,
@@ -382,7 +383,7 @@ class SpeculativeDecoder:
                     top_p=[r.top_p for r in rs], top_k=[r.top_k for r in rs], mode_used=used,
                     committed_tokens=fixed, target_logits=path_logits, draft_top1_probs=top1,
                     step=self.step_index, draft_depth=d, depth_reason=why,
-                    draft_tokens=drafted, draft_token_probs=q_drafted)
+                    draft_tokens=drafted, draft_token_probs=q_drafted, draft_probs=q_full)
             acc = num_acc.tolist()  # the engine's own readback: it must know what to commit
             toks = fixed.tolist()
             if cfg.fault == "batch_row_mixup" and b > 1:  # the last row's own token: row 0's

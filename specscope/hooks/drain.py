@@ -82,6 +82,8 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
     accept_expected: np.ndarray | None = None
     accept_var: np.ndarray | None = None
     outside: np.ndarray | None = None
+    resid_pit: np.ndarray | None = None
+    resid_var: np.ndarray | None = None
     sharp_n: np.ndarray | None = None
     sharp_llr: np.ndarray | None = None
     mismatches: np.ndarray
@@ -106,6 +108,9 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
                                    np.nan).astype(f64)
         accept_var = np.where(tried, stats[:, _stats.COL_ACCEPT_VAR - base], np.nan).astype(f64)
         outside = np.where(truth, stats[:, _stats.COL_OUTSIDE - base], np.nan).astype(f64)
+        # the residual rule's PIT at a rejected draft, NaN where the entry rejected none
+        resid_pit = np.where(truth, stats[:, _stats.COL_RESID_PIT - base], np.nan).astype(f64)
+        resid_var = np.where(truth, stats[:, _stats.COL_RESID_VAR - base], np.nan).astype(f64)
         # the sharpness test's, NaN where the entry has no statistics or is greedy
         sharp = truth & (temps > 0)
         sharp_n = np.where(sharp, stats[:, _stats.COL_SHARP_N - base], np.nan).astype(f64)
@@ -126,6 +131,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         num_verified=verified, num_top1=top1, expected_top1=expected, var_top1=var,
         draft_hist=hist, mode_names=tuple(names), pit_sum=pit_sum, pit_var=pit_var,
         accept_expected=accept_expected, accept_var=accept_var, num_outside=outside,
+        resid_pit=resid_pit, resid_var=resid_var,
         sharp_positions=sharp_n, sharp_llr=sharp_llr,
         seq=np.arange(len(metas), dtype=i64),
         step=np.fromiter((m[0] for m in metas), dtype=i64, count=len(metas)),

@@ -67,7 +67,7 @@ def budget_rows(batch: int, cap: int | None, turn: int, policy: Any, temperature
 
 def _fresh() -> list[float]:
     """A class's totals before any statistics (``UntilDecided.totals``)."""
-    return [0, 0, 0.0, 0, 0.0, 0.0, 0, 0, 0.0, 0.0, 0.0] + [0.0] * len(SHARP_GRID)
+    return [0, 0, 0.0, 0, 0.0, 0.0, 0, 0, 0.0, 0.0, 0, 0.0, 0.0, 0.0] + [0.0] * len(SHARP_GRID)
 
 
 class UntilDecided:
@@ -95,8 +95,9 @@ class UntilDecided:
         self.tie_margin = tie_margin("") if margin is None else margin
         self.pass_alpha = pass_alpha
         #: class -> [positions, argmax hits, expected, PIT positions, PIT sum, PIT variance,
-        #: acceptance trials, accepted, expected accepted, its variance, sharpness positions,
-        #: then its log-ratio sums, one per alternative on ``sharp.GRID``] (``_fresh``)
+        #: acceptance trials, accepted, expected accepted, its variance, rejections read by the
+        #: residual rule, their PIT sum and variance, sharpness positions, then its log-ratio
+        #: sums, one per alternative on ``sharp.GRID``] (``_fresh``)
         self.totals: dict[int, list[float]] = {}
         self.draft_positions = 0
         self.decided: set[int] = set()
@@ -139,12 +140,14 @@ class UntilDecided:
                 num_top1: np.ndarray | None, expected_top1: np.ndarray | None,
                 draft_positions: int = 0, structural: bool = False,
                 pit_sum: np.ndarray | None = None, pit_var: np.ndarray | None = None,
-                accept: tuple | None = None, sharp: tuple | None = None) -> None:
+                accept: tuple | None = None, sharp: tuple | None = None,
+                resid: tuple | None = None) -> None:
         """What one drain's statistics held, per entry (entries without statistics have 0
         positions; ``pit_sum`` NaN where an entry has no whole-distribution figures; ``accept``:
         the acceptance rule's (trials, accepted, expected, variance) per entry, NaN expected
         where it has none; ``sharp``: the sharpness test's (positions, [N, grid] log-ratio
-        sums), NaN positions where it has none);
+        sums), NaN positions where it has none; ``resid``: the residual rule's (PIT, variance)
+        per entry, NaN where it has none);
         ``structural``: a greedy mismatch beyond the tie margin was seen."""
         with self._lock:
             if draft_positions:
@@ -175,12 +178,18 @@ class UntilDecided:
                             acc[7] += int(hits[tried].sum())
                             acc[8] += float(expected[tried].sum())
                             acc[9] += float(var[tried].sum())
+                    if resid is not None:
+                        read = rows & np.isfinite(resid[0])
+                        if read.any():
+                            acc[10] += int(read.sum())
+                            acc[11] += float(resid[0][read].sum())
+                            acc[12] += float(resid[1][read].sum())
                     if sharp is not None:
                         read = rows & np.isfinite(sharp[0])
                         if read.any():
-                            acc[10] += float(sharp[0][read].sum())
+                            acc[13] += float(sharp[0][read].sum())
                             for i, x in enumerate(sharp[1][read].sum(axis=0).tolist()):
-                                acc[11 + i] += x
+                                acc[14 + i] += x
             if structural:
                 self.totals.setdefault(0, _fresh())
                 self.decided.add(0)
@@ -192,7 +201,8 @@ class UntilDecided:
     def _decides(self, c: int, n: float, k: float, expected: float, pit_n: float = 0,
                  pit_sum: float = 0.0, pit_var: float = 0.0, trials: float = 0,
                  hits: float = 0, accept_expected: float = 0.0,
-                 accept_var: float = 0.0, sharp_n: float = 0.0, *sharp_llr: float) -> bool:
+                 accept_var: float = 0.0, resid_n: float = 0, resid_sum: float = 0.0,
+                 resid_var: float = 0.0, sharp_n: float = 0.0, *sharp_llr: float) -> bool:
         if c == DRAFT:
             return n >= DRAFT_POSITIONS
         if not n:
@@ -212,15 +222,18 @@ class UntilDecided:
                               alpha=self.alpha, pass_alpha=self.pass_alpha,
                               pass_shift=pit.ACCEPT_PASS_SHIFT,
                               fail_shift=pit.ACCEPT_FAIL_SHIFT).state if trials else None
+        resid = pit.decide(resid_sum, int(resid_n), resid_var, alpha=self.alpha,
+                           pass_alpha=self.pass_alpha,
+                           pass_shift=pit.RESID_PASS_SHIFT).state if resid_n else None
         sharpness = sharp_decide(sharp_llr, int(sharp_n), alpha=self.alpha,
                                  pass_alpha=self.pass_alpha).state if sharp_n else None
-        if FAIL in (state, dist, rule, sharpness):
+        if FAIL in (state, dist, rule, resid, sharpness):
             return True
         top1 = state != INCONCLUSIVE or (1.0 - exp <= self.min_excess and n >= 512)
         # the sharpness test too: a temperature applied wrongly moves the top-1 share and the
         # PIT too little to keep the statistics coming by themselves
         return top1 and dist in (None, PASS) and rule in (None, PASS) and \
-            sharpness in (None, PASS)
+            resid in (None, PASS) and sharpness in (None, PASS)
 
     def state(self) -> dict[str, Any]:
         """What it has decided, for tests and the engine's log."""

@@ -158,6 +158,7 @@ class Recorder(DrainSide):
         depth_reason: str = "",
         draft_tokens: torch.Tensor | None = None,
         draft_token_probs: torch.Tensor | None = None,
+        draft_probs: torch.Tensor | None = None,
     ) -> None:
         """Record one verify step of a batch. Never syncs, never blocks, never raises.
 
@@ -176,7 +177,9 @@ class Recorder(DrainSide):
         ``draft_tokens`` ``[B, D]`` (-1 where a row drafted fewer), with the sampling-truth
         inputs, enable the acceptance-rule statistics; ``draft_token_probs`` ``[B, D]``: the
         draft's probability of each (None: a deterministic draft, or a verify that accepts a
-        draft only where a sample of the target equals it).
+        draft only where a sample of the target equals it). ``draft_probs`` ``[B, D, V]``: the
+        draft's whole distribution at each drafted position, where the engine has it: the
+        residual rule for a sampled draft needs it (a deterministic draft's is one-hot).
         """
         if not self.enabled:
             return
@@ -184,14 +187,15 @@ class Recorder(DrainSide):
             self._record_verify(request_ids, num_accepted, num_drafted, temperature, top_p, top_k,
                                 mode_used, num_draft_tokens, committed_tokens, target_logits,
                                 draft_top1_probs, step, logits_processed, draft_depth,
-                                depth_reason, draft_tokens, draft_token_probs)
+                                depth_reason, draft_tokens, draft_token_probs, draft_probs)
         except (Exception, SystemExit):
             self.count_error()
 
     def _record_verify(self, request_ids, num_accepted, num_drafted, temperature, top_p, top_k,
                        mode_used, num_draft_tokens, committed_tokens, target_logits,
                        draft_top1_probs, step, logits_processed=False, draft_depth=None,
-                       depth_reason="", draft_tokens=None, draft_token_probs=None) -> None:
+                       depth_reason="", draft_tokens=None, draft_token_probs=None,
+                       draft_probs=None) -> None:
         batch = len(request_ids)
         if step is None:
             step = self._step
@@ -234,7 +238,7 @@ class Recorder(DrainSide):
                                     stat_p, stat_k, committed_tokens, target_logits,
                                     draft_top1_probs, sampled, rows,
                                     None if logits_processed else draft_tokens,
-                                    draft_token_probs)
+                                    draft_token_probs, draft_probs)
                 self._host[idx, :batch].copy_(packed, non_blocking=True)
                 on_device = packed.is_cuda
             event = None
@@ -277,7 +281,8 @@ class Recorder(DrainSide):
 
     def _pack(self, batch, num_accepted, num_drafted, num_draft_tokens, temperature, top_p,
               top_k, committed, logits, draft_top1, sampled: bool, rows: Any = None,
-              draft_tokens: Any = None, draft_q: Any = None) -> torch.Tensor:
+              draft_tokens: Any = None, draft_q: Any = None,
+              draft_probs: Any = None) -> torch.Tensor:
         dev = num_accepted.device
         cols = torch.zeros(batch, _stats.ROW_WIDTH, dtype=torch.float32, device=dev)
         if isinstance(num_drafted, (list, tuple)):
@@ -298,6 +303,8 @@ class Recorder(DrainSide):
                         (draft_tokens,) = _rows_of(rows, pick, draft_tokens)
                     if draft_q is not None:
                         (draft_q,) = _rows_of(rows, pick, draft_q)
+                    if draft_probs is not None:
+                        (draft_probs,) = _rows_of(rows, pick, draft_probs)
                     temperature, top_p, top_k = (None if v is None else [v[i] for i in rows]
                                                  for v in (temperature, top_p, top_k))
                 temps = self._to_device(temperature, torch.float32, dev)
@@ -313,7 +320,8 @@ class Recorder(DrainSide):
                                             scratch=self._scratch_for(logits) if rows is not None
                                             else None, truncated=cut,
                                             draft_tokens=draft_tokens,
-                                            draft_token_probs=draft_q)
+                                            draft_token_probs=draft_q,
+                                            draft_probs=draft_probs)
                 if rows is not None:  # the other rows keep 0 verified positions: no statistics
                     out = torch.zeros(batch, out.shape[1], device=dev).index_copy_(0, pick, out)
                 cols[:, _stats.COL_NUM_VERIFIED:_stats.COL_HIST] = out[:, :4]
@@ -361,7 +369,9 @@ class Recorder(DrainSide):
                         np.minimum(c.num_accepted + 1, c.num_drafted), c.num_accepted,
                         c.accept_expected, c.accept_var),
                     sharp=None if c.sharp_positions is None or c.sharp_llr is None
-                    else (c.sharp_positions, c.sharp_llr))
+                    else (c.sharp_positions, c.sharp_llr),
+                    resid=None if c.resid_pit is None or c.resid_var is None
+                    else (c.resid_pit, c.resid_var))
 
     def _to_device(self, values, dtype, dev) -> torch.Tensor:
         host = torch.tensor(values, dtype=dtype)

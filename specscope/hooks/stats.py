@@ -38,10 +38,15 @@ COL_ACCEPT_VAR = COL_ACCEPT_EXPECTED + 1
 #: verified positions whose committed token lies outside the requested truncation (top-k /
 #: top-p) by more than ``OUTSIDE_MARGIN``: impossible under honest sampling
 COL_OUTSIDE = COL_ACCEPT_VAR + 1
+#: the residual rule at a rejected draft (``residual_columns``): the mid-rank PIT of the token
+#: verify committed in its place, in the request's distribution without the draft token, and
+#: its variance bound; NaN where the step rejected none (or the draft is not deterministic)
+COL_RESID_PIT = COL_OUTSIDE + 1
+COL_RESID_VAR = COL_RESID_PIT + 1
 #: the sharpness test (``specscope.sharp``): the verified positions it read, then for each
 #: alternative temperature on its grid the sum of the log likelihood ratios there
 #: (``sharpness_columns``)
-COL_SHARP_N = COL_OUTSIDE + 1
+COL_SHARP_N = COL_RESID_VAR + 1
 COL_SHARP_LLR = COL_SHARP_N + 1
 ROW_WIDTH = COL_SHARP_LLR + len(SHARP_GRID)
 #: the most probable tokens per position the sharpness test reads (its set S): one top-k over
@@ -238,13 +243,16 @@ def verify_columns(
     truncated: torch.Tensor | None = None,
     draft_tokens: torch.Tensor | None = None,
     draft_token_probs: torch.Tensor | None = None,
+    draft_probs: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``truth_columns`` and ``mismatch_columns`` in one, the whole-distribution test and the
-    acceptance rule and the sharpness test: ``[B, 11 + len(GRID)]``, the columns
-    ``COL_NUM_VERIFIED`` .. ``COL_VAR_TOP1``, ``COL_MISMATCH_MARGIN``, ``COL_MISMATCH_POS``,
-    ``COL_PIT_SUM``, ``COL_PIT_VAR``, ``COL_ACCEPT_EXPECTED``, ``COL_ACCEPT_VAR``, ``COL_OUTSIDE``,
-    ``COL_SHARP_N`` and the ``COL_SHARP_LLR`` block (``sharpness_columns``;
-    ``acceptance_columns``; NaN without
+    acceptance rule, the residual rule and the sharpness test: ``[B, 13 + len(GRID)]``, the
+    columns ``COL_NUM_VERIFIED`` .. ``COL_VAR_TOP1``, ``COL_MISMATCH_MARGIN``,
+    ``COL_MISMATCH_POS``, ``COL_PIT_SUM``, ``COL_PIT_VAR``, ``COL_ACCEPT_EXPECTED``,
+    ``COL_ACCEPT_VAR``, ``COL_OUTSIDE``, ``COL_RESID_PIT``, ``COL_RESID_VAR``, ``COL_SHARP_N`` and
+    the ``COL_SHARP_LLR`` block (``sharpness_columns``; ``acceptance_columns`` and
+    ``residual_columns``, with ``draft_probs`` ``[B, P - 1, V]``, the draft's whole
+    distribution, where the engine has one; NaN without
     ``draft_tokens``, ``[B, P - 1]``, -1 where a row drafted fewer; ``draft_token_probs``: the
     draft's probability of each, None for a deterministic draft).
 
@@ -304,12 +312,19 @@ def verify_columns(
     else:
         accept = acceptance_columns(x, top, temperature, norm, floor, draft_tokens,
                                     draft_token_probs, num_accepted)
+    if draft_tokens is None:
+        resid = torch.full((x.shape[0], 2), float("nan"), device=x.device)
+    else:
+        resid = residual_columns(x, top, temperature, norm, floor, draft_tokens,
+                                 draft_token_probs, draft_probs, safe, num_accepted,
+                                 torch.isfinite(p_max).all(dim=1))
     sharp = sharpness_columns(x, top, temperature, floor, safe, valid)
     return torch.cat([torch.stack([validf.sum(dim=1), (is_top1 * validf).sum(dim=1),
                                    pv.sum(dim=1), (pv * (1.0 - pv)).sum(dim=1), worst,
                                    where.to(worst.dtype), torch.where(valid, u, zero).sum(dim=1),
                                    torch.where(valid, u_var, zero).sum(dim=1)], dim=1),
-                      accept, outside.to(torch.float32).sum(dim=1, keepdim=True), sharp], dim=1)
+                      accept, outside.to(torch.float32).sum(dim=1, keepdim=True), resid, sharp],
+                     dim=1)
 
 
 def acceptance_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Tensor,
@@ -340,6 +355,48 @@ def acceptance_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Te
     out = torch.stack([torch.where(tried, a, zero).sum(dim=1),
                        torch.where(tried, a * (1.0 - a), zero).sum(dim=1)], dim=1)
     return torch.where((temperature > 0)[:, None], out, torch.full_like(out, float("nan")))
+
+
+def residual_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Tensor,
+                     norm: torch.Tensor, floor: torch.Tensor, draft_tokens: torch.Tensor,
+                     draft_token_probs: torch.Tensor | None, draft_probs: torch.Tensor | None,
+                     committed: torch.Tensor, num_accepted: torch.Tensor,
+                     known: torch.Tensor) -> torch.Tensor:
+    """``[B, 2]``: where verify rejected a draft (a row that accepted fewer than it drafted),
+    the mid-rank PIT of the token it committed in the draft's place and the PIT's variance
+    bound (``pit_columns``), in the residual distribution max(p - q, 0) normalised. p: the
+    request's distribution (weights ``exp((x - top) / T)`` over ``norm``, 0 below the
+    truncation's ``floor``); q: the draft's, ``draft_probs`` ``[B, D, V]`` where given, else
+    one-hot at the draft token d (a deterministic draft, ``draft_token_probs`` None: n-gram,
+    greedy drafting; or rows whose draft probability is 1: a verify that accepts a draft only
+    where a sample of p equals it), where the residual is p without d. Under honest verify the
+    PIT's mean is 1/2 exactly; a residual drawn as the argmax, from the untruncated or untempered
+    distribution, or with d left in, moves it. A committed token with no residual mass (d
+    itself) has PIT 1. NaN where there is no rejection, the row is greedy, its q is unknown or
+    its distribution is not ``known``. One gather of a position's logits per row: the cost of
+    one verified position's PIT."""
+    d = x.shape[1] - 1
+    if d < 1:
+        return torch.full((x.shape[0], 2), float("nan"), device=x.device)
+    rows = torch.arange(x.shape[0], device=x.device)
+    drafted = (draft_tokens[:, :d] >= 0).sum(dim=1)
+    j = num_accepted.clamp(0, d - 1).long()  # the first rejected position, where there is one
+    t = temperature.to(x.dtype).clamp_min(1e-6)[:, None]
+    w = torch.exp((x[rows, j] - top[rows, j][:, None]) / t)
+    w = w * (w >= floor[rows, j][:, None])
+    use = (num_accepted < drafted) & (temperature > 0) & known
+    tok = draft_tokens[rows, j].clamp(0, x.shape[-1] - 1).long()
+    r = w.scatter(1, tok[:, None], 0.0)  # q one-hot at d: p without d
+    if draft_token_probs is not None:  # q is one-hot only where the draft's probability is 1
+        one_hot = draft_token_probs[rows, j] >= 1.0
+        if draft_probs is not None:
+            full = (w / norm[rows, j][:, None] - draft_probs[rows, j].to(w.dtype)).clamp_min(0.0)
+            r = torch.where(one_hot[:, None], r, full)
+        else:
+            use = use & one_hot
+    u, var = pit_columns(r, r.gather(1, committed[rows, j][:, None])[:, 0])
+    out = torch.stack([u, var], dim=1)
+    return torch.where(use[:, None], out, torch.full_like(out, float("nan")))
 
 
 def sharpness_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Tensor,

@@ -123,6 +123,10 @@ class VerifyColumns:
     accept_var: np.ndarray | None = None
     #: positions committed outside the truncation (float64 counts, NaN where none carried)
     num_outside: np.ndarray | None = None
+    #: the residual rule's PIT at a rejected draft and its variance bound (schema.VerifyEntry),
+    #: float64, NaN where an entry rejected none; both or neither
+    resid_pit: np.ndarray | None = None
+    resid_var: np.ndarray | None = None
     #: the sharpness test's (schema.VerifyEntry): positions read (float64, NaN where none
     #: carried) and float64 [N, len(schema.SHARP_GRID)] log-ratio sums; both or neither
     sharp_positions: np.ndarray | None = None
@@ -192,7 +196,9 @@ class VerifyColumns:
                              math.nan if e.sharp_positions is None or e.sharp_llr is None
                              else e.sharp_positions,
                              _NO_SHARP if e.sharp_llr is None or len(e.sharp_llr) != _G
-                             else e.sharp_llr))
+                             else e.sharp_llr,
+                             math.nan if e.resid_pit is None else e.resid_pit,
+                             math.nan if e.resid_var is None else e.resid_var))
                 if r.depth_reason and seq not in reasons.setdefault(key, {}):
                     reasons[key][seq] = r.depth_reason
                 if detail:
@@ -203,7 +209,7 @@ class VerifyColumns:
                          e.top_k, flags))
         out = []
         for key, rows in groups.items():
-            cols = list(zip(*rows)) if rows else [()] * 22
+            cols = list(zip(*rows)) if rows else [()] * 24
             c = cls(
                 run_id=key[0], config_id=key[1], rank=key[2], node=key[3], num_steps=steps[key],
                 t_ns=np.asarray(cols[0], dtype=np.int64),
@@ -236,6 +242,9 @@ class VerifyColumns:
             if len(sharp_n) and not np.isnan(sharp_n).all():
                 c.sharp_positions = sharp_n
                 c.sharp_llr = np.asarray(cols[21], dtype=np.float64).reshape(-1, _G)
+            resid = np.asarray(cols[22], dtype=np.float64)
+            if len(resid) and not np.isnan(resid).all():
+                c.resid_pit, c.resid_var = resid, np.asarray(cols[23], dtype=np.float64)
             if detail:
                 x = list(zip(*extra.get(key, []))) or [()] * 9
                 c.step = np.asarray(x[1], dtype=np.int64)
@@ -276,6 +285,8 @@ class VerifyColumns:
         accepts = (self.accept_expected.tolist(), self.accept_var.tolist()) \
             if self.accept_expected is not None and self.accept_var is not None else None
         outside = self.num_outside.tolist() if self.num_outside is not None else None
+        resids = (self.resid_pit.tolist(), self.resid_var.tolist()) \
+            if self.resid_pit is not None and self.resid_var is not None else None
         sharps = (self.sharp_positions.tolist(), self.sharp_llr.tolist()) \
             if self.sharp_positions is not None and self.sharp_llr is not None else None
         bounds = np.flatnonzero(np.diff(seq)) + 1
@@ -304,6 +315,8 @@ class VerifyColumns:
                        if accepts is not None and truth else {}),
                     **(_count("num_outside", outside[i]) if outside is not None and truth
                        else {}),
+                    **(_pair("resid_pit", "resid_var", resids[0][i], resids[1][i])
+                       if resids is not None and truth else {}),
                     **(_sharp(sharps[0][i], sharps[1][i]) if sharps is not None and truth
                        else {})))
             depth = int(draft_depth[s])
@@ -336,7 +349,9 @@ ACCEPT_ARRAYS = ("accept_expected", "accept_var")
 #: the sharpness test's, likewise (``sharp_llr`` is [N, len(schema.SHARP_GRID)])
 SHARP_ARRAYS = ("sharp_positions", "sharp_llr")
 #: every optional array, in pairs that travel together (both or neither)
-OPTIONAL_ARRAYS = PIT_ARRAYS + ACCEPT_ARRAYS + ("num_outside",) + SHARP_ARRAYS
+#: the residual rule's, likewise
+RESID_ARRAYS = ("resid_pit", "resid_var")
+OPTIONAL_ARRAYS = PIT_ARRAYS + ACCEPT_ARRAYS + ("num_outside",) + SHARP_ARRAYS + RESID_ARRAYS
 #: arrays with more than one value per entry: their width
 WIDTHS = {"draft_hist": schema.DRAFT_HIST_BINS, "sharp_llr": len(schema.SHARP_GRID)}
 _G = len(schema.SHARP_GRID)

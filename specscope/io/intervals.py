@@ -5,7 +5,7 @@ Two forms share each class. Row form: one Python list per field, appended line b
 Block form (``of_arrays``): numpy arrays for a whole block read at once, where a column of
 ``None`` means the field is unknown on every row and a float NaN means unknown on that row
 (the schema keeps unknowns null, so NaN is never a value here). ``json_text()`` writes each
-row exactly as ``json.dumps(schema.to_dict(record), separators=(",", ":"))`` would, without
+row exactly as ``json.dumps(codec.to_dict(record), separators=(",", ":"))`` would, without
 building the record; ``to_records()`` rebuilds the records for everything else; ``table(pa)``
 gives the Parquet table the record path would give.
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .. import schema
+from . import codec
 from ..schema import TraceError
-from .columns import (ACCEPT_ARRAYS, HAS_HIST, HAS_TRUTH, OPTIONAL_ARRAYS, PIT_ARRAYS, SHARP_ARRAYS,
-                      WIDTHS,
-                      VerifyColumns, expand)
+from .columns import (ACCEPT_ARRAYS, HAS_HIST, HAS_TRUTH, OPTIONAL_ARRAYS, PIT_ARRAYS,
+                      RESID_ARRAYS, SHARP_ARRAYS, WIDTHS, VerifyColumns, expand)
 from .intervals import BATCHES
 from .store import (UNKNOWN, Store, Where, day, open_store, partition_path, partition_values,
                     row_time)
@@ -317,8 +317,8 @@ def read_parquet(path: str | os.PathLike, where: Where | None = None) -> list[An
             for k in _JSON_FIELDS & row.keys():
                 row[k] = json.loads(row[k]) if row[k] else {}
             if "kind" in row:  # a record's own kind field (an anomaly's) beside the record kind
-                row[schema.FIELD_KIND] = row.pop("kind")
-            records.append(schema.from_dict({"kind": kind, **row}))
+                row[codec.FIELD_KIND] = row.pop("kind")
+            records.append(codec.from_dict({"kind": kind, **row}))
     return records
 
 
@@ -414,7 +414,7 @@ def _codes(column, np):
 
 
 #: the optional arrays a verify part file may hold, in the groups that travel together
-_OPTIONAL_PAIRS = (PIT_ARRAYS, ACCEPT_ARRAYS, ("num_outside",), SHARP_ARRAYS)
+_OPTIONAL_PAIRS = (PIT_ARRAYS, ACCEPT_ARRAYS, ("num_outside",), SHARP_ARRAYS, RESID_ARRAYS)
 
 
 def _llr_matrix(column, n: int, np):
@@ -463,5 +463,5 @@ def _unflatten_verify(rows: list[dict[str, Any]]) -> list[schema.VerifyStepRecor
         base = {k: v for k, v in zip(_STEP_FIELDS + ("node",), key[1:]) if v is not None}
         entries = [{k: int(v) if k in _COUNTS and v is not None else v for k, v in row.items()
                     if k not in _STEP_FIELDS and k not in (_SEQ, "node")} for row in group]
-        out.append(schema.from_dict({"kind": "verify", **base, "entries": entries}))
+        out.append(codec.from_dict({"kind": "verify", **base, "entries": entries}))
     return out

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from .. import schema
+from . import codec
 from ..schema import Problem, TraceError
 
 HEADER_KIND = "header"
@@ -74,10 +75,10 @@ class TraceWriter:
                 continue
             if isinstance(r, VerifyColumns):
                 recs = r.to_records()
-                lines.extend(json.dumps(schema.to_dict(x), separators=(",", ":")) for x in recs)
+                lines.extend(json.dumps(codec.to_dict(x), separators=(",", ":")) for x in recs)
                 n += len(recs)
             else:
-                lines.append(json.dumps(schema.to_dict(r), separators=(",", ":")))
+                lines.append(json.dumps(codec.to_dict(r), separators=(",", ":")))
                 n += 1
         if lines:
             chunks.append("\n".join(lines) + "\n")
@@ -181,8 +182,8 @@ def iter_jsonl(path: str | os.PathLike, problems: list[Problem] | None = None,
                 _check_version(obj, f"{name}:{lineno}")  # concatenated traces
                 continue
             try:
-                yield schema.from_dict(obj)
-            except schema.SchemaError as exc:
+                yield codec.from_dict(obj)
+            except codec.SchemaError as exc:
                 problems.append(Problem(name, lineno, str(exc)))
     if not header_seen:
         raise TraceError(f"{name}: empty file, not a specscope trace")
@@ -257,6 +258,6 @@ def dumps_records(records: Iterable[Any]) -> str:
     buf = io.StringIO()
     buf.write(json.dumps({"kind": HEADER_KIND, "schema_version": schema.SCHEMA_VERSION}) + "\n")
     for r in records:
-        buf.write(json.dumps(schema.to_dict(r)) + "\n")
+        buf.write(json.dumps(codec.to_dict(r)) + "\n")
     return buf.getvalue()
 

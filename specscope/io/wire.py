@@ -24,8 +24,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import schema
+from . import codec
 from .columns import (ACCEPT_ARRAYS, AGGREGATE_ARRAYS, DETAIL_ARRAYS, HAS_HIST, HAS_TRUTH, OPTIONAL_ARRAYS,
-                      PIT_ARRAYS, SHARP_ARRAYS, STEP_ARRAYS, WIDTHS, Strings, VerifyColumns)
+                      PIT_ARRAYS, RESID_ARRAYS, SHARP_ARRAYS, STEP_ARRAYS, WIDTHS, Strings,
+                      VerifyColumns)
 
 MAX_MESSAGE_BYTES = 16 * 2**20
 MAX_ENTRIES = 1 << 16  #: verify entries per message (~9 MiB with every array)
@@ -42,6 +44,7 @@ WIRE_DTYPES = {
     "temperature": "<f8", "top_p": "<f8", "top_k": "<i4", "flags": "i1", "step_sizes": "<i4",
     "pit_sum": "<f8", "pit_var": "<f8", "accept_expected": "<f8", "accept_var": "<f8",
     "num_outside": "<f8", "sharp_positions": "<f8", "sharp_llr": "<f8",
+    "resid_pit": "<f8", "resid_var": "<f8",
 }
 TRUTH_ARRAYS = ("num_verified", "num_top1", "expected_top1", "var_top1")
 LOCAL_DTYPES = {
@@ -50,6 +53,7 @@ LOCAL_DTYPES = {
     "top_p": np.float64, "pit_sum": np.float64, "pit_var": np.float64,
     "accept_expected": np.float64, "accept_var": np.float64, "num_outside": np.float64,
     "sharp_positions": np.float64, "sharp_llr": np.float64,
+    "resid_pit": np.float64, "resid_var": np.float64,
 }
 _HEADER = struct.Struct("<I")
 
@@ -72,7 +76,7 @@ def encode(items: Sequence[Any], pid: int | None = None) -> list[bytes]:
 def messages(items: Sequence[Any], pid: int | None = None) -> list[tuple[bytes, int]]:
     """(message, records and verify entries it holds) of the columnar format."""
     pid = os.getpid() if pid is None else pid
-    records = [schema.to_dict(r) for r in items if not isinstance(r, VerifyColumns)]
+    records = [codec.to_dict(r) for r in items if not isinstance(r, VerifyColumns)]
     chunks: list[VerifyColumns] = []
     for c in items:
         if isinstance(c, VerifyColumns) and len(c):
@@ -191,7 +195,7 @@ def _json_messages(items: Sequence[Any], pid: int | None) -> list[tuple[bytes, i
         if batch and entries + n > JSON_ENTRIES:
             messages.append((batch, count))
             batch, entries, count = [], 0, 0
-        batch.append(schema.to_dict(r))
+        batch.append(codec.to_dict(r))
         entries += n
         count += n if isinstance(r, schema.VerifyStepRecord) else 1
     if batch:
@@ -231,8 +235,8 @@ def _records(items: list) -> tuple[list[Any], int]:
     records, skipped = [], 0
     for item in items:
         try:
-            records.append(schema.from_dict(item))
-        except (schema.SchemaError, TypeError, ValueError):
+            records.append(codec.from_dict(item))
+        except (codec.SchemaError, TypeError, ValueError):
             skipped += 1
     return records, skipped
 
@@ -326,7 +330,7 @@ def _columns(head: Any, payload: memoryview) -> VerifyColumns:
         raise WireError("malformed", n)
     for name in ("draft_hist",) + TRUTH_ARRAYS:
         fields.setdefault(name, None)  # left out: all zero
-    for pair in (PIT_ARRAYS, ACCEPT_ARRAYS, SHARP_ARRAYS):
+    for pair in (PIT_ARRAYS, ACCEPT_ARRAYS, SHARP_ARRAYS, RESID_ARRAYS):
         if len([a for a in pair if a in fields]) == 1:  # both or neither
             raise WireError("malformed", n)
     missing = [a for a in AGGREGATE_ARRAYS if a not in fields]

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specscope import schema
+from specscope.io import codec
 from specscope.importers import import_file, sglang_log, vllm_log
 from specscope.io.columns import expand
 from specscope.io.intervals import CountsColumns, SampleColumns
@@ -66,7 +67,7 @@ def _same(module, text: str, tmp_path, monkeypatch):
 
 
 def _records(res) -> list:
-    return sorted((schema.to_dict(r) for r in expand(res.records)), key=lambda d: json.dumps(d, sort_keys=True))
+    return sorted((codec.to_dict(r) for r in expand(res.records)), key=lambda d: json.dumps(d, sort_keys=True))
 
 
 def _tallies(res) -> dict:
@@ -214,7 +215,7 @@ def test_block_columns_write_what_their_records_write(block):
     from specscope.io.parquet import _rows
 
     records = block.to_records()
-    assert block.json_text() == "".join(json.dumps(schema.to_dict(r), separators=(",", ":")) + "\n"
+    assert block.json_text() == "".join(json.dumps(codec.to_dict(r), separators=(",", ":")) + "\n"
                                         for r in records)
     assert block.table(pa).to_pylist() == _rows(records)["spec_counts"]
 
@@ -229,7 +230,7 @@ def test_sample_block_writes_what_its_records_write():
         n = len(vals)
         block = SampleColumns("r%s", "sglang", np.arange(n), np.arange(n) * 10, ["a", 'b"'], vals)
         records = block.to_records()
-        assert block.json_text() == "".join(json.dumps(schema.to_dict(r), separators=(",", ":")) + "\n"
+        assert block.json_text() == "".join(json.dumps(codec.to_dict(r), separators=(",", ":")) + "\n"
                                             for r in records)
         assert block.table(pa).to_pylist() == _rows(records)["sample"]
     assert collections.Counter(len(r.values) for r in SampleColumns(
@@ -262,5 +263,5 @@ def test_negative_zero_keeps_its_sign_through_the_block_path():
                                     t_ns=np.arange(100, dtype=np.int64), reported_acceptance_rate=rates)
     text = block.json_text()
     assert text.count('"reported_acceptance_rate":-0.0') == 1
-    assert text == "".join(json.dumps(schema.to_dict(r), separators=(",", ":")) + "\n"
+    assert text == "".join(json.dumps(codec.to_dict(r), separators=(",", ":")) + "\n"
                            for r in block.to_records())

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from specscope import schema
+from specscope.io import codec
 from specscope.io.trace import TraceError, TraceWriter, read_trace, write_trace
 
 
@@ -192,7 +193,7 @@ def test_a_version_7_trace_reads_under_the_schema_8_names(tmp_path):
 
 def test_a_name_both_old_and_new_is_never_read_twice():
     """No schema 8 field has an old field's name, so a record is renamed without its version."""
-    for kind, renamed in schema.RENAMED.items():
+    for kind, renamed in codec.RENAMED.items():
         fields = {f.name for f in dataclasses.fields(schema.RECORD_TYPES[kind])}
         assert not fields & renamed.keys(), kind
         assert set(renamed.values()) <= fields, kind

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from specscope import schema
+from specscope.io import codec
 from specscope.collector.service import Collector
 from specscope.hooks import Recorder
 from specscope.io import transport, wire
@@ -133,7 +134,7 @@ def test_json_batches_of_the_previous_version_are_still_accepted(run_record):
     rec = _recorder(run_record)
     records = rec.drain(wait=True)
     old = json.dumps({"v": 2, "pid": 3, "records": [
-        {k: v for k, v in schema.to_dict(r).items() if k not in ("draft_depth", "depth_reason")}
+        {k: v for k, v in codec.to_dict(r).items() if k not in ("draft_depth", "depth_reason")}
         for r in records if not isinstance(r, schema.RequestRecord)]}).encode()
     pid, items, skipped = wire.decode_batch(old)
     assert pid == 3 and skipped == 0

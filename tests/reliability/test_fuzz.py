@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specscope import schema
+from specscope.io import codec
 from specscope.collector.service import Collector
 from specscope.io.wire import decode_batch
 from specscope.io.trace import TraceError, read_trace
@@ -25,7 +26,7 @@ STEP = schema.VerifyStepRecord(
         accepted_per_pos=(1, 1, 0), temperature=0.7, top_p=1.0, top_k=0,
         mode_requested="speculative-sampling", mode_used="speculative-sampling"),))
 SEED_LINES = [json.dumps({"kind": "header", "schema_version": schema.SCHEMA_VERSION}),
-              json.dumps(schema.to_dict(RUN)), json.dumps(schema.to_dict(STEP))]
+              json.dumps(codec.to_dict(RUN)), json.dumps(codec.to_dict(STEP))]
 COUNTS = {"trace": 0, "collector": 0, "columnar": 0, "api": 0}
 
 
@@ -79,7 +80,7 @@ def test_collector_network_input_never_crashes(ops, n, junk):
     COUNTS["collector"] += 1
     msg = junk if junk is not None else _mutate(json.dumps(
         {"v": schema.SCHEMA_VERSION, "pid": 1,
-         "records": [schema.to_dict(RUN), *[schema.to_dict(STEP)] * n]}).encode(), ops)
+         "records": [codec.to_dict(RUN), *[codec.to_dict(STEP)] * n]}).encode(), ops)
     collector = Collector()
     receiver = ZmqReceiver.__new__(ZmqReceiver)  # the handler alone, no socket
     receiver.collector, receiver.max_bytes = collector, 1 << 20
