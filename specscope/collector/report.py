@@ -156,6 +156,10 @@ def _truth(s: SpecStats, checks: Sequence[Assessment]) -> list[dict[str, Any]]:
             "accept_observed_rate": a.evidence.get("accept_observed_rate") if a else None,
             "accept_expected_rate": a.evidence.get("accept_expected_rate") if a else None,
             "accept_trials": (t.accept_trials or None) if t else None,
+            #: the residual rule: the mean PIT of the tokens committed in place of rejected
+            #: drafts, in the residual max(p - q, 0) (honest: 0.5), over that many rejections
+            "resid_mean": a.evidence.get("resid_mean") if a else None,
+            "resid_positions": (t.resid_positions or None) if t else None,
         })
     return out
 

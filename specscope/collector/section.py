@@ -117,6 +117,9 @@ class Truth:
     accept_observed_rate: float | None = None
     accept_expected_rate: float | None = None
     accept_trials: int | None = None
+    #: the residual rule: the mean PIT at rejected drafts (honest: 0.5) and how many
+    resid_mean: float | None = None
+    resid_positions: int | None = None
 
     @property
     def flagged(self) -> bool:
@@ -267,7 +270,8 @@ def _truth(t: Mapping[str, Any]) -> Truth:
                  tuple(band) if band else None, z, t.get("state"), t.get("state_text"),
                  t.get("p_value"), (b99[0], b99[1]) if b99 else None, t.get("pit_mean"),
                  t.get("pit_positions"), t.get("accept_observed_rate"),
-                 t.get("accept_expected_rate"), t.get("accept_trials"))
+                 t.get("accept_expected_rate"), t.get("accept_trials"), t.get("resid_mean"),
+                 t.get("resid_positions"))
 
 
 def _run(data: Mapping[str, Any] | None) -> schema.RunRecord | None:

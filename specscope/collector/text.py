@@ -76,6 +76,8 @@ def _section_lines(sec: Section) -> list[str]:
                      + (f"  accepted {_f(row.accept_observed_rate)} vs rule "
                         f"{_f(row.accept_expected_rate)} (n {row.accept_trials})"
                         if row.accept_trials else "")
+                     + (f"  residual PIT {_f(row.resid_mean)} (honest 0.500, n "
+                        f"{row.resid_positions})" if row.resid_positions else "")
                      + (f"  {row.state_text}" if row.state_text else ""))
     flagged = sec.requests_flagged
     for r in flagged[:5]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from specscope.collector import build_report, format_report
 from specscope.collector.detectors import SamplingTruthDetector
 from specscope.collector.stats import SpecStats
 from specscope.engine.decoder import SpecConfig
@@ -63,7 +64,8 @@ def test_a_row_without_a_rejection_or_greedy_or_its_draft_kept_has_no_figure_and
 
 
 def _assess(tiny, tmp_path, fault: str, rounds: int):
-    records, found = [], None
+    records: list = []
+    found: list = []
     for i in range(rounds):
         spec = WorkloadSpec(requests=16, concurrency=16, max_new_tokens=96, temperature=0.8,
                             seed=i, reference=False)
@@ -75,16 +77,19 @@ def _assess(tiny, tmp_path, fault: str, rounds: int):
         found = checks
         if any(a.evidence["resid_state"] == "fail" for a in checks):
             break
-    return found
+    return found, records
 
 
 def test_the_residual_argmax_fails_the_residual_rule_in_engine_and_the_clean_decoder_does_not(
         tiny, tmp_path):
-    faulty = _assess(tiny, tmp_path, "residual_argmax", 12)
+    faulty, records = _assess(tiny, tmp_path, "residual_argmax", 12)
     assert any(a.evidence["resid_state"] == "fail" for a in faulty), [a.evidence for a in faulty]
     (a,) = [a for a in faulty if a.evidence["resid_state"] == "fail"]
     assert a.evidence["resid_mean"] < 0.5 and a.state == "fail"
-    clean = _assess(tiny, tmp_path, "", 3)
+    text = format_report(build_report(records))  # the report names the figure beside the rest
+    assert f"residual PIT {a.evidence['resid_mean']:.3f} (honest 0.500, n " in text, text
+    assert "residual_mismatch" in text
+    clean, _ = _assess(tiny, tmp_path, "", 3)
     assert clean and all(a.evidence["resid_state"] != "fail" for a in clean)
     assert all(a.state != "fail" for a in clean), [a.evidence for a in clean]
     print(f"residual_argmax: FAIL over {a.evidence['resid_positions']} rejections, mean "
