@@ -280,7 +280,7 @@ def verify_columns(
         p_max = torch.reciprocal(total)
         p_max = torch.where((temperature <= 0)[:, None], torch.ones_like(p_max), p_max)
         u, u_var = pit_columns(z, z.gather(-1, safe[..., None])[..., 0], total)
-        norm, floor = total, torch.zeros_like(total)
+        norm, floor, weights = total, torch.zeros_like(total), z
         if truncated is not None and truncated.numel():
             cut_max, cut_u, cut_var, cut_norm, cut_floor = expected_top1_topk(
                 logits.index_select(0, truncated), temperature.index_select(0, truncated),
@@ -293,6 +293,7 @@ def verify_columns(
             norm = norm.index_copy(0, truncated, cut_norm)
             floor = floor.index_copy(0, truncated, cut_floor)
     else:
+        weights = None
         p_max = expected_top1(logits, temperature, top_p, top_k)
         _, u, u_var, norm, floor = expected_top1_topk(logits, temperature, top_p, top_k,
                                                       width=x.shape[-1], committed=committed)
@@ -317,7 +318,7 @@ def verify_columns(
     else:
         resid = residual_columns(x, top, temperature, norm, floor, draft_tokens,
                                  draft_token_probs, draft_probs, safe, num_accepted,
-                                 torch.isfinite(p_max).all(dim=1))
+                                 torch.isfinite(p_max).all(dim=1), weights)
     sharp = sharpness_columns(x, top, temperature, floor, safe, valid)
     return torch.cat([torch.stack([validf.sum(dim=1), (is_top1 * validf).sum(dim=1),
                                    pv.sum(dim=1), (pv * (1.0 - pv)).sum(dim=1), worst,
@@ -361,7 +362,7 @@ def residual_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Tens
                      norm: torch.Tensor, floor: torch.Tensor, draft_tokens: torch.Tensor,
                      draft_token_probs: torch.Tensor | None, draft_probs: torch.Tensor | None,
                      committed: torch.Tensor, num_accepted: torch.Tensor,
-                     known: torch.Tensor) -> torch.Tensor:
+                     known: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     """``[B, 2]``: where verify rejected a draft (a row that accepted fewer than it drafted),
     the mid-rank PIT of the token it committed in the draft's place and the PIT's variance
     bound (``pit_columns``), in the residual distribution max(p - q, 0) normalised. p: the
@@ -373,16 +374,20 @@ def residual_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Tens
     PIT's mean is 1/2 exactly; a residual drawn as the argmax, from the untruncated or untempered
     distribution, or with d left in, moves it. A committed token with no residual mass (d
     itself) has PIT 1. NaN where there is no rejection, the row is greedy, its q is unknown or
-    its distribution is not ``known``. One gather of a position's logits per row: the cost of
-    one verified position's PIT."""
+    its distribution is not ``known``. ``weights``: the ``[B, P, V]`` weights at the requested
+    temperature where the caller has them already (``verify_columns``), else computed here from
+    one position's logits per row. The cost of one verified position's PIT."""
     d = x.shape[1] - 1
     if d < 1:
         return torch.full((x.shape[0], 2), float("nan"), device=x.device)
     rows = torch.arange(x.shape[0], device=x.device)
     drafted = (draft_tokens[:, :d] >= 0).sum(dim=1)
     j = num_accepted.clamp(0, d - 1).long()  # the first rejected position, where there is one
-    t = temperature.to(x.dtype).clamp_min(1e-6)[:, None]
-    w = torch.exp((x[rows, j] - top[rows, j][:, None]) / t)
+    if weights is not None:
+        w = weights[rows, j]
+    else:
+        t = temperature.to(x.dtype).clamp_min(1e-6)[:, None]
+        w = torch.exp((x[rows, j] - top[rows, j][:, None]) / t)
     w = w * (w >= floor[rows, j][:, None])
     use = (num_accepted < drafted) & (temperature > 0) & known
     tok = draft_tokens[rows, j].clamp(0, x.shape[-1] - 1).long()
