@@ -109,6 +109,15 @@ def pit_columns(weights: torch.Tensor, chosen: torch.Tensor,
     sum g^3) / 12`` over the tie groups' masses g, at most ``(1 - sum p^3) / 12``, the second
     figure returned. A token outside the truncation ranks below all of it: u = 1. Three
     reductions over the vocabulary, no sort."""
+    return pit_of(*pit_parts(weights, chosen, total))
+
+
+def pit_parts(weights: torch.Tensor, chosen: torch.Tensor,
+              total: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """What ``pit_columns`` reduces the vocabulary to: the mass ranked above the committed
+    token, its tie group's mass, the normaliser and the sum of cubed weights. A token's
+    removal from the distribution (``residual_columns``) is a correction of these, no new pass
+    over the vocabulary."""
     c = chosen[..., None]
     s = weights.sum(dim=-1) if total is None else total
     # products with the comparison masks, and cubes as products: on a CPU these run several
@@ -116,9 +125,13 @@ def pit_columns(weights: torch.Tensor, chosen: torch.Tensor,
     above = (weights * (weights > c)).sum(dim=-1)
     # the tie group: the committed token and any of exactly its weight
     tie = chosen * (weights == c).sum(dim=-1).to(weights.dtype)
-    u = (above + 0.5 * tie) / s
-    cube = (weights * weights * weights).sum(dim=-1) / (s * s * s)
-    return u, (1.0 - cube).clamp_min(0.0) / 12.0
+    return above, tie, s, (weights * weights * weights).sum(dim=-1)
+
+
+def pit_of(above: torch.Tensor, tie: torch.Tensor, s: torch.Tensor,
+           cubes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The PIT and its variance bound from ``pit_parts``."""
+    return (above + 0.5 * tie) / s, (1.0 - cubes / (s * s * s)).clamp_min(0.0) / 12.0
 
 
 #: the largest tokens a truncated distribution's p_max is computed from (``expected_top1_topk``)
@@ -279,7 +292,8 @@ def verify_columns(
         total = z.sum(dim=-1)
         p_max = torch.reciprocal(total)
         p_max = torch.where((temperature <= 0)[:, None], torch.ones_like(p_max), p_max)
-        u, u_var = pit_columns(z, z.gather(-1, safe[..., None])[..., 0], total)
+        parts = pit_parts(z, z.gather(-1, safe[..., None])[..., 0], total)
+        u, u_var = pit_of(*parts)
         norm, floor, weights = total, torch.zeros_like(total), z
         if truncated is not None and truncated.numel():
             cut_max, cut_u, cut_var, cut_norm, cut_floor = expected_top1_topk(
@@ -293,7 +307,7 @@ def verify_columns(
             norm = norm.index_copy(0, truncated, cut_norm)
             floor = floor.index_copy(0, truncated, cut_floor)
     else:
-        weights = None
+        weights = parts = None
         p_max = expected_top1(logits, temperature, top_p, top_k)
         _, u, u_var, norm, floor = expected_top1_topk(logits, temperature, top_p, top_k,
                                                       width=x.shape[-1], committed=committed)
@@ -318,7 +332,7 @@ def verify_columns(
     else:
         resid = residual_columns(x, top, temperature, norm, floor, draft_tokens,
                                  draft_token_probs, draft_probs, safe, num_accepted,
-                                 torch.isfinite(p_max).all(dim=1), weights)
+                                 torch.isfinite(p_max).all(dim=1), weights, parts, truncated)
     sharp = sharpness_columns(x, top, temperature, floor, safe, valid)
     return torch.cat([torch.stack([validf.sum(dim=1), (is_top1 * validf).sum(dim=1),
                                    pv.sum(dim=1), (pv * (1.0 - pv)).sum(dim=1), worst,
@@ -362,7 +376,9 @@ def residual_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Tens
                      norm: torch.Tensor, floor: torch.Tensor, draft_tokens: torch.Tensor,
                      draft_token_probs: torch.Tensor | None, draft_probs: torch.Tensor | None,
                      committed: torch.Tensor, num_accepted: torch.Tensor,
-                     known: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+                     known: torch.Tensor, weights: torch.Tensor | None = None,
+                     parts: tuple[torch.Tensor, ...] | None = None,
+                     truncated: torch.Tensor | None = None) -> torch.Tensor:
     """``[B, 2]``: where verify rejected a draft (a row that accepted fewer than it drafted),
     the mid-rank PIT of the token it committed in the draft's place and the PIT's variance
     bound (``pit_columns``), in the residual distribution max(p - q, 0) normalised. p: the
@@ -376,31 +392,52 @@ def residual_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Tens
     itself) has PIT 1. NaN where there is no rejection, the row is greedy, its q is unknown or
     its distribution is not ``known``. ``weights``: the ``[B, P, V]`` weights at the requested
     temperature where the caller has them already (``verify_columns``), else computed here from
-    one position's logits per row. The cost of one verified position's PIT."""
+    one position's logits per row. ``parts``: ``pit_parts`` of the committed tokens in those
+    weights, untruncated; with them, a row that asked for no truncation (not in ``truncated``)
+    under a one-hot q takes its residual PIT as their correction for the draft token removed,
+    O(1) a row; the others cost one position's PIT, a pass over the vocabulary, taken only where
+    a row of the step needs it (a sampled draft's q, a truncation)."""
     d = x.shape[1] - 1
     if d < 1:
         return torch.full((x.shape[0], 2), float("nan"), device=x.device)
     rows = torch.arange(x.shape[0], device=x.device)
     drafted = (draft_tokens[:, :d] >= 0).sum(dim=1)
     j = num_accepted.clamp(0, d - 1).long()  # the first rejected position, where there is one
-    if weights is not None:
-        w = weights[rows, j]
-    else:
-        t = temperature.to(x.dtype).clamp_min(1e-6)[:, None]
-        w = torch.exp((x[rows, j] - top[rows, j][:, None]) / t)
-    w = w * (w >= floor[rows, j][:, None])
     use = (num_accepted < drafted) & (temperature > 0) & known
     tok = draft_tokens[rows, j].clamp(0, x.shape[-1] - 1).long()
-    r = w.scatter(1, tok[:, None], 0.0)  # q one-hot at d: p without d
-    if draft_token_probs is not None:  # q is one-hot only where the draft's probability is 1
-        one_hot = draft_token_probs[rows, j] >= 1.0
+    c = committed[rows, j]
+    one_hot = torch.ones_like(use) if draft_token_probs is None else \
+        draft_token_probs[rows, j] >= 1.0  # q is one-hot only where the draft's probability is 1
+    if draft_probs is None:
+        use = use & one_hot
+    out = None
+    if parts is not None and weights is not None:
+        # p without d, as a correction of the committed token's PIT parts at j
+        above, tie, s, cubes = (part[rows, j] for part in parts)
+        w_d = weights[rows, j, tok]
+        w_c = weights[rows, j, c]
+        u, var = pit_of(above - w_d * (w_d > w_c), tie - w_c * (w_d == w_c), s - w_d,
+                        cubes - w_d * w_d * w_d)
+        u = torch.where(c == tok, torch.ones_like(u), u)  # d itself: no residual mass
+        out = torch.stack([u, var], dim=1)
+    exact = torch.zeros_like(use) if out is None else one_hot
+    if out is None or draft_probs is not None or (truncated is not None and truncated.numel()):
+        # a pass over one position's vocabulary: the rows the correction does not cover
+        if weights is not None:
+            w = weights[rows, j]
+        else:
+            t = temperature.to(x.dtype).clamp_min(1e-6)[:, None]
+            w = torch.exp((x[rows, j] - top[rows, j][:, None]) / t)
+        w = w * (w >= floor[rows, j][:, None])
+        r = w.scatter(1, tok[:, None], 0.0)  # q one-hot at d: p without d
         if draft_probs is not None:
             full = (w / norm[rows, j][:, None] - draft_probs[rows, j].to(w.dtype)).clamp_min(0.0)
             r = torch.where(one_hot[:, None], r, full)
-        else:
-            use = use & one_hot
-    u, var = pit_columns(r, r.gather(1, committed[rows, j][:, None])[:, 0])
-    out = torch.stack([u, var], dim=1)
+        u, var = pit_columns(r, r.gather(1, c[:, None])[:, 0])
+        slow = torch.stack([u, var], dim=1)
+        if truncated is not None and truncated.numel():
+            exact = exact.index_fill(0, truncated, False)
+        out = slow if out is None else torch.where(exact[:, None], out, slow)
     return torch.where(use[:, None], out, torch.full_like(out, float("nan")))
 
 

@@ -95,3 +95,35 @@ def test_the_residual_argmax_fails_the_residual_rule_in_engine_and_the_clean_dec
     print(f"residual_argmax: FAIL over {a.evidence['resid_positions']} rejections, mean "
           f"{a.evidence['resid_mean']:.3f}; clean: {clean[0].evidence['resid_positions']} "
           f"rejections, mean {clean[0].evidence['resid_mean']:.3f}")
+
+
+def test_the_residual_from_the_committed_tokens_pit_parts_equals_a_pass_over_the_vocabulary():
+    """verify_columns corrects the committed token's PIT parts for the draft token removed
+    (O(1) a row) where the row is untruncated and q one-hot; the same figures as a pass."""
+    from specscope.hooks.stats import pit_parts
+
+    g = torch.Generator().manual_seed(3)
+    rows, vocab = 64, 40
+    x = (torch.randn(rows, 3, vocab, generator=g) * 2.0).round(decimals=1)  # some exact ties
+    top = x.amax(dim=-1)
+    t = torch.full((rows,), 0.7)
+    z = torch.exp((x - top[..., None]) / 0.7)
+    d = torch.randint(0, vocab, (rows, 2), generator=g)
+    committed = torch.randint(0, vocab, (rows, 3), generator=g)
+    committed[:4, 1] = d[:4, 1]  # the draft itself committed at its rejection: PIT 1
+    accepted = torch.tensor([1] * rows)
+    parts = pit_parts(z, z.gather(-1, committed[..., None])[..., 0])
+    args = dict(norm=z.sum(dim=-1), floor=torch.zeros(rows, 3), draft_tokens=d,
+                draft_token_probs=None, draft_probs=None, committed=committed,
+                num_accepted=accepted, known=torch.ones(rows, dtype=torch.bool))
+    fast = residual_columns(x, top, t, weights=z, parts=parts, **args)
+    slow = residual_columns(x, top, t, **args)
+    assert torch.allclose(fast, slow, atol=1e-5), (fast - slow).abs().max()
+    assert (fast[:4, 0] == 1.0).all()
+    # a row that asked for a truncation takes the pass (its parts are of the whole vocabulary)
+    floor = torch.zeros(rows, 3)
+    floor[5] = z[5].sort(dim=-1, descending=True).values[:, 9:10].squeeze(-1)  # its top 10
+    cut = residual_columns(x, top, t, weights=z, parts=parts, truncated=torch.tensor([5]),
+                           **{**args, "floor": floor})
+    ref = residual_columns(x, top, t, **{**args, "floor": floor})
+    assert torch.allclose(cut, ref, atol=1e-5, equal_nan=True)
