@@ -14,6 +14,7 @@ from .common import Row
 #: so (the batch-row fault alone: at concurrency the greedy class's own answers fail first)
 FAULTS = {"stop_past_step": (("greedy", "stops"), "stops honoured"),
           "length_past_step": (("greedy", "stops"), "stops honoured"),
+          "min_tokens_first_only": (("greedy", "stops"), "stops honoured"),
           "unset_temperature_greedy": (("greedy", "top-p/unset-t"),
                                        "temperature honoured (top-p/unset-t)"),
           "batch_row_mixup": (("prefix",), "shared prefix honoured")}
@@ -25,8 +26,31 @@ def _reference(fault: str = ""):
     from specscope.engine.decoder import SpecConfig
     from specscope.serving.server import Engine, EngineOptions
 
-    return Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=3, fault=fault),
-                                max_batch=8, hooks=False))
+    eng = Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=3, fault=fault),
+                               max_batch=8, hooks=False))
+    if fault.startswith("min_tokens"):  # answers must end on their own: an end of sequence
+        _give_eos(eng)
+    return eng
+
+
+def _give_eos(eng) -> None:
+    """The tiny model (no end-of-sequence token of its own) given one: the token its greedy
+    answer to an open prompt repeats most (random models fall into loops), so that answers end
+    on their own within a few tokens, as the min_tokens cuts need."""
+    import collections
+
+    import httpx
+
+    from specscope.serving.inprocess import in_process
+
+    with in_process(eng.app()) as transport, httpx.Client(transport=transport,
+                                                          base_url="http://reference") as http:
+        got = http.post("/v1/completions", json={
+            "prompt": "Describe a walk through a busy market on a summer morning.",
+            "max_tokens": 40, "temperature": 0.0, "logprobs": 0,
+            "return_tokens_as_token_ids": True}).json()
+    ids = [int(t.split(":")[1]) for t in got["choices"][0]["logprobs"]["tokens"]]
+    eng.scheduler.decoder.eos = {collections.Counter(ids).most_common(1)[0][0]}
 
 
 def _probe_reference(fault: str, classes: tuple[str, ...], seed: int, fail_fast: bool = True):

@@ -24,7 +24,8 @@ other classes have decided. Each round is bounded by --requests, --max-tokens, -
 
 More classes (--classes, or --classes all): top-p/unset-t and top-k/unset-t (top-p 0.9 or
 top-k 20 with the temperature left out: the engine's default applies, --default-temperature),
-stops (greedy answers cut by max_tokens and stop strings), prefix (greedy prompts with a
+stops (greedy answers cut by max_tokens and stop strings, or held past their end by
+min_tokens where the engine takes it), prefix (greedy prompts with a
 long shared prefix, alone, repeated and at concurrency, against the alone answer),
 penalties (greedy with presence_penalty 1.0 and frequency_penalty 0.5) and min-p
 (temperature 0.8 with min_p 0.1, read by the truncation check alone). A class
@@ -50,9 +51,10 @@ What it checks, per class, from the engine's own log-probabilities:
                           argmax) or flatter (a truncation dropped) than asked; raw figures
                           of truncating requests are not tested, processed ones are
   stops honoured          (--classes ...,stops) greedy answers cut by max_tokens and by
-                          stop strings end exactly where the uncut answer says; one that
-                          runs past its cut FAILs at once (a stop missed inside a verify
-                          step); PASS after 13 agreeing cuts
+                          stop strings end exactly where the uncut answer says, and none
+                          held by min_tokens ends before it; one that runs past its cut, or
+                          ends before min_tokens, FAILs at once (a stop or an end of
+                          sequence missed inside a verify step); PASS after 13 agreeing cuts
   shared prefix honoured  (--classes ...,prefix) repeated and concurrent greedy answers agree
                           with the alone one up to near-tie flips, and carry no corruption
                           signature it lacks (U+FFFD, a token repeated 16 times, a literal
@@ -221,7 +223,8 @@ def register(sub) -> None:
                    help="classes to send, comma-separated, or 'all': greedy, temperature, top-p, "
                    "top-k (default: these four), top-p/unset-t and top-k/unset-t (the "
                    "temperature left out: the engine's default applies) and stops (greedy "
-                   "answers cut by max_tokens and stop strings) and prefix (a long shared prefix, alone, "
+                   "answers cut by max_tokens and stop strings, or held by min_tokens) and "
+                   "prefix (a long shared prefix, alone, "
                    "repeated and at concurrency); a class whose requests the "
                    "server refuses (HTTP 400) is reported as not supported")
     p.add_argument("--default-temperature", type=float, default=None, metavar="T",

@@ -10,7 +10,8 @@ import argparse
 FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
           "greedy_second_choice", "temperature_twice", "top_p_ignored", "residual_argmax",
           "bonus_argmax", "accept_ignores_q", "stop_past_step", "length_past_step",
-          "unset_temperature_greedy", "batch_row_mixup", "penalty_first_only")
+          "unset_temperature_greedy", "batch_row_mixup", "penalty_first_only",
+          "min_tokens_first_only")
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:

@@ -42,6 +42,8 @@ class Request:
     top_logprobs: int | None = None
     presence_penalty: float = 0.0  #: OpenAI's, over the output so far (``sampling.penalize``)
     frequency_penalty: float = 0.0
+    #: its end-of-sequence tokens masked until the output has this many (vLLM's min_tokens)
+    min_new_tokens: int = 0
 
 
 @dataclass
@@ -201,11 +203,15 @@ class SpeculativeDecoder:
                 sampling.needs_truncation([r.top_p for r in rs], [r.top_k for r in rs]))
 
     def _penalized(self, rows: list["_Row"], logits: torch.Tensor, tokens=None, sees=None):
-        """``logits`` with each row's presence and frequency penalties (``sampling.penalize``)."""
-        return sampling.penalize(logits, [row.out.token_ids for row in rows],
-                                 [row.req.presence_penalty for row in rows],
-                                 [row.req.frequency_penalty for row in rows], tokens, sees,
-                                 first_only=self.cfg.fault == "penalty_first_only")
+        """``logits`` with each row's presence and frequency penalties (``sampling.penalize``)
+        and its end-of-sequence tokens masked below its min_tokens (``sampling.hold_eos``)."""
+        logits = sampling.penalize(logits, [row.out.token_ids for row in rows],
+                                   [row.req.presence_penalty for row in rows],
+                                   [row.req.frequency_penalty for row in rows], tokens, sees,
+                                   first_only=self.cfg.fault == "penalty_first_only")
+        return sampling.hold_eos(logits, [len(row.out.token_ids) for row in rows],
+                                 [row.req.min_new_tokens for row in rows], self.eos, sees,
+                                 first_only=self.cfg.fault == "min_tokens_first_only")
 
     @staticmethod
     def _lps(row: "_Row", logits: torch.Tensor, tokens: list[int]) -> list | None:

@@ -191,6 +191,8 @@ def body(plan: Any, engine: str, cls: str, prompt: str, sampling: dict[str, Any]
     if plan.endpoint == "generate":  # SGLang's native API
         if "max_tokens" in fields:  # a cut request's own (the stops class)
             fields["max_new_tokens"] = fields.pop("max_tokens")
+        if "min_tokens" in fields:
+            fields["min_new_tokens"] = fields.pop("min_tokens")
         params = {"max_new_tokens": plan.max_tokens, **fields}
         if "seed" not in params:
             params["sampling_seed"] = seed

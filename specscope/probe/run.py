@@ -22,7 +22,7 @@ from .verified import guard, infer_ngram, select
 from . import prefix
 from .penalties import PENALTIES, penalty_check, rescored
 from .prefix import PREFIX
-from .stops import BASES, STOPS, base_of, cuts, is_cut, stops_check
+from .stops import BASES, NO_MIN_TOKENS, STOPS, base_of, cuts, is_cut, stops_check
 from .workload import CLASSES, MIN_P, OPEN_ENDED, REPETITIVE, RISKY, ProbePlan, class_code
 
 
@@ -172,7 +172,8 @@ def send_stops(url: str, engine: str, model: str, plan: ProbePlan, answers: list
                          client=http, t_start=t0)
         bases += [b for b in (base_of(a) for a in got) if b is not None]
     if not any(a.engine_failed for a in got):
-        requests = [(STOPS, b.prompt, f) for b in bases[:BASES] for f in cuts(b, plan.seed)]
+        requests = [(STOPS, b.prompt, f) for b in bases[:BASES]
+                    for f in cuts(b, plan.seed, min_tokens=engine not in NO_MIN_TOKENS)]
         more, took = send(url, engine, model, plan, requests, took, stop, client=http,
                           t_start=t0)
         for a in more:
@@ -376,7 +377,11 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
         bases = {b.prompt: b for b in (base_of(a) for a in answers
                                        if a.cls in ("greedy", STOPS)) if b is not None}
         c = stops_check(bases, cut_answers)
-        checks.append(replace(c, evidence={**c.evidence, "probe_class": STOPS}))
+        held = [a for a in cut_answers if "min_tokens" in a.sampling]
+        said = NO_MIN_TOKENS.get(sem.engine) or (  # what min_tokens could not check, and why
+            f"refused: {held[0].error}" if held and refused(held) else None)
+        checks.append(replace(c, evidence={**c.evidence, "probe_class": STOPS,
+                                           **({"min_tokens": said} if said else {})}))
     if sampled_classes:  # pooled: a temperature applied wrongly reaches every sampled class
         pooled = [sharpness_check(sampled, sem, blind=blind),  # and where the drafts are known
                   acceptance_check(sampled, sem, label="sampled"),  # (prompt lookup), the

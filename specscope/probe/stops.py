@@ -1,5 +1,6 @@
 """The stops class: greedy answers cut short by ``max_tokens`` or a stop string must end exactly
-where the same answer uncut says. Pure; no I/O, never imports torch.
+where the same answer uncut says, and one held past its end by ``min_tokens`` must not end
+before it. Pure; no I/O, never imports torch.
 
 A verify step commits several tokens at once, so an engine checks its stops against a step's
 whole output, not one token: a stop string completed inside the step, or ``max_tokens`` reached
@@ -7,14 +8,22 @@ in its middle, must end the answer there, as target-only decoding would. The cla
 log-probabilities and no reference: a greedy answer of the full length (the greedy class's, or
 the class's own) is the reference for the cut requests of the same prompt.
 
-Per cut request the verdict is exact, not statistical. An answer that runs past its cut (more
-tokens than ``max_tokens``, or text past the place where its stop string begins) while agreeing
-with the uncut answer up to there is a fault: FAIL at once. An answer that agrees to the
+Per cut request the verdict is exact, not statistical. An answer that runs past its cut is a
+fault, FAIL at once: more tokens than ``max_tokens`` while agreeing with the uncut answer up to
+there, or text that holds its stop string (an engine returns the text before it, whatever came
+earlier; an answer that parted from the uncut one and then met its stop string is no fault). An answer that agrees to the
 character is one pass. An answer that parts from the uncut answer before its cut tells nothing
 (greedy decoding may flip at a near tie between two runs): it is counted, never judged. PASS
 once the passes rule out cut requests ending in the wrong place at ``RULES_OUT`` or more of
 them (a one-sided bound at ``PASS_ALPHA``); the share a fault reaches depends on how often a
 cut falls inside a multi-token step, so the PASS says what it rules out of requests like these.
+
+``min_tokens`` (vLLM's and SGLang's; llama.cpp's server has none and ignores the field, so it is
+not sent there): an uncut answer that ended on its own (an end-of-sequence token, finish "stop")
+after N tokens is asked again with ``min_tokens`` N + ``MIN_EXTRA``, the end-of-sequence tokens
+masked until then. An answer that ends on its own with fewer tokens than that broke the request
+whatever its text: FAIL. Under speculation the mask must hold at every drafted position a verify
+step accepts, not only at the step's first (SGLang counted steps for ``min_new_tokens``).
 """
 
 from __future__ import annotations
@@ -40,6 +49,11 @@ PER_ANSWER = 6
 BASES = 4
 #: the fewest output tokens an uncut answer needs to be cut (a cut in its middle, and one later)
 MIN_TOKENS = 6
+#: a min_tokens request asks for this many tokens more than its uncut answer ended after
+MIN_EXTRA = 3
+#: engines whose servers take no ``min_tokens`` (an unknown field ignored, not refused): a
+#: request there could only mislead
+NO_MIN_TOKENS = {"llamacpp": "llama.cpp's server takes no min_tokens (it ignores the field)"}
 
 
 @dataclass(frozen=True)
@@ -82,15 +96,21 @@ def base_of(answer: Any) -> Base | None:
 
 
 def is_cut(fields: dict[str, Any]) -> bool:
-    return "stop" in fields or "max_tokens" in fields
+    return "stop" in fields or "max_tokens" in fields or "min_tokens" in fields
 
 
-def cuts(base: Base, seed: int, per_answer: int = PER_ANSWER) -> list[dict[str, Any]]:
+def cuts(base: Base, seed: int, per_answer: int = PER_ANSWER,
+         min_tokens: bool = True) -> list[dict[str, Any]]:
     """The cut requests' greedy fields for one uncut answer: ``max_tokens`` at two places
     inside it, and up to four stop strings, each a word whose first occurrence begins past the
-    answer's first eighth, spread over the rest (the text before it is the expected answer)."""
+    answer's first eighth, spread over the rest (the text before it is the expected answer);
+    and, where it ended on its own and ``min_tokens`` is sent, the same request held
+    ``MIN_EXTRA`` tokens past its end."""
     rng = random.Random(f"{seed}:{base.prompt}")
     out: list[dict[str, Any]] = []
+    if min_tokens and base.finish == "stop":
+        n = base.tokens + MIN_EXTRA
+        out.append({"temperature": 0.0, "min_tokens": n, "max_tokens": n + 8})
     for frac in (0.4, 0.75)[:(per_answer + 2) // 3]:
         n = min(base.tokens - 1, max(2, int(base.tokens * frac) + rng.randint(-1, 1)))
         out.append({"temperature": 0.0, "max_tokens": n})
@@ -111,8 +131,17 @@ def cuts(base: Base, seed: int, per_answer: int = PER_ANSWER) -> list[dict[str, 
     return out
 
 
-def judge(base: Base, fields: dict[str, Any], text: str, tokens: int) -> tuple[str, str]:
+def judge(base: Base, fields: dict[str, Any], text: str, tokens: int,
+          finish: str = "") -> tuple[str, str]:
     """One cut answer against its uncut one: ("pass" | "fault" | "parted", what was seen)."""
+    if "min_tokens" in fields:
+        m = int(fields["min_tokens"])
+        if tokens >= m:
+            return "pass", ""
+        if finish == "stop":
+            return "fault", (f"min_tokens {m} returned {tokens} tokens, ending on its own "
+                             f"(the uncut answer ended after {base.tokens})")
+        return "parted", f"min_tokens {m}: {tokens} tokens, finish {finish or 'unknown'}"
     if "max_tokens" in fields:
         n = int(fields["max_tokens"])
         agrees = base.text.startswith(text.rstrip("\ufffd"))
@@ -124,13 +153,19 @@ def judge(base: Base, fields: dict[str, Any], text: str, tokens: int) -> tuple[s
         return "parted", f"max_tokens {n}: {tokens} tokens, {'agreeing' if agrees else 'parted'}"
     stop = next(iter(fields["stop"]))
     expected = base.text[:base.text.find(stop)]
+    at = text.find(stop)
+    if at >= 0:  # an honest engine returns the text before its stop string, never the string
+        return "fault", (f"stop string {stop!r} begins at character {at} of the answer "
+                         f"({len(expected)} in the uncut one); the answer ran on "
+                         f"{len(text) - at} characters past it ({text[at:][:40]!r}...)")
     if text == expected:
         return "pass", ""
-    if text.startswith(expected):
-        return "fault", (f"stop string {stop!r} begins at character {len(expected)} of the "
-                         f"uncut answer; the answer ran on {len(text) - len(expected)} "
-                         f"characters past it ({text[len(expected):][:40]!r}...)")
     return "parted", f"stop {stop!r}: the answer parted from the uncut one before it"
+
+
+def kind_of(fields: dict[str, Any]) -> str:
+    """Which cut a request is: "min_tokens", "stop" or "max_tokens"."""
+    return "min_tokens" if "min_tokens" in fields else "stop" if "stop" in fields else "max_tokens"
 
 
 def positions_needed(rules_out: float = RULES_OUT, alpha: float = PASS_ALPHA) -> int:
@@ -144,15 +179,16 @@ def stops_check(bases: dict[str, Base], cut_answers: Sequence[Any]) -> Assessmen
     the uncut answer of its prompt in ``bases``."""
     seen = {"pass": 0, "fault": 0, "parted": 0}
     faults: list[str] = []
-    by_kind = {"max_tokens": 0, "stop": 0}
+    by_kind = {"max_tokens": 0, "stop": 0, "min_tokens": 0}
     for a in cut_answers:
         base = bases.get(a.prompt)
         if a.response is None or base is None:
             continue
         state, what = judge(base, a.sampling, a.text,
-                            output_tokens(a.response, len(a.positions)))
+                            output_tokens(a.response, len(a.positions)),
+                            finish_reason(a.response))
         seen[state] += 1
-        by_kind["stop" if "stop" in a.sampling else "max_tokens"] += 1
+        by_kind[kind_of(a.sampling)] += 1
         if state == "fault":
             faults.append(f"request {a.index}: {what}")
     need = positions_needed()
@@ -167,7 +203,8 @@ def stops_check(bases: dict[str, Base], cut_answers: Sequence[Any]) -> Assessmen
         return Assessment(CHECK, FAIL, ev)
     if seen["pass"] >= need:
         ev["rules_out"] = (f"rules out cut requests (max_tokens, stop strings) ending past "
-                           f"their cut in {RULES_OUT:.0%} or more of requests like these")
+                           f"their cut, or held ones (min_tokens) ending before it, in "
+                           f"{RULES_OUT:.0%} or more of requests like these")
         return Assessment(CHECK, PASS, ev)
     if not sum(seen.values()):
         ev["reason"] = "no cut request was answered against an uncut answer"

@@ -70,9 +70,12 @@ def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
     presence, frequency = num("presence_penalty", 0.0), num("frequency_penalty", 0.0)
     if not (-2 <= presence <= 2 and -2 <= frequency <= 2):
         raise BadRequest("presence_penalty and frequency_penalty must be between -2 and 2")
-    for key, neutral in (("repetition_penalty", 1.0), ("min_p", 0.0), ("min_tokens", 0)):
+    for key, neutral in (("repetition_penalty", 1.0), ("min_p", 0.0)):
         if num(key, neutral) != neutral:
             raise BadRequest(f"{key} is not supported")
+    min_tokens = num("min_tokens", 0, int)
+    if not 0 <= min_tokens <= max_tokens:
+        raise BadRequest(f"min_tokens must be between 0 and max_tokens ({max_tokens})")
     stops = stop_strings(body.get("stop"))
     lp = body.get("logprobs")
     top = (num("top_logprobs", 0, int) if lp is True else None) if chat else \
@@ -84,6 +87,7 @@ def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
         body.get("max_tokens") is not None
     return dict(max_new_tokens=max_tokens, max_given=given, temperature=temperature, top_p=top_p,
                 top_k=max(top_k, 0), presence_penalty=presence, frequency_penalty=frequency,
+                min_tokens=min_tokens,
                 ignore_eos=bool(body.get("ignore_eos", False)),
                 stream=bool(body.get("stream", False)), stop=stops, top_logprobs=top,
                 token_ids=bool(body.get("return_tokens_as_token_ids")),
@@ -149,7 +153,7 @@ def create_app(served: Served):
                       arrival_ns=time.time_ns(), ignore_eos=p["ignore_eos"], stop=stop,
                       top_logprobs=None if p["stream"] else p["top_logprobs"],
                       presence_penalty=p["presence_penalty"],
-                      frequency_penalty=p["frequency_penalty"])
+                      frequency_penalty=p["frequency_penalty"], min_new_tokens=p["min_tokens"])
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
         try:

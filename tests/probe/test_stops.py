@@ -4,6 +4,8 @@ stop or length checked once per step."""
 
 from __future__ import annotations
 
+import collections
+
 import httpx
 import pytest
 
@@ -27,6 +29,9 @@ def test_a_cut_answer_is_judged_exactly_against_its_uncut_one():
     state, said = judge(BASE, stop, BASE.text[:at + 10], 11)
     assert state == "fault" and "ran on 10 characters past it" in said
     assert judge(BASE, stop, BASE.text[:at - 4] + "plan", 9)[0] == "parted"  # a greedy flip
+    # seen on llama.cpp: a newline where the uncut answer has its stop string, the string next
+    # and the answer cut there, as it must be: a flip, not a run-on past the stop
+    assert judge(BASE, stop, BASE.text[:at] + "\n", 10)[0] == "parted"
     length = {"temperature": 0.0, "max_tokens": 6}
     assert judge(BASE, length, BASE.text[:30], 6)[0] == "pass"
     assert judge(BASE, length, BASE.text[:36], 8)[0] == "fault"
@@ -66,11 +71,22 @@ def reference():
 
     made = []
 
-    def serve(fault: str = ""):
+    def serve(fault: str = "", eos: bool = False):
+        """``eos``: the tiny model (which has no end-of-sequence token of its own) given one, a
+        token its greedy answers reach within a few tokens, so that answers end on their own."""
         eng = Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=3, fault=fault),
                                    max_batch=4, hooks=False))
         transport = InProcess(eng.app()).start()
         made.append((eng, transport))
+        if eos:
+            with httpx.Client(transport=transport, base_url="http://testserver") as http:
+                got = http.post("/v1/completions", json={
+                    "prompt": "Describe a walk through a busy market on a summer morning.",
+                    "max_tokens": 40, "temperature": 0.0, "logprobs": 0,
+                    "return_tokens_as_token_ids": True}).json()
+            ids = [int(t.split(":")[1]) for t in got["choices"][0]["logprobs"]["tokens"]]
+            # the commonest: one of the loop greedy answers of a random model fall into
+            eng.scheduler.decoder.eos = {collections.Counter(ids).most_common(1)[0][0]}
         return transport
 
     yield serve
@@ -88,6 +104,33 @@ def test_the_probe_passes_the_honest_reference_and_fails_its_step_faults(referen
     if state == FAIL:
         said = "returned" if fault == "length_past_step" else "past it"
         assert said in check.evidence["message"], check.evidence["message"]
+
+
+@pytest.mark.parametrize("fault,state", [("", PASS), ("min_tokens_first_only", FAIL)])
+def test_answers_held_past_their_end_by_min_tokens_never_end_before_it(reference, fault, state):
+    """Answers that end on their own, asked again with min_tokens past that end: the honest
+    reference holds its end-of-sequence token back at every position; with the mask at each
+    verify pass's first position only, a drafted one is accepted early and the class FAILs."""
+    result = probe("http://testserver", ProbePlan(classes=("stops",)),
+                   transport=reference(fault, eos=True))
+    (check,) = result.checks
+    assert check.evidence["by_kind"]["min_tokens"] > 0, check.evidence
+    assert check.state == state, check.evidence
+    if state == FAIL:
+        assert "min_tokens" in check.evidence["message"] and "ending on its own" in \
+            check.evidence["message"], check.evidence["message"]
+
+
+def test_min_tokens_is_judged_by_the_answers_own_end_and_never_sent_to_llamacpp():
+    ended = Base("p", "A short answer.", 9, "stop")
+    (held,) = [f for f in cuts(ended, seed=1) if "min_tokens" in f]
+    assert held["min_tokens"] == 12 and held["max_tokens"] > held["min_tokens"]
+    assert not [f for f in cuts(ended, seed=1, min_tokens=False) if "min_tokens" in f]
+    assert not [f for f in cuts(BASE, seed=1) if "min_tokens" in f]  # cut by length: no end
+    assert judge(ended, held, ended.text + " More of it.", 12, "stop")[0] == "pass"
+    state, said = judge(ended, held, ended.text, 9, "stop")
+    assert state == "fault" and "min_tokens 12 returned 9 tokens" in said
+    assert judge(ended, held, ended.text, 9, "")[0] == "parted"  # no end said: not judged
 
 
 class _Refusing(httpx.BaseTransport):
