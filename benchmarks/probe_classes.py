@@ -15,6 +15,7 @@ from .common import Row
 FAULTS = {"stop_past_step": (("greedy", "stops"), "stops honoured"),
           "length_past_step": (("greedy", "stops"), "stops honoured"),
           "min_tokens_first_only": (("greedy", "stops"), "stops honoured"),
+          "stop_token_past_step": (("greedy", "stops"), "stops honoured"),
           "unset_temperature_greedy": (("greedy", "top-p/unset-t"),
                                        "temperature honoured (top-p/unset-t)"),
           "batch_row_mixup": (("prefix",), "shared prefix honoured")}

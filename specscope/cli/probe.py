@@ -24,8 +24,8 @@ other classes have decided. Each round is bounded by --requests, --max-tokens, -
 
 More classes (--classes, or --classes all): top-p/unset-t and top-k/unset-t (top-p 0.9 or
 top-k 20 with the temperature left out: the engine's default applies, --default-temperature),
-stops (greedy answers cut by max_tokens and stop strings, or held past their end by
-min_tokens where the engine takes it), prefix (greedy prompts with a
+stops (greedy answers cut by max_tokens, stop strings and stop tokens, or held past their
+end by min_tokens where the engine takes them), prefix (greedy prompts with a
 long shared prefix, alone, repeated and at concurrency, against the alone answer),
 penalties (greedy with presence_penalty 1.0 and frequency_penalty 0.5) and min-p
 (temperature 0.8 with min_p 0.1, read by the truncation check alone). A class
@@ -217,13 +217,16 @@ def register(sub) -> None:
                        description=DESCRIPTION)
     p.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", help="the model name to send (default: the first of /v1/models)")
-    p.add_argument("--engine", choices=("vllm", "sglang", "llamacpp", "unknown"),
-                   help="how to read its log-probabilities (default: from /v1/models' owned_by)")
+    p.add_argument("--engine", choices=("vllm", "sglang", "llamacpp", "specscope", "unknown"),
+                   help="how to read its log-probabilities and which parameters it takes "
+                   "(default: from /v1/models' owned_by; specscope: the reference engine, "
+                   "`specscope serve-engine`)")
     p.add_argument("--classes", default="greedy,temperature,top-p,top-k",
                    help="classes to send, comma-separated, or 'all': greedy, temperature, top-p, "
                    "top-k (default: these four), top-p/unset-t and top-k/unset-t (the "
                    "temperature left out: the engine's default applies) and stops (greedy "
-                   "answers cut by max_tokens and stop strings, or held by min_tokens) and "
+                   "answers cut by max_tokens, stop strings and stop tokens, or held by "
+                   "min_tokens) and "
                    "prefix (a long shared prefix, alone, "
                    "repeated and at concurrency); a class whose requests the "
                    "server refuses (HTTP 400) is reported as not supported")

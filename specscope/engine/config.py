@@ -35,13 +35,15 @@ from .policy import parse_policy
 #: min_tokens_first_only: a request's min_tokens (its end-of-sequence tokens masked until it
 #: has that many) enforced at each verify pass's first position only: a drafted end of
 #: sequence is accepted before min_tokens (the probe's stops class)
+#: stop_token_past_step: a request's stop tokens (stop_token_ids) looked for only at each verify
+#: step's last token, so one committed inside a multi-token step is missed
 #: batch_row_mixup: with two or more requests in a verify step, the token verify draws for the
 #: last row (its bonus or correction) is row 0's (a batch-row offset: the probe's prefix class)
 FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
           "greedy_second_choice", "temperature_twice", "top_p_ignored", "residual_argmax",
           "bonus_argmax", "accept_ignores_q", "stop_past_step", "length_past_step",
           "unset_temperature_greedy", "batch_row_mixup", "penalty_first_only",
-          "min_tokens_first_only")
+          "min_tokens_first_only", "stop_token_past_step")
 #: the faults that live in speculative sampling's chain verify
 CHAIN_FAULTS = ("draft_prob_shortcut", "residual_argmax", "bonus_argmax", "accept_ignores_q")
 

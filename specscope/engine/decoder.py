@@ -44,6 +44,8 @@ class Request:
     frequency_penalty: float = 0.0
     #: its end-of-sequence tokens masked until the output has this many (vLLM's min_tokens)
     min_new_tokens: int = 0
+    #: tokens that end it as an end-of-sequence token does (vLLM's stop_token_ids)
+    stop_token_ids: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -226,8 +228,11 @@ class SpeculativeDecoder:
         # length_past_step: max_tokens checked once per step, after the whole step is committed
         take = (list(new) if self.cfg.fault == "length_past_step"
                 else new[:r.max_new_tokens - len(out.token_ids)])
+        # stop_token_past_step: stop tokens looked for only at the step's last token
+        last_only = self.cfg.fault == "stop_token_past_step"
         for j, tok in enumerate(take):
-            if tok in self.eos and not r.ignore_eos:
+            if (tok in self.eos and not r.ignore_eos) or (
+                    tok in r.stop_token_ids and (not last_only or j == len(take) - 1)):
                 take = take[:j + 1]
                 out.finish_reason = "stop"
                 break

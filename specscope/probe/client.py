@@ -95,7 +95,8 @@ def _detect(http: httpx.Client, url: str, model: str | None) -> tuple[str, str]:
     data = models.get("data") or [{}]
     owner = str(data[0].get("owned_by", "")).lower()
     engine = ("vllm" if "vllm" in owner else "sglang" if "sglang" in owner else
-              "llamacpp" if "llama" in owner else "unknown")
+              "llamacpp" if "llama" in owner else "specscope" if owner == "specscope" else
+              "unknown")
     if engine == "unknown":
         try:
             if "default_generation_settings" in _get(http, url.rstrip("/") + "/props"):
@@ -180,6 +181,11 @@ class Answer:
     phase: str = ""
 
 
+#: engines that return token ids when asked (vLLM's ``return_token_ids`` and
+#: ``return_tokens_as_token_ids``; specscope's reference engine the latter)
+TOKEN_IDS = ("vllm", "specscope")
+
+
 def body(plan: Any, engine: str, cls: str, prompt: str, sampling: dict[str, Any], model: str,
          top_logprobs: int, seed: int) -> tuple[str, dict[str, Any]]:
     """(path, request body) for one probe request."""
@@ -199,7 +205,7 @@ def body(plan: Any, engine: str, cls: str, prompt: str, sampling: dict[str, Any]
         return "/generate", {"text": prompt, "sampling_params": params, "return_logprob": True,
                              "top_logprobs_num": top_logprobs, **plan.extra}
     out: dict[str, Any] = {"model": model, "max_tokens": plan.max_tokens, "seed": seed, **fields}
-    if engine == "vllm":  # token ids (prompt and output) for the prompt-lookup replay
+    if engine in TOKEN_IDS:  # token ids (prompt and output): the prompt-lookup replay, stop tokens
         out.update(return_token_ids=True, return_tokens_as_token_ids=True)
     if plan.endpoint == "completions":
         out.update(prompt=prompt, logprobs=top_logprobs)

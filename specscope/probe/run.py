@@ -22,7 +22,8 @@ from .verified import guard, infer_ngram, select
 from . import prefix
 from .penalties import PENALTIES, penalty_check, rescored
 from .prefix import PREFIX
-from .stops import BASES, NO_MIN_TOKENS, STOPS, base_of, cuts, is_cut, stops_check
+from .stops import (BASES, NO_MIN_TOKENS, NO_STOP_TOKENS, STOPS, base_of, cuts, is_cut,
+                    stops_check)
 from .workload import CLASSES, MIN_P, OPEN_ENDED, REPETITIVE, RISKY, ProbePlan, class_code
 
 
@@ -173,7 +174,8 @@ def send_stops(url: str, engine: str, model: str, plan: ProbePlan, answers: list
         bases += [b for b in (base_of(a) for a in got) if b is not None]
     if not any(a.engine_failed for a in got):
         requests = [(STOPS, b.prompt, f) for b in bases[:BASES]
-                    for f in cuts(b, plan.seed, min_tokens=engine not in NO_MIN_TOKENS)]
+                    for f in cuts(b, plan.seed, min_tokens=engine not in NO_MIN_TOKENS,
+                                  stop_tokens=engine not in NO_STOP_TOKENS)]
         more, took = send(url, engine, model, plan, requests, took, stop, client=http,
                           t_start=t0)
         for a in more:
@@ -377,11 +379,14 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
         bases = {b.prompt: b for b in (base_of(a) for a in answers
                                        if a.cls in ("greedy", STOPS)) if b is not None}
         c = stops_check(bases, cut_answers)
-        held = [a for a in cut_answers if "min_tokens" in a.sampling]
-        said = NO_MIN_TOKENS.get(sem.engine) or (  # what min_tokens could not check, and why
-            f"refused: {held[0].error}" if held and refused(held) else None)
-        checks.append(replace(c, evidence={**c.evidence, "probe_class": STOPS,
-                                           **({"min_tokens": said} if said else {})}))
+        notes = {}  # what min_tokens and stop tokens could not check, and why
+        for key, table in (("min_tokens", NO_MIN_TOKENS), ("stop_token_ids", NO_STOP_TOKENS)):
+            mine = [a for a in cut_answers if key in a.sampling]
+            said = table.get(sem.engine) or (
+                f"refused: {mine[0].error}" if mine and refused(mine) else None)
+            if said:
+                notes[key] = said
+        checks.append(replace(c, evidence={**c.evidence, "probe_class": STOPS, **notes}))
     if sampled_classes:  # pooled: a temperature applied wrongly reaches every sampled class
         pooled = [sharpness_check(sampled, sem, blind=blind),  # and where the drafts are known
                   acceptance_check(sampled, sem, label="sampled"),  # (prompt lookup), the

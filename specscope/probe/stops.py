@@ -54,6 +54,8 @@ MIN_EXTRA = 3
 #: engines whose servers take no ``min_tokens`` (an unknown field ignored, not refused): a
 #: request there could only mislead
 NO_MIN_TOKENS = {"llamacpp": "llama.cpp's server takes no min_tokens (it ignores the field)"}
+#: likewise ``stop_token_ids`` (sent only where the answers' token ids are known)
+NO_STOP_TOKENS = {"llamacpp": "llama.cpp's server takes no stop_token_ids (it ignores the field)"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class Base:
     text: str
     tokens: int
     finish: str
+    ids: tuple[int, ...] = ()  #: its output token ids, where the engine returns them
 
 
 def finish_reason(response: dict[str, Any]) -> str:
@@ -75,6 +78,22 @@ def finish_reason(response: dict[str, Any]) -> str:
     if isinstance(fr, dict):
         return str(fr.get("type") or "")
     return str(fr or "")
+
+
+def output_ids(response: dict[str, Any], positions: Sequence[Any] = ()) -> tuple[int, ...]:
+    """The answer's output token ids where the engine returns them (vLLM's ``return_token_ids``,
+    SGLang's ``/generate``, tokens spelled ``token_id:N``), else ()."""
+    choice = (response.get("choices") or [{}])[0]
+    ids = choice.get("token_ids")
+    if isinstance(ids, list) and all(isinstance(t, int) for t in ids):
+        return tuple(ids)
+    meta = (response.get("meta_info") or {}).get("output_token_logprobs")
+    if isinstance(meta, list) and all(isinstance(e, list) and len(e) > 1 for e in meta):
+        return tuple(int(e[1]) for e in meta)
+    spelled = [p.token for p in positions]
+    if spelled and all(t.startswith("token_id:") for t in spelled):
+        return tuple(int(t.split(":", 1)[1]) for t in spelled)
+    return ()
 
 
 def output_tokens(response: dict[str, Any], positions: int) -> int:
@@ -92,25 +111,25 @@ def base_of(answer: Any) -> Base | None:
     n = output_tokens(answer.response, len(answer.positions))
     if n < MIN_TOKENS or len(answer.text) < MIN_TOKENS:
         return None
-    return Base(answer.prompt, answer.text, n, finish_reason(answer.response))
+    return Base(answer.prompt, answer.text, n, finish_reason(answer.response),
+                output_ids(answer.response, answer.positions))
 
 
 def is_cut(fields: dict[str, Any]) -> bool:
-    return "stop" in fields or "max_tokens" in fields or "min_tokens" in fields
+    return any(k in fields for k in ("stop", "max_tokens", "min_tokens", "stop_token_ids"))
 
 
-def cuts(base: Base, seed: int, per_answer: int = PER_ANSWER,
-         min_tokens: bool = True) -> list[dict[str, Any]]:
+def cuts(base: Base, seed: int, per_answer: int = PER_ANSWER, min_tokens: bool = True,
+         stop_tokens: bool = True) -> list[dict[str, Any]]:
     """The cut requests' greedy fields for one uncut answer: ``max_tokens`` at two places
     inside it, and up to four stop strings, each a word whose first occurrence begins past the
     answer's first eighth, spread over the rest (the text before it is the expected answer);
-    and, where it ended on its own and ``min_tokens`` is sent, the same request held
-    ``MIN_EXTRA`` tokens past its end."""
+    where it ended on its own and ``min_tokens`` is sent, the same request held ``MIN_EXTRA``
+    tokens past its end; and where its token ids are known and ``stop_tokens`` are sent, two
+    stop tokens (``stop_token_ids``): tokens first seen past a third and past two thirds of
+    it (the ids before one are the expected answer)."""
     rng = random.Random(f"{seed}:{base.prompt}")
     out: list[dict[str, Any]] = []
-    if min_tokens and base.finish == "stop":
-        n = base.tokens + MIN_EXTRA
-        out.append({"temperature": 0.0, "min_tokens": n, "max_tokens": n + 8})
     for frac in (0.4, 0.75)[:(per_answer + 2) // 3]:
         n = min(base.tokens - 1, max(2, int(base.tokens * frac) + rng.randint(-1, 1)))
         out.append({"temperature": 0.0, "max_tokens": n})
@@ -128,12 +147,36 @@ def cuts(base: Base, seed: int, per_answer: int = PER_ANSWER,
             stop = base.text[words[w]:words[w] + len(w) + j % 2]
             if len(out) < per_answer:
                 out.append({"temperature": 0.0, "stop": [stop]})
+    if min_tokens and base.finish == "stop":
+        n = base.tokens + MIN_EXTRA
+        out.append({"temperature": 0.0, "min_tokens": n, "max_tokens": n + 8})
+    if stop_tokens and len(base.ids) >= MIN_TOKENS:
+        first = {t: i for i, t in reversed(list(enumerate(base.ids)))}
+        picked: list[int] = []
+        for frac in (1 / 3, 2 / 3):
+            new = [i for i in range(int(len(base.ids) * frac), len(base.ids))
+                   if first[base.ids[i]] == i and i > 0 and base.ids[i] not in picked]
+            if new:
+                picked.append(base.ids[new[0]])
+                out.append({"temperature": 0.0, "stop_token_ids": [base.ids[new[0]]]})
     return out
 
 
 def judge(base: Base, fields: dict[str, Any], text: str, tokens: int,
-          finish: str = "") -> tuple[str, str]:
+          finish: str = "", ids: tuple[int, ...] = ()) -> tuple[str, str]:
     """One cut answer against its uncut one: ("pass" | "fault" | "parted", what was seen)."""
+    if "stop_token_ids" in fields:
+        t = int(fields["stop_token_ids"][0])
+        if not ids:
+            return "parted", f"stop token {t}: the answer's token ids not returned"
+        if t in ids[:-1]:  # an honest engine ends at the token (returning it last, or not)
+            at = ids.index(t)
+            return "fault", (f"stop token {t} at output token {at}; the answer ran on "
+                             f"{len(ids) - at - 1} tokens past it")
+        i = base.ids.index(t)
+        if ids in (base.ids[:i], base.ids[:i + 1]):
+            return "pass", ""
+        return "parted", f"stop token {t}: the answer parted from the uncut one before it"
     if "min_tokens" in fields:
         m = int(fields["min_tokens"])
         if tokens >= m:
@@ -164,8 +207,9 @@ def judge(base: Base, fields: dict[str, Any], text: str, tokens: int,
 
 
 def kind_of(fields: dict[str, Any]) -> str:
-    """Which cut a request is: "min_tokens", "stop" or "max_tokens"."""
-    return "min_tokens" if "min_tokens" in fields else "stop" if "stop" in fields else "max_tokens"
+    """Which cut a request is: "min_tokens", "stop_token_ids", "stop" or "max_tokens"."""
+    return next((k for k in ("min_tokens", "stop_token_ids", "stop") if k in fields),
+                "max_tokens")
 
 
 def positions_needed(rules_out: float = RULES_OUT, alpha: float = PASS_ALPHA) -> int:
@@ -179,14 +223,14 @@ def stops_check(bases: dict[str, Base], cut_answers: Sequence[Any]) -> Assessmen
     the uncut answer of its prompt in ``bases``."""
     seen = {"pass": 0, "fault": 0, "parted": 0}
     faults: list[str] = []
-    by_kind = {"max_tokens": 0, "stop": 0, "min_tokens": 0}
+    by_kind = {"max_tokens": 0, "stop": 0, "min_tokens": 0, "stop_token_ids": 0}
     for a in cut_answers:
         base = bases.get(a.prompt)
         if a.response is None or base is None:
             continue
         state, what = judge(base, a.sampling, a.text,
                             output_tokens(a.response, len(a.positions)),
-                            finish_reason(a.response))
+                            finish_reason(a.response), output_ids(a.response, a.positions))
         seen[state] += 1
         by_kind[kind_of(a.sampling)] += 1
         if state == "fault":
@@ -202,7 +246,8 @@ def stops_check(bases: dict[str, Base], cut_answers: Sequence[Any]) -> Assessmen
                          f"cut; first: {faults[0]}")
         return Assessment(CHECK, FAIL, ev)
     if seen["pass"] >= need:
-        ev["rules_out"] = (f"rules out cut requests (max_tokens, stop strings) ending past "
+        ev["rules_out"] = (f"rules out cut requests (max_tokens, stop strings, stop tokens) "
+                           f"ending past "
                            f"their cut, or held ones (min_tokens) ending before it, in "
                            f"{RULES_OUT:.0%} or more of requests like these")
         return Assessment(CHECK, PASS, ev)

@@ -73,6 +73,10 @@ def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
     for key, neutral in (("repetition_penalty", 1.0), ("min_p", 0.0)):
         if num(key, neutral) != neutral:
             raise BadRequest(f"{key} is not supported")
+    stop_ids = body.get("stop_token_ids") or []
+    if not isinstance(stop_ids, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in stop_ids):
+        raise BadRequest("stop_token_ids must be a list of token ids")
     min_tokens = num("min_tokens", 0, int)
     if not 0 <= min_tokens <= max_tokens:
         raise BadRequest(f"min_tokens must be between 0 and max_tokens ({max_tokens})")
@@ -87,7 +91,7 @@ def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
         body.get("max_tokens") is not None
     return dict(max_new_tokens=max_tokens, max_given=given, temperature=temperature, top_p=top_p,
                 top_k=max(top_k, 0), presence_penalty=presence, frequency_penalty=frequency,
-                min_tokens=min_tokens,
+                min_tokens=min_tokens, stop_token_ids=frozenset(stop_ids),
                 ignore_eos=bool(body.get("ignore_eos", False)),
                 stream=bool(body.get("stream", False)), stop=stops, top_logprobs=top,
                 token_ids=bool(body.get("return_tokens_as_token_ids")),
@@ -153,7 +157,8 @@ def create_app(served: Served):
                       arrival_ns=time.time_ns(), ignore_eos=p["ignore_eos"], stop=stop,
                       top_logprobs=None if p["stream"] else p["top_logprobs"],
                       presence_penalty=p["presence_penalty"],
-                      frequency_penalty=p["frequency_penalty"], min_new_tokens=p["min_tokens"])
+                      frequency_penalty=p["frequency_penalty"], min_new_tokens=p["min_tokens"],
+                      stop_token_ids=p["stop_token_ids"])
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
         try:

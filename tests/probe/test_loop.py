@@ -259,7 +259,10 @@ def test_the_risky_class_is_sent_once_the_others_have_decided():
     from specscope.probe.run import run_checks, undecided
 
     eng = Engine()
-    plan = replace(PLAN, classes=("greedy", "temperature", "top-k"), until_decided=True)
+    # a deadline far past what deciding takes (5 s alone, 12 s beside a busy core): top-k goes
+    # out at the deadline too, which a loaded machine once reached at 30 s
+    plan = replace(PLAN, classes=("greedy", "temperature", "top-k"), until_decided=True,
+                   deadline_s=300)
     result = probe(URL, plan, transport=eng.transport)
     first = min(a.t_sent_s for a in result.answers if a.cls == "top-k")
     before = [a for a in result.answers if a.t_done_s is not None and a.t_done_s <= first]

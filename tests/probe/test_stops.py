@@ -95,11 +95,13 @@ def reference():
         eng.close()
 
 
-@pytest.mark.parametrize("fault,state", [("", PASS), ("length_past_step", FAIL), ("stop_past_step", FAIL)])
+@pytest.mark.parametrize("fault,state", [("", PASS), ("length_past_step", FAIL), ("stop_past_step", FAIL),
+                                         ("stop_token_past_step", FAIL)])
 def test_the_probe_passes_the_honest_reference_and_fails_its_step_faults(reference, fault, state):
     result = probe("http://testserver", ProbePlan(classes=("stops",)), transport=reference(fault))
     (check,) = result.checks
     assert check.check == "stops honoured" and check.state == state, check.evidence
+    assert check.evidence["by_kind"]["stop_token_ids"] > 0  # the reference returns token ids
     assert result.classes["stops"]["state"] == "checked"
     if state == FAIL:
         said = "returned" if fault == "length_past_step" else "past it"
@@ -121,6 +123,22 @@ def test_answers_held_past_their_end_by_min_tokens_never_end_before_it(reference
             check.evidence["message"], check.evidence["message"]
 
 
+def test_stop_tokens_are_judged_by_token_ids_and_an_answer_holding_one_before_its_end_fails():
+    ids = (5, 9, 5, 7, 11, 13, 9, 17, 19, 23)
+    base = Base("p", "ten tokens of text", 10, "length", ids)
+    picked = [f["stop_token_ids"][0] for f in cuts(base, seed=1) if "stop_token_ids" in f]
+    assert picked == [7, 17]  # first seen from a third on, and from two thirds (9 seen before)
+    assert not [f for f in cuts(base, seed=1, stop_tokens=False) if "stop_token_ids" in f]
+    assert not [f for f in cuts(BASE, seed=1) if "stop_token_ids" in f]  # no ids: none
+    held = {"temperature": 0.0, "stop_token_ids": [7]}
+    assert judge(base, held, "", 3, "stop", ids[:3])[0] == "pass"  # the token left out
+    assert judge(base, held, "", 4, "stop", ids[:4])[0] == "pass"  # or returned last
+    state, said = judge(base, held, "", 6, "stop", ids[:6])
+    assert state == "fault" and "ran on 2 tokens past it" in said
+    assert judge(base, held, "", 3, "stop", (5, 9, 6))[0] == "parted"
+    assert judge(base, held, "", 3, "stop", ())[0] == "parted"  # ids not returned: not judged
+
+
 def test_min_tokens_is_judged_by_the_answers_own_end_and_never_sent_to_llamacpp():
     ended = Base("p", "A short answer.", 9, "stop")
     (held,) = [f for f in cuts(ended, seed=1) if "min_tokens" in f]
@@ -134,15 +152,15 @@ def test_min_tokens_is_judged_by_the_answers_own_end_and_never_sent_to_llamacpp(
 
 
 class _Refusing(httpx.BaseTransport):
-    """A server that does not take ``stop`` (HTTP 400, its words) or, with ``everything``,
-    any request of the class."""
+    """A server that does not take ``stop`` nor ``stop_token_ids`` (HTTP 400, its words) or,
+    with ``everything``, any request of the class."""
 
     def __init__(self, inner: httpx.BaseTransport, everything: bool = False) -> None:
         self.inner, self.everything = inner, everything
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         body = request.read()
-        cut = b'"stop"' in body or (self.everything and request.method == "POST"
+        cut = b'"stop' in body or (self.everything and request.method == "POST"
                                      and b'"max_tokens": 64' not in body)
         if cut:
             return httpx.Response(400, json={"error": {"message": "unsupported parameter"}})
