@@ -140,7 +140,7 @@ class SpeculativeDecoder:
                 kv_g = BatchKV(self.target, len(group), dev)
                 parts.append(feed_pending(kv_g, [row.committed for row in group], [0] * len(group)))
                 kv_t.merge(kv_g)
-            logits = torch.cat(parts)
+            logits = self._penalized(rows, torch.cat(parts))  # min_tokens from the first token
             temp, top_p, top_k, trunc = self._params(rows)
             probs = sampling.process_probs(logits, temp, top_p, top_k, trunc)
             first = sampling.sample_from(probs, self.gen).tolist()
@@ -206,13 +206,15 @@ class SpeculativeDecoder:
 
     def _penalized(self, rows: list["_Row"], logits: torch.Tensor, tokens=None, sees=None):
         """``logits`` with each row's presence and frequency penalties (``sampling.penalize``)
-        and its end-of-sequence tokens masked below its min_tokens (``sampling.hold_eos``)."""
+        and its end-of-sequence and stop tokens masked below its min_tokens
+        (``sampling.hold_eos``)."""
         logits = sampling.penalize(logits, [row.out.token_ids for row in rows],
                                    [row.req.presence_penalty for row in rows],
                                    [row.req.frequency_penalty for row in rows], tokens, sees,
                                    first_only=self.cfg.fault == "penalty_first_only")
         return sampling.hold_eos(logits, [len(row.out.token_ids) for row in rows],
-                                 [row.req.min_new_tokens for row in rows], self.eos, sees,
+                                 [row.req.min_new_tokens for row in rows],
+                                 [self.eos | row.req.stop_token_ids for row in rows], sees,
                                  first_only=self.cfg.fault == "min_tokens_first_only")
 
     @staticmethod

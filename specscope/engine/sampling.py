@@ -120,15 +120,17 @@ def second_choice(fixed: torch.Tensor, logits: torch.Tensor, num_acc: torch.Tens
     return out
 
 
-def hold_eos(logits: torch.Tensor, produced: list[int], min_new: list[int], eos: set[int],
-             sees: torch.Tensor | None = None, first_only: bool = False) -> torch.Tensor:
-    """``logits`` with the end-of-sequence tokens at -inf wherever a row's output would still be
-    shorter than its ``min_new`` tokens (vLLM's ``min_tokens``). ``[B, V]``: the next token,
+def hold_eos(logits: torch.Tensor, produced: list[int], min_new: list[int],
+             stops: list[set[int]] | list[frozenset[int]], sees: torch.Tensor | None = None,
+             first_only: bool = False) -> torch.Tensor:
+    """``logits`` with each row's ``stops`` (its end-of-sequence and stop tokens) at -inf
+    wherever its output would still be shorter than its ``min_new`` tokens (vLLM's
+    ``min_tokens``, which holds back every stop token). ``[B, V]``: the next token,
     after ``produced``; ``[B, N, V]``: a verify pass, node i predicting output token
     ``produced + depth(i)`` (``sees`` ``[1 or B, N, N]``, each node's path, itself included).
     ``first_only`` seeds the ``min_tokens_first_only`` fault: the mask at each pass's first
     position only. Rows without min_tokens are returned as they came."""
-    if not eos or not any(m > n for m, n in zip(min_new, produced)):
+    if not any(m > n and s for m, n, s in zip(min_new, produced, stops)):
         return logits
     dev = logits.device
     short = torch.tensor([m - n for m, n in zip(min_new, produced)], device=dev)  # tokens owed
@@ -140,10 +142,14 @@ def hold_eos(logits: torch.Tensor, produced: list[int], min_new: list[int], eos:
             hold = hold & (depth == 0)
     else:
         hold = short > 0
-    ids = torch.tensor(sorted(eos), device=dev)
     out = logits.float().clone()
-    masked = out.index_select(-1, ids).masked_fill(hold[..., None], float("-inf"))
-    return out.index_copy_(-1, ids, masked)
+    for k, s in enumerate(stops):
+        if s and min_new[k] > produced[k]:
+            ids = torch.tensor(sorted(s), device=dev)
+            row = out[k]  # [V] or [N, V]
+            masked = row.index_select(-1, ids).masked_fill(hold[k][..., None], float("-inf"))
+            row.index_copy_(-1, ids, masked)
+    return out
 
 
 def penalize(logits: torch.Tensor, outputs: list[list[int]], presence: list[float],

@@ -332,7 +332,7 @@ def verify_columns(
     else:
         resid = residual_columns(x, top, temperature, norm, floor, draft_tokens,
                                  draft_token_probs, draft_probs, safe, num_accepted,
-                                 torch.isfinite(p_max).all(dim=1), weights, parts, truncated)
+                                 torch.isfinite(p_max), weights, parts, truncated)
     sharp = sharpness_columns(x, top, temperature, floor, safe, valid)
     return torch.cat([torch.stack([validf.sum(dim=1), (is_top1 * validf).sum(dim=1),
                                    pv.sum(dim=1), (pv * (1.0 - pv)).sum(dim=1), worst,
@@ -390,7 +390,7 @@ def residual_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Tens
     PIT's mean is 1/2 exactly; a residual drawn as the argmax, from the untruncated or untempered
     distribution, or with d left in, moves it. A committed token with no residual mass (d
     itself) has PIT 1. NaN where there is no rejection, the row is greedy, its q is unknown or
-    its distribution is not ``known``. ``weights``: the ``[B, P, V]`` weights at the requested
+    its distribution at the rejected position is not ``known`` (``[B, P]``). ``weights``: the ``[B, P, V]`` weights at the requested
     temperature where the caller has them already (``verify_columns``), else computed here from
     one position's logits per row. ``parts``: ``pit_parts`` of the committed tokens in those
     weights, untruncated; with them, a row that asked for no truncation (not in ``truncated``)
@@ -403,11 +403,16 @@ def residual_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Tens
     rows = torch.arange(x.shape[0], device=x.device)
     drafted = (draft_tokens[:, :d] >= 0).sum(dim=1)
     j = num_accepted.clamp(0, d - 1).long()  # the first rejected position, where there is one
-    use = (num_accepted < drafted) & (temperature > 0) & known
+    use = (num_accepted < drafted) & (temperature > 0) & known[rows, j]
     tok = draft_tokens[rows, j].clamp(0, x.shape[-1] - 1).long()
     c = committed[rows, j]
-    one_hot = torch.ones_like(use) if draft_token_probs is None else \
-        draft_token_probs[rows, j] >= 1.0  # q is one-hot only where the draft's probability is 1
+    # q is one-hot only where the draft's probability of its token is 1
+    if draft_token_probs is not None:
+        one_hot = draft_token_probs[rows, j] >= 1.0
+    elif draft_probs is not None:
+        one_hot = draft_probs[rows, j, tok] >= 1.0
+    else:
+        one_hot = torch.ones_like(use)
     if draft_probs is None:
         use = use & one_hot
     out = None
@@ -419,6 +424,9 @@ def residual_columns(x: torch.Tensor, top: torch.Tensor, temperature: torch.Tens
         u, var = pit_of(above - w_d * (w_d > w_c), tie - w_c * (w_d == w_c), s - w_d,
                         cubes - w_d * w_d * w_d)
         u = torch.where(c == tok, torch.ones_like(u), u)  # d itself: no residual mass
+        # where d held nearly all the mass, the cubes' difference is float32 rounding: the
+        # variance takes its bound for any distribution, 1/12, never an understatement
+        var = torch.where(w_d > 0.9 * s, torch.full_like(var, 1.0 / 12.0), var)
         out = torch.stack([u, var], dim=1)
     exact = torch.zeros_like(use) if out is None else one_hot
     if out is None or draft_probs is not None or (truncated is not None and truncated.numel()):

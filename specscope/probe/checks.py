@@ -264,15 +264,15 @@ def truncation_check(positions: Sequence[Position], sem: Semantics, *, label: st
     """No committed token lies outside the requested top-p nucleus, top-k set or min-p floor,
     beyond the dtype's tie ``margin`` (see ``mass_above``, ``under_min_p``). Processed
     log-probabilities are the truncated distribution renormalised: the mass ranked above a token
-    there can pass top-p for a token inside the nucleus, so a token is outside iff its processed
-    log-probability is -inf."""
+    there can pass top-p for a token inside the nucleus, so top-p reads only a -inf processed
+    log-probability as outside; ranks (top-k) and ratios to the top-1 (min-p) survive the
+    renormalisation and are read as from raw ones."""
     known = [p for p in positions if p.known and (p.top_p < 1.0 or p.top_k > 0 or p.min_p > 0)]
     outside: list[tuple[Position, str]] = []
     for p in known:
         assert p.logprob is not None  # known
-        if sem.processed:  # the truncated distribution itself, renormalised: inside iff finite
-            if p.logprob == -math.inf:
-                outside.append((p, "its processed log-probability is -inf"))
+        if sem.processed and p.logprob == -math.inf:  # cut from the distribution it sampled
+            outside.append((p, "its processed log-probability is -inf"))
             continue
         if p.min_p > 0:
             ratio = under_min_p(p, sem, max(SLACK, margin))
@@ -286,7 +286,7 @@ def truncation_check(positions: Sequence[Position], sem: Semantics, *, label: st
             if above >= p.top_k:
                 outside.append((p, f"{above} returned tokens rank above it (top-k {p.top_k})"))
                 continue
-        if p.top_p < 1.0:
+        if p.top_p < 1.0 and not sem.processed:  # renormalised: only -inf says outside
             m = mass_above(p, sem, margin)
             if m is not None and m >= p.top_p + SLACK:
                 outside.append((p, f"at least {m:.4f} of the mass ranks above it (top-p {p.top_p})"))

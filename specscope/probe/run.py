@@ -22,8 +22,7 @@ from .verified import guard, infer_ngram, select
 from . import prefix
 from .penalties import PENALTIES, penalty_check, rescored
 from .prefix import PREFIX
-from .stops import (BASES, NO_MIN_TOKENS, NO_STOP_TOKENS, STOPS, base_of, cuts, is_cut,
-                    stops_check)
+from .stops import BASES, STOPS, base_of, cuts, is_cut, not_sent, stops_check
 from .workload import CLASSES, MIN_P, OPEN_ENDED, REPETITIVE, RISKY, ProbePlan, class_code
 
 
@@ -159,7 +158,11 @@ def send_stops(url: str, engine: str, model: str, plan: ProbePlan, answers: list
                top_logprobs: int, stop: Any, http: Any, t0: float) -> tuple[list[Answer], int]:
     """The stops class's requests: uncut greedy answers of its own where the greedy class gave
     too few (``stops.BASES``), then the cut requests of each (``stops.cuts``)."""
-    bases = [b for b in (base_of(a) for a in answers if a.cls == "greedy") if b is not None]
+    firsts: dict[str, Any] = {}  # the first uncut answer of each prompt (run_checks judges by it)
+    for b in (base_of(a) for a in answers if a.cls == "greedy"):
+        if b is not None:
+            firsts.setdefault(b.prompt, b)
+    bases = list(firsts.values())
     got: list[Answer] = []
     took = top_logprobs
     if len(bases) < BASES:
@@ -174,8 +177,8 @@ def send_stops(url: str, engine: str, model: str, plan: ProbePlan, answers: list
         bases += [b for b in (base_of(a) for a in got) if b is not None]
     if not any(a.engine_failed for a in got):
         requests = [(STOPS, b.prompt, f) for b in bases[:BASES]
-                    for f in cuts(b, plan.seed, min_tokens=engine not in NO_MIN_TOKENS,
-                                  stop_tokens=engine not in NO_STOP_TOKENS)]
+                    for f in cuts(b, plan.seed, min_tokens=not not_sent(engine, "min_tokens"),
+                                  stop_tokens=not not_sent(engine, "stop_token_ids"))]
         more, took = send(url, engine, model, plan, requests, took, stop, client=http,
                           t_start=t0)
         for a in more:
@@ -376,13 +379,15 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
         checks.append(replace(c, evidence={**c.evidence, "probe_class": PREFIX}))
     cut_answers = [a for a in answers if a.cls == STOPS and is_cut(a.sampling)]
     if cut_answers and not refused(cut_answers):
-        bases = {b.prompt: b for b in (base_of(a) for a in answers
-                                       if a.cls in ("greedy", STOPS)) if b is not None}
+        bases: dict[str, Any] = {}  # the first uncut answer of each prompt: the one cut
+        for b in (base_of(a) for a in answers if a.cls in ("greedy", STOPS)):
+            if b is not None:
+                bases.setdefault(b.prompt, b)
         c = stops_check(bases, cut_answers)
         notes = {}  # what min_tokens and stop tokens could not check, and why
-        for key, table in (("min_tokens", NO_MIN_TOKENS), ("stop_token_ids", NO_STOP_TOKENS)):
+        for key in ("min_tokens", "stop_token_ids"):
             mine = [a for a in cut_answers if key in a.sampling]
-            said = table.get(sem.engine) or (
+            said = not_sent(sem.engine, key) or (
                 f"refused: {mine[0].error}" if mine and refused(mine) else None)
             if said:
                 notes[key] = said

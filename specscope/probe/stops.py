@@ -51,11 +51,21 @@ BASES = 4
 MIN_TOKENS = 6
 #: a min_tokens request asks for this many tokens more than its uncut answer ended after
 MIN_EXTRA = 3
-#: engines whose servers take no ``min_tokens`` (an unknown field ignored, not refused): a
-#: request there could only mislead
-NO_MIN_TOKENS = {"llamacpp": "llama.cpp's server takes no min_tokens (it ignores the field)"}
-#: likewise ``stop_token_ids`` (sent only where the answers' token ids are known)
-NO_STOP_TOKENS = {"llamacpp": "llama.cpp's server takes no stop_token_ids (it ignores the field)"}
+#: the engines known to take ``min_tokens`` and ``stop_token_ids`` (vLLM, SGLang, the reference
+#: engine). Others are not sent them: a server that ignores an unknown field (llama.cpp's does,
+#: and so may a proxy in front of any engine) would end where it would have anyway, which reads
+#: as a fault
+HELD_ENGINES = ("vllm", "sglang", "specscope")
+
+
+def not_sent(engine: str, field: str) -> str | None:
+    """Why ``field`` (min_tokens, stop_token_ids) is not sent to ``engine``, or None."""
+    if engine in HELD_ENGINES:
+        return None
+    if engine == "llamacpp":
+        return f"not sent: llama.cpp's server takes no {field} (it ignores the field)"
+    return (f"not sent: {engine} engine (a server that ignores {field} would read as a fault; "
+            "--engine names one that takes it)")
 
 
 @dataclass(frozen=True)
@@ -173,6 +183,8 @@ def judge(base: Base, fields: dict[str, Any], text: str, tokens: int,
             at = ids.index(t)
             return "fault", (f"stop token {t} at output token {at}; the answer ran on "
                              f"{len(ids) - at - 1} tokens past it")
+        if t not in base.ids:  # a later uncut answer of the prompt, parted from the first
+            return "parted", f"stop token {t}: not in the uncut answer judged against"
         i = base.ids.index(t)
         if ids in (base.ids[:i], base.ids[:i + 1]):
             return "pass", ""

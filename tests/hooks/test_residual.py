@@ -32,7 +32,7 @@ def _rejections(rows: int, vocab: int, seed: int, q_full: bool, how: str):
     q_d = None if q is None else q.gather(1, d[:, None])
     out = residual_columns(x, top, torch.ones(rows), norm, torch.zeros(rows, 2), d[:, None],
                            q_d, None if q is None else q[:, None], committed,
-                           torch.zeros(rows, dtype=torch.long), torch.ones(rows, dtype=torch.bool))
+                           torch.zeros(rows, dtype=torch.long), torch.ones(rows, 2, dtype=torch.bool))
     return out, d, committed
 
 
@@ -51,7 +51,7 @@ def test_a_row_without_a_rejection_or_greedy_or_its_draft_kept_has_no_figure_and
     top = x.amax(dim=-1)
     norm = torch.exp(x - top[..., None]).sum(dim=-1)
     args = dict(norm=norm, floor=torch.zeros(4, 2), draft_tokens=d[:, None],
-                draft_token_probs=None, draft_probs=None, known=torch.ones(4, dtype=torch.bool))
+                draft_token_probs=None, draft_probs=None, known=torch.ones(4, 2, dtype=torch.bool))
     accepted = torch.tensor([1, 0, 0, 0])  # row 0 accepted its one draft: no rejection
     temps = torch.tensor([1.0, 0.0, 1.0, 1.0])  # row 1 greedy
     same = torch.stack([d, d], dim=1)  # the draft committed where it was rejected: impossible
@@ -115,7 +115,7 @@ def test_the_residual_from_the_committed_tokens_pit_parts_equals_a_pass_over_the
     parts = pit_parts(z, z.gather(-1, committed[..., None])[..., 0])
     args = dict(norm=z.sum(dim=-1), floor=torch.zeros(rows, 3), draft_tokens=d,
                 draft_token_probs=None, draft_probs=None, committed=committed,
-                num_accepted=accepted, known=torch.ones(rows, dtype=torch.bool))
+                num_accepted=accepted, known=torch.ones(rows, 3, dtype=torch.bool))
     fast = residual_columns(x, top, t, weights=z, parts=parts, **args)
     slow = residual_columns(x, top, t, **args)
     assert torch.allclose(fast, slow, atol=1e-5), (fast - slow).abs().max()

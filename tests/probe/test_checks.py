@@ -224,6 +224,9 @@ def test_processed_log_probabilities_are_the_nucleus_renormalised_so_only_minus_
     # the same figures read as raw log-probabilities are a token outside the nucleus
     assert truncation_check([_pos(nucleus[:2] + [("c", math.log(0.01))], "c", t=1.0, top_p=0.5)],
                             Semantics(), label="top-p").state == FAIL
+    # ranks survive the renormalisation: a token with 20 finite tokens above it breaks top-k 20
+    many = [(f"t{i}", -1.0 - i * 0.1) for i in range(25)]
+    assert truncation_check([_pos(many, "t21", top_k=20)], sem, label="top-k").state == FAIL
     # vLLM writes that -inf as -9999.0 in its responses: read back as -inf, never as a figure
     response = {"choices": [{"logprobs": {"content": [
         {"token": "c", "logprob": -9999.0,
