@@ -1,5 +1,5 @@
-"""The probe's classes for the settings users send (issue: stops, unset temperature, shared
-prefix and concurrency): time to FAIL for each fault seeded in the reference engine (served in
+"""The probe's classes for the settings users send (stops, unset temperature, shared prefix
+and concurrency, seeds): time to FAIL for each fault seeded in the reference engine (served in
 this process, the tiny model drafting a chain of 3), and clean rounds on the reference engine
 and on the real vLLM, SGLang and llama.cpp, counting false alarms per check."""
 
@@ -18,9 +18,12 @@ FAULTS = {"stop_past_step": (("greedy", "stops"), "stops honoured"),
           "stop_token_past_step": (("greedy", "stops"), "stops honoured"),
           "unset_temperature_greedy": (("greedy", "top-p/unset-t"),
                                        "temperature honoured (top-p/unset-t)"),
-          "batch_row_mixup": (("prefix",), "shared prefix honoured")}
+          "batch_row_mixup": (("prefix",), "shared prefix honoured"),
+          "seed_ignored_in_draft": (("seed",), "seed honoured")}
 #: the classes new to the probe, and the ones sent beside them on every engine
 NEW = ("greedy", "top-p/unset-t", "top-k/unset-t", "stops", "prefix")
+#: the seed class, counted apart (its rounds are its own: two sendings of four requests)
+SEEDED = ("seed",)
 
 
 def _reference(fault: str = ""):
@@ -87,7 +90,7 @@ def _fault_rows(rounds: int) -> list[Row]:
     return rows
 
 
-def _tally(results: list[Any], label: str, rounds: int) -> Row:
+def _tally(results: list[Any], label: str, rounds: int, classes: tuple[str, ...] = NEW) -> Row:
     """One clean-rounds row: FAILs per check, verdicts, and the seconds a round took."""
     fails: dict[str, int] = {}
     passes: dict[str, int] = {}
@@ -100,7 +103,9 @@ def _tally(results: list[Any], label: str, rounds: int) -> Row:
     verdicts = [r.verdict for r in results]
     seconds = [r.seconds for r in results]
     said = "; ".join(f"{c} PASS {n}/{rounds}" for c, n in sorted(passes.items()))
-    return Row(f"probe false alarms, new classes ({', '.join(NEW)}), {label}: clean rounds, "
+    what = (f"new classes ({', '.join(NEW)})" if classes == NEW
+            else f"class {', '.join(classes)}")
+    return Row(f"probe false alarms, {what}, {label}: clean rounds, "
                "a new seed each", f"{sum(fails.values())} FAIL in {rounds} rounds"
                + (f" ({', '.join(f'{c} {n}' for c, n in fails.items())})" if fails else ""),
                f"{verdicts.count('pass')} PASS, {verdicts.count('inconclusive')} INCONCLUSIVE, "
@@ -109,17 +114,27 @@ def _tally(results: list[Any], label: str, rounds: int) -> Row:
                f"{min(seconds):.0f}-{max(seconds):.0f} s a round")
 
 
-def _real(make, classes: tuple[str, ...], rounds: int, endpoint: str = "chat") -> list[Any]:
+def _real(make, classes: tuple[str, ...], rounds: int, endpoint: str = "chat",
+          then: tuple[str, ...] = ()) -> list[Any]:
+    """``rounds`` clean probe rounds of ``classes`` on one server; with ``then``, as many
+    rounds of those classes after them, on the same server (returned after the first's)."""
     from specscope.probe import ProbePlan, probe
 
     out = []
     with make() as srv:
-        for i in range(rounds):
-            out.append(probe(srv.url, ProbePlan(classes=classes, seed=1000 + 100 * i,
-                                                endpoint=endpoint, requests=12, max_tokens=48,
-                                                concurrency=4, deadline_s=120,
-                                                fail_fast=False)))
+        for sent in (classes, then) if then else (classes,):
+            for i in range(rounds):
+                out.append(probe(srv.url, ProbePlan(classes=sent, seed=1000 + 100 * i,
+                                                    endpoint=endpoint, requests=12,
+                                                    max_tokens=48, concurrency=4,
+                                                    deadline_s=120, fail_fast=False)))
     return out
+
+
+def _tallies(results: list[Any], label: str, rounds: int) -> list[Row]:
+    """The rows of ``_real(..., then=SEEDED)``: the new classes', then the seed class's."""
+    return [_tally(results[:rounds], label, rounds),
+            _tally(results[rounds:], label, rounds, classes=SEEDED)]
 
 
 def sglang_server(tmp: Path, method: str | None, name: str):
@@ -166,22 +181,21 @@ def _real_rows(tmp: Path, rounds: int) -> list[Row]:
             spec = speculative_config("draft_model", draft=smollm2_draft_dir("int:4"), k=3)
             # top-k crashes vLLM 0.32's CPU build under speculation: its unset-t class left out
             classes = tuple(c for c in NEW if c != "top-k/unset-t")
-            rows.append(_tally(_real(lambda: VllmServer(
+            rows += _tallies(_real(lambda: VllmServer(
                 model=smollm2_dir(), spec=spec, trace_dir=tmp / "vllm", log=tmp / "vllm.log",
-                env={"SPECSCOPE_TEST_FIX": "cpu_expand"}), classes, rounds),
+                env={"SPECSCOPE_TEST_FIX": "cpu_expand"}), classes, rounds, then=SEEDED),
                 "vLLM CPU, SmolLM2 + 4-bit draft k 3 (repaired expand kernel; top-k/unset-t "
-                "left out: the CPU build crashes on top-k under speculation)", rounds))
+                "left out: the CPU build crashes on top-k under speculation)", rounds)
     except ImportError:
         pass
     standalone = sglang_server(tmp, "STANDALONE", "sglang")
     if standalone is not None:
-        rows.append(_tally(_real(standalone, NEW, rounds),
-                           "SGLang 0.5.21 CPU, SmolLM2, STANDALONE repaired, chat API", rounds))
+        rows += _tallies(_real(standalone, NEW, rounds, then=SEEDED),
+                         "SGLang 0.5.21 CPU, SmolLM2, STANDALONE repaired, chat API", rounds)
     llamacpp = llamacpp_server()
     if llamacpp is not None:
-        rows.append(_tally(_real(llamacpp, NEW, rounds),
-                           "llama.cpp build 11434, SmolLM2, speculation draft-simple k 3",
-                           rounds))
+        rows += _tallies(_real(llamacpp, NEW, rounds, then=SEEDED),
+                         "llama.cpp build 11434, SmolLM2, speculation draft-simple k 3", rounds)
     return rows
 
 
@@ -189,9 +203,11 @@ def bench_probe_classes(reps: int) -> list[Row]:
     import tempfile
 
     rows = _fault_rows(max(3, reps))
-    rows.append(_tally([_probe_reference("", NEW, seed=100 * i, fail_fast=False)
-                        for i in range(max(3, reps))],
-                       "the reference engine (tiny model, chain of 3, in process)", max(3, reps)))
+    for classes in (NEW, SEEDED):
+        rows.append(_tally([_probe_reference("", classes, seed=100 * i, fail_fast=False)
+                            for i in range(max(3, reps))],
+                           "the reference engine (tiny model, chain of 3, in process)",
+                           max(3, reps), classes=classes))
     with tempfile.TemporaryDirectory() as tmp:
         rows += _real_rows(Path(tmp), max(3, reps))
     return rows

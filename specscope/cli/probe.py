@@ -27,8 +27,9 @@ top-k 20 with the temperature left out: the engine's default applies, --default-
 stops (greedy answers cut by max_tokens, stop strings and stop tokens, or held past their
 end by min_tokens where the engine takes them), prefix (greedy prompts with a
 long shared prefix, alone, repeated and at concurrency, against the alone answer),
-penalties (greedy with presence_penalty 1.0 and frequency_penalty 0.5) and min-p
-(temperature 0.8 with min_p 0.1, read by the truncation check alone). A class
+penalties (greedy with presence_penalty 1.0 and frequency_penalty 0.5), min-p
+(temperature 0.8 with min_p 0.1, read by the truncation check alone) and seed (four
+prompts at temperature 0.8, each with a seed of its own, sent alone twice). A class
 whose requests the server refuses (HTTP 400) is reported as not supported, never a FAIL or an
 ERROR.
 
@@ -59,6 +60,12 @@ What it checks, per class, from the engine's own log-probabilities:
                           with the alone one up to near-tie flips, and carry no corruption
                           signature it lacks (U+FFFD, a token repeated 16 times, a literal
                           special token, JSON that does not parse where asked for)
+  seed honoured           (--classes ...,seed) the two answers to a seeded request agree;
+                          two that part where the engine's log-probabilities were the same
+                          up to there drew differently from one distribution: FAIL at two
+                          such pairs (where the figures differed first, a parting is
+                          numerical: counted, not judged); PASS once three pairs agree and
+                          independent draws would have agreed so with probability under 0.01
   penalties honoured      (--classes ...,penalties) every committed token is its position's
                           argmax once penalised, scored from raw log-probabilities with the
                           answer's own counts; one a penalised rival beats by more than the

@@ -46,6 +46,9 @@ class Request:
     min_new_tokens: int = 0
     #: tokens that end it as an end-of-sequence token does (vLLM's stop_token_ids)
     stop_token_ids: frozenset[int] = frozenset()
+    #: its own random seed (OpenAI's ``seed``): its draws come from a generator of its own, so
+    #: the same request sent again in a batch of the same shape gives the same tokens
+    seed: int | None = None
 
 
 @dataclass
@@ -94,6 +97,15 @@ class SpeculativeDecoder:
             row.margins.append(margin)
             row.seconds.append(second)
 
+    def _gens(self, rows: list["_Row"], draft: bool = False) -> sampling.Generators:
+        """Where the rows' draws come from: the batch's generator, or per row where a row has a
+        seed of its own. ``draft``: the draft's draws (the seeded ``seed_ignored_in_draft``
+        fault takes them from the batch's generator)."""
+        if all(row.gen is None for row in rows) or (
+                draft and self.cfg.fault == "seed_ignored_in_draft"):
+            return self.gen
+        return [self.gen if row.gen is None else row.gen for row in rows]
+
     def _fallbacks(self, reqs: list[Request], used: list[str]) -> None:
         for r, u in zip(reqs, used):
             if u != schema.FALLBACK_ARGMAX:
@@ -129,7 +141,9 @@ class SpeculativeDecoder:
         dev, now = self.device, time.time_ns()
         # prompts of like length prefill together: one long prompt must not pad every other
         # row of its wave to its length (rows join the batch in this order)
-        rows = [_Row(r, list(r.prompt_ids), Output(r.request_id, [], ""), r.arrival_ns or now)
+        rows = [_Row(r, list(r.prompt_ids), Output(r.request_id, [], ""), r.arrival_ns or now,
+                     None if r.seed is None else
+                     torch.Generator(device=dev).manual_seed(r.seed))
                 for r in requests]
         groups = like_lengths(rows, lambda row: len(row.committed))
         rows = [row for group in groups for row in group]
@@ -143,7 +157,7 @@ class SpeculativeDecoder:
             logits = self._penalized(rows, torch.cat(parts))  # min_tokens from the first token
             temp, top_p, top_k, trunc = self._params(rows)
             probs = sampling.process_probs(logits, temp, top_p, top_k, trunc)
-            first = sampling.sample_from(probs, self.gen).tolist()
+            first = sampling.sample_from(probs, self._gens(rows)).tolist()
             if not self.cfg.num_steps:
                 self._top2(rows, logits)
         for row in rows:
@@ -300,7 +314,7 @@ class SpeculativeDecoder:
             logits = self._penalized(rows, raw)
             temp, top_p, top_k, trunc = self._params(rows)
             toks = sampling.sample_from(sampling.process_probs(logits, temp, top_p, top_k, trunc),
-                                        self.gen).tolist()
+                                        self._gens(rows)).tolist()
             if not self.cfg.num_steps:
                 self._top2(rows, logits)
         if policy_off and self.recorder is not None:
@@ -348,7 +362,7 @@ class SpeculativeDecoder:
             with self._phase("draft"):
                 if cfg.topk == 1:
                     draft, q, top1 = self._draft_chain(kv_d, lg, base, mode, temp, top_p, top_k,
-                                                       trunc, d)
+                                                       trunc, d, self._gens(rows, draft=True))
                 else:
                     tree = draft_tree(kv_d, lg, last_tok, base, d, cfg.topk, cfg.budget)
         with self._phase("verify_forward"):
@@ -368,13 +382,14 @@ class SpeculativeDecoder:
             else:
                 p = sampling.process_probs(logits, temp, top_p, top_k, trunc)
             if cfg.topk == 1:
-                num_acc, fixed = sampling.verify_chain(draft, p, q, mode, self.gen, lengths,
-                                                       fault=cfg.fault)
+                num_acc, fixed = sampling.verify_chain(draft, p, q, mode, self._gens(rows),
+                                                       lengths, fault=cfg.fault)
                 path_logits, keep_idx = logits, None
                 if cfg.fault == "greedy_second_choice" and self.step_index % 8 == 3:
                     fixed = sampling.second_choice(fixed, logits, num_acc, mode)
             else:
-                num_acc, fixed, path_logits, keep_idx, top1 = self._verify_tree(tree, logits, p, mode)
+                num_acc, fixed, path_logits, keep_idx, top1 = self._verify_tree(
+                    tree, logits, p, mode, self._gens(rows))
             drafted = q_drafted = q_full = None
             if self.recorder is not None and cfg.topk == 1:
                 # the acceptance rule's inputs: each row's draft tokens (-1 past a short n-gram
@@ -424,7 +439,7 @@ class SpeculativeDecoder:
                              if keep_idx is None else None)
                 for k, row in enumerate(rows)], acc
 
-    def _draft_chain(self, kv_d, lg, base, mode, temp, top_p, top_k, trunc, d):
+    def _draft_chain(self, kv_d, lg, base, mode, temp, top_p, top_k, trunc, d, gens):
         """Draft ``d`` tokens one after another; returns tokens, q, top-1 probability."""
         b, dev = lg.shape[0], self.device
         shortcut = self.cfg.fault == "draft_prob_shortcut"
@@ -437,7 +452,7 @@ class SpeculativeDecoder:
                 top1.append(torch.ones(b, device=dev))
             else:
                 q = sampling.process_probs(lg, temp, top_p, top_k, trunc)
-                sampled = sampling.sample_from(q, self.gen)
+                sampled = sampling.sample_from(q, gens)
                 tok = torch.where(spec_rows[:, 0], sampled, lg.argmax(dim=-1))
                 top1.append(torch.softmax(lg.float(), dim=-1).max(dim=-1).values)
             toks.append(tok)
@@ -450,10 +465,10 @@ class SpeculativeDecoder:
             kv_d.invalidate_tail(torch.zeros(b, d - 1, dtype=torch.bool, device=dev))
         return torch.stack(toks, dim=1), torch.stack(qs, dim=1), torch.stack(top1, dim=1)
 
-    def _verify_tree(self, tree, logits, p, mode):
+    def _verify_tree(self, tree, logits, p, mode, gens):
         """Walk each row's tree along the target's choices (argmax or a target sample)."""
         d, dev = self.cfg.num_steps, self.device
-        choice = torch.where((mode == 0)[:, None], p.argmax(dim=-1), sampling.sample_from(p, self.gen))
+        choice = torch.where((mode == 0)[:, None], p.argmax(dim=-1), sampling.sample_from(p, gens))
         paths = walk_tree(tree.tokens.tolist(), tree.parent.tolist(), choice.tolist())
         b = len(paths)
         acc = torch.tensor([len(pth) - 1 for pth in paths], device=dev)
@@ -474,6 +489,7 @@ class _Row:
     committed: list[int]  #: prompt and output tokens so far
     out: Output
     t_arrival: int
+    gen: torch.Generator | None = None  #: the request's own, where it has a seed
     cached_t: int = 0  #: committed tokens the target's cache holds
     cached_d: int = 0  #: committed tokens the draft's cache holds
     first_ns: int = 0

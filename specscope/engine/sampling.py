@@ -6,7 +6,20 @@ the way an engine's sampling kernels do.
 
 from __future__ import annotations
 
+from typing import Sequence, Union
+
 import torch
+
+#: where a batch's draws come from: one generator for the whole batch, or one per row (a seeded
+#: request draws from its own: the same seed, the same draws, whatever else shares the batch)
+Generators = Union[torch.Generator, Sequence[torch.Generator], None]
+
+
+def uniform(shape: tuple[int, ...], generator: Generators, device: torch.device) -> torch.Tensor:
+    """Uniforms of ``shape`` (rows first): from ``generator``, or row by row from each row's."""
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.rand(shape, generator=generator, device=device)
+    return torch.stack([torch.rand(shape[1:], generator=g, device=device) for g in generator])
 
 
 def needs_truncation(top_p: list[float], top_k: list[int]) -> bool:
@@ -40,13 +53,13 @@ def process_probs(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.
     return torch.where((t <= 0), onehot, probs)
 
 
-def sample_from(weights: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+def sample_from(weights: torch.Tensor, generator: Generators) -> torch.Tensor:
     """Inverse-CDF sample from unnormalised non-negative weights ``[..., V]`` -> ``[...]``.
 
     Like a fused sampling kernel, an all-zero row does not raise: it returns the last index.
     """
     cdf = torch.cumsum(weights.float(), dim=-1)
-    u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device)
+    u = uniform(cdf.shape[:-1] + (1,), generator, cdf.device)
     idx = torch.searchsorted(cdf, u * cdf[..., -1:], right=True)
     return idx.clamp_max(weights.shape[-1] - 1).squeeze(-1)
 
@@ -56,7 +69,7 @@ def verify_chain(
     target_probs: torch.Tensor,
     draft_probs: torch.Tensor,
     row_mode: torch.Tensor,
-    generator: torch.Generator | None,
+    generator: Generators,
     lengths: torch.Tensor | None = None,
     fault: str = "",
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,7 +92,7 @@ def verify_chain(
     match = draft == y[:, :d]
     p_d = target_probs[:, :d].gather(-1, draft[..., None]).squeeze(-1)
     q_d = draft_probs.gather(-1, draft[..., None]).squeeze(-1)
-    u = torch.rand(b, d, generator=generator, device=draft.device)
+    u = uniform((b, d), generator, draft.device)
     spec = (row_mode == 2)[:, None]
     accept = torch.where(spec, (u if fault == "accept_ignores_q" else u * q_d) < p_d, match)
     if lengths is not None:

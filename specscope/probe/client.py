@@ -200,8 +200,7 @@ def body(plan: Any, engine: str, cls: str, prompt: str, sampling: dict[str, Any]
         if "min_tokens" in fields:
             fields["min_new_tokens"] = fields.pop("min_tokens")
         params = {"max_new_tokens": plan.max_tokens, **fields}
-        if "seed" not in params:
-            params["sampling_seed"] = seed
+        params["sampling_seed"] = params.pop("seed", seed)  # (a seeded class's own)
         return "/generate", {"text": prompt, "sampling_params": params, "return_logprob": True,
                              "top_logprobs_num": top_logprobs, **plan.extra}
     out: dict[str, Any] = {"model": model, "max_tokens": plan.max_tokens, "seed": seed, **fields}

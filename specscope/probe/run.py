@@ -19,12 +19,13 @@ from .distribution import distribution_check
 from .sharpness import sharpness_check
 from .result import ERROR, ProbeResult
 from .verified import guard, infer_ngram, select
-from . import prefix
+from . import prefix, seed
 from .penalties import PENALTIES, penalty_check, rescored
 from .prefix import PREFIX
-from .stops import BASES, STOPS, base_of, cuts, is_cut, not_sent, stops_check
-from .workload import CLASSES, MIN_P, OPEN_ENDED, REPETITIVE, RISKY, ProbePlan, class_code
-
+from .seed import SEED
+from .senders import send_prefix, send_seed, send_stops
+from .stops import STOPS, base_of, is_cut, not_sent, stops_check
+from .workload import APART, CLASSES, MIN_P, RISKY, ProbePlan, class_code
 
 
 def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
@@ -97,12 +98,13 @@ def ask(url: str, engine: str, model: str, plan: ProbePlan, sem: Semantics, dtyp
             return None
         return lambda done: overall(run_checks(before + list(done), sem, dtype)) == FAIL
 
-    apart = {c: sender for c, sender in ((STOPS, send_stops), (PREFIX, send_prefix))
-             if c in plan.classes}
+    # (in reverse sending order: popped from the end)
+    apart = {c: sender for c, sender in ((SEED, send_seed), (STOPS, send_stops),
+                                         (PREFIX, send_prefix)) if c in plan.classes}
 
     def cut(answers: list[Answer], took: int) -> tuple[list[Answer], int]:
-        """The classes sent apart (``stops.py``, ``prefix.py``), once the greedy answers the
-        stops class cuts are in: each once, before the risky classes."""
+        """The classes sent apart (``senders.py``), once the greedy answers the stops class
+        cuts are in: each once, before the risky classes."""
         while apart:
             _, sender = apart.popitem()
             left = plan.deadline_s - (time.monotonic() - t0)
@@ -119,7 +121,7 @@ def ask(url: str, engine: str, model: str, plan: ProbePlan, sem: Semantics, dtyp
         got, took = send(url, engine, model, plan, plan.requests_to_send(), top_logprobs,
                          stop_at([]), client=http, t_start=t0)
         return cut(got, took)
-    main = tuple(c for c in plan.classes if c not in (STOPS, PREFIX))
+    main = tuple(c for c in plan.classes if c not in APART)
     safe = tuple(c for c in main if c not in RISKY)
     risky = tuple(c for c in main if c in RISKY)
     per_class = max(1, plan.requests // max(1, len(main)))
@@ -154,41 +156,6 @@ def ask(url: str, engine: str, model: str, plan: ProbePlan, sem: Semantics, dtyp
     return cut(answers, took)  # where no other class was sent
 
 
-def send_stops(url: str, engine: str, model: str, plan: ProbePlan, answers: list[Answer],
-               top_logprobs: int, stop: Any, http: Any, t0: float) -> tuple[list[Answer], int]:
-    """The stops class's requests: uncut greedy answers of its own where the greedy class gave
-    too few (``stops.BASES``), then the cut requests of each (``stops.cuts``)."""
-    firsts: dict[str, Any] = {}  # the first uncut answer of each prompt (run_checks judges by it)
-    for b in (base_of(a) for a in answers if a.cls == "greedy"):
-        if b is not None:
-            firsts.setdefault(b.prompt, b)
-    bases = list(firsts.values())
-    got: list[Answer] = []
-    took = top_logprobs
-    if len(bases) < BASES:
-        have = {b.prompt for b in bases}
-        # twice the number missing: a prompt's greedy answer may end at once (an
-        # end-of-sequence token first, as raw completions of an instruct model often do)
-        prompts = [p for p in (*REPETITIVE, *OPEN_ENDED)
-                   if p not in have][:2 * (BASES - len(bases))]
-        got, took = send(url, engine, model, plan, [(STOPS, p, {"temperature": 0.0})
-                                                    for p in prompts], took, stop,
-                         client=http, t_start=t0)
-        bases += [b for b in (base_of(a) for a in got) if b is not None]
-    if not any(a.engine_failed for a in got):
-        requests = [(STOPS, b.prompt, f) for b in bases[:BASES]
-                    for f in cuts(b, plan.seed, min_tokens=not not_sent(engine, "min_tokens"),
-                                  stop_tokens=not not_sent(engine, "stop_token_ids"))]
-        more, took = send(url, engine, model, plan, requests, took, stop, client=http,
-                          t_start=t0)
-        for a in more:
-            a.index += len(got)
-        got += more
-    for a in got:
-        a.index += len(answers)
-    return got, took
-
-
 def refused(answers: list[Answer]) -> bool:
     """Every request sent was refused as a bad request (HTTP 400: a parameter the server does
     not take) and none answered: the class is not supported there, never a FAIL or an ERROR."""
@@ -217,56 +184,6 @@ def capabilities(answers: list[Answer]) -> dict[str, dict[str, Any]]:
         out[cls] = {"state": state, "answered": answered, "requests": len(mine),
                     "refused": len(no), **({"server_said": said} if said else {})}
     return out
-
-
-def send_prefix(url: str, engine: str, model: str, plan: ProbePlan, answers: list[Answer],
-                top_logprobs: int, stop: Any, http: Any, t0: float) -> tuple[list[Answer], int]:
-    """The prefix class's requests (``prefix.py``): greedy prompts sharing a long prefix (as
-    long as the server's context allows: halved while it refuses the first as too long), each
-    alone, alone again, then all at once twice."""
-    try:
-        listed = http.get(url.rstrip("/") + "/v1/models", timeout=plan.timeout_s).json()
-        context = (listed.get("data") or [{}])[0].get("max_model_len")
-    except (httpx.HTTPError, ValueError, AttributeError):
-        context = None
-    chars = prefix.prefix_tokens(context if isinstance(context, int) else None,
-                                 plan.max_tokens) * prefix.CHARS_PER_TOKEN
-    got: list[Answer] = []
-    took = top_logprobs
-    for _ in range(4):
-        asks = prefix.prompts(prefix.document(chars, (*REPETITIVE, *OPEN_ENDED)))
-        first, took = send(url, engine, model, replace(plan, concurrency=1),
-                           [(PREFIX, asks[0], {"temperature": 0.0})], took, stop, client=http,
-                           t_start=t0)
-        if first[0].status != 400:
-            got += first
-            break
-        chars //= 2  # refused: too long for its context, as the server says
-    else:
-        return _indexed(first, answers), took  # refused at every size: said as not supported
-
-    def phase(name: str, requests: list[str], concurrency: int) -> None:
-        nonlocal took
-        sent, took = send(url, engine, model, replace(plan, concurrency=concurrency),
-                          [(PREFIX, p, {"temperature": 0.0}) for p in requests], took, stop,
-                          client=http, t_start=t0)
-        for a in sent:
-            a.phase = name
-        got.extend(sent)
-
-    got[-1].phase = prefix.ALONE
-    phase(prefix.ALONE, asks[1:], 1)
-    phase(prefix.REPEATED, asks, 1)
-    phase(prefix.CONCURRENT, asks, len(asks))
-    phase(prefix.CONCURRENT, asks, len(asks))
-    return _indexed(got, answers), took
-
-
-def _indexed(got: list[Answer], before: list[Answer]) -> list[Answer]:
-    """``got`` numbered after ``before`` and in the order sent."""
-    for i, a in enumerate(got):
-        a.index = len(before) + i
-    return got
 
 
 def undecided(checks: list[Assessment], classes: tuple[str, ...]) -> tuple[str, ...]:
@@ -377,6 +294,10 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
     if any(a.phase for a in shared) and not refused(shared):
         c = prefix.prefix_check(shared, tie_margin(dtype))
         checks.append(replace(c, evidence={**c.evidence, "probe_class": PREFIX}))
+    seeded = [a for a in answers if a.cls == SEED]
+    if any(a.phase for a in seeded) and not refused(seeded):
+        c = seed.seed_check(seeded, sem)
+        checks.append(replace(c, evidence={**c.evidence, "probe_class": SEED}))
     cut_answers = [a for a in answers if a.cls == STOPS and is_cut(a.sampling)]
     if cut_answers and not refused(cut_answers):
         bases: dict[str, Any] = {}  # the first uncut answer of each prompt: the one cut

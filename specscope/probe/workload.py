@@ -15,6 +15,7 @@ from .. import sampling
 from .ngram import NgramSettings
 from .penalties import FIELDS as PENALTY_FIELDS, PENALTIES
 from .prefix import PREFIX
+from .seed import SEED
 from .stops import STOPS
 
 #: the sampling classes the probe sends, by name (``specscope.sampling``): each class's request
@@ -39,7 +40,9 @@ CLASSES[MIN_P] = {"temperature": 0.8, "min_p": 0.1}
 #: request answered HTTP 500): what the other classes show is in before the risk is taken
 RISKY = ("top-k", "top-k" + UNSET_T)
 #: every class the probe knows (``--classes all``), the risky ones sent last whatever the order
-ALL_CLASSES = (*CLASSES, STOPS, PREFIX)
+#: the classes sent apart from the rounds, each once (``senders.py``)
+APART = (STOPS, PREFIX, SEED)
+ALL_CLASSES = (*CLASSES, *APART)
 
 
 def class_code(cls: str) -> int:
@@ -123,13 +126,12 @@ class ProbePlan:
         """(class, prompt, sampling fields) per request: classes in turn, the risky ones
         (``RISKY``) after all the others; greedy requests take the repetitive prompts first,
         sampled ones alternate repetitive and open-ended."""
-        unknown = [c for c in self.classes if c not in CLASSES and c not in (STOPS, PREFIX)]
+        unknown = [c for c in self.classes if c not in CLASSES and c not in APART]
         if unknown:
             raise ValueError(f"unknown probe class(es) {', '.join(unknown)}; known: "
                              f"{', '.join(ALL_CLASSES)}")
         out = []
-        # the classes sent apart (``stops.py``, ``prefix.py``)
-        classes = tuple(c for c in self.classes if c not in (STOPS, PREFIX))
+        classes = tuple(c for c in self.classes if c not in APART)
         if not classes:
             return []
         for i in range(self.requests):

@@ -80,6 +80,9 @@ def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
     min_tokens = num("min_tokens", 0, int)
     if not 0 <= min_tokens <= max_tokens:
         raise BadRequest(f"min_tokens must be between 0 and max_tokens ({max_tokens})")
+    seed = body.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise BadRequest("seed must be an integer")
     stops = stop_strings(body.get("stop"))
     lp = body.get("logprobs")
     top = (num("top_logprobs", 0, int) if lp is True else None) if chat else \
@@ -91,7 +94,7 @@ def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
         body.get("max_tokens") is not None
     return dict(max_new_tokens=max_tokens, max_given=given, temperature=temperature, top_p=top_p,
                 top_k=max(top_k, 0), presence_penalty=presence, frequency_penalty=frequency,
-                min_tokens=min_tokens, stop_token_ids=frozenset(stop_ids),
+                min_tokens=min_tokens, stop_token_ids=frozenset(stop_ids), seed=seed,
                 ignore_eos=bool(body.get("ignore_eos", False)),
                 stream=bool(body.get("stream", False)), stop=stops, top_logprobs=top,
                 token_ids=bool(body.get("return_tokens_as_token_ids")),
@@ -158,7 +161,7 @@ def create_app(served: Served):
                       top_logprobs=None if p["stream"] else p["top_logprobs"],
                       presence_penalty=p["presence_penalty"],
                       frequency_penalty=p["frequency_penalty"], min_new_tokens=p["min_tokens"],
-                      stop_token_ids=p["stop_token_ids"])
+                      stop_token_ids=p["stop_token_ids"], seed=p["seed"])
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
         try:

@@ -1,0 +1,121 @@
+"""The probe's classes sent apart from the sampling classes' rounds, each once: the stops
+class's cut requests, the prefix class's phases and the seed class's two sendings. Each takes
+the answers so far and returns its own, numbered after them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import httpx
+
+from . import prefix, seed
+from .client import Answer, send
+from .stops import BASES, STOPS, base_of, cuts, not_sent
+from .prefix import PREFIX
+from .workload import OPEN_ENDED, REPETITIVE, ProbePlan
+
+
+def send_stops(url: str, engine: str, model: str, plan: ProbePlan, answers: list[Answer],
+               top_logprobs: int, stop: Any, http: Any, t0: float) -> tuple[list[Answer], int]:
+    """The stops class's requests: uncut greedy answers of its own where the greedy class gave
+    too few (``stops.BASES``), then the cut requests of each (``stops.cuts``)."""
+    firsts: dict[str, Any] = {}  # the first uncut answer of each prompt (run_checks judges by it)
+    for b in (base_of(a) for a in answers if a.cls == "greedy"):
+        if b is not None:
+            firsts.setdefault(b.prompt, b)
+    bases = list(firsts.values())
+    got: list[Answer] = []
+    took = top_logprobs
+    if len(bases) < BASES:
+        have = {b.prompt for b in bases}
+        # twice the number missing: a prompt's greedy answer may end at once (an
+        # end-of-sequence token first, as raw completions of an instruct model often do)
+        prompts = [p for p in (*REPETITIVE, *OPEN_ENDED)
+                   if p not in have][:2 * (BASES - len(bases))]
+        got, took = send(url, engine, model, plan, [(STOPS, p, {"temperature": 0.0})
+                                                    for p in prompts], took, stop,
+                         client=http, t_start=t0)
+        bases += [b for b in (base_of(a) for a in got) if b is not None]
+    if not any(a.engine_failed for a in got):
+        requests = [(STOPS, b.prompt, f) for b in bases[:BASES]
+                    for f in cuts(b, plan.seed, min_tokens=not not_sent(engine, "min_tokens"),
+                                  stop_tokens=not not_sent(engine, "stop_token_ids"))]
+        more, took = send(url, engine, model, plan, requests, took, stop, client=http,
+                          t_start=t0)
+        for a in more:
+            a.index += len(got)
+        got += more
+    for a in got:
+        a.index += len(answers)
+    return got, took
+
+
+def send_prefix(url: str, engine: str, model: str, plan: ProbePlan, answers: list[Answer],
+                top_logprobs: int, stop: Any, http: Any, t0: float) -> tuple[list[Answer], int]:
+    """The prefix class's requests (``prefix.py``): greedy prompts sharing a long prefix (as
+    long as the server's context allows: halved while it refuses the first as too long), each
+    alone, alone again, then all at once twice."""
+    try:
+        listed = http.get(url.rstrip("/") + "/v1/models", timeout=plan.timeout_s).json()
+        context = (listed.get("data") or [{}])[0].get("max_model_len")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        context = None
+    chars = prefix.prefix_tokens(context if isinstance(context, int) else None,
+                                 plan.max_tokens) * prefix.CHARS_PER_TOKEN
+    got: list[Answer] = []
+    took = top_logprobs
+    for _ in range(4):
+        asks = prefix.prompts(prefix.document(chars, (*REPETITIVE, *OPEN_ENDED)))
+        first, took = send(url, engine, model, replace(plan, concurrency=1),
+                           [(PREFIX, asks[0], {"temperature": 0.0})], took, stop, client=http,
+                           t_start=t0)
+        if first[0].status != 400:
+            got += first
+            break
+        chars //= 2  # refused: too long for its context, as the server says
+    else:
+        return _indexed(first, answers), took  # refused at every size: said as not supported
+
+    def phase(name: str, requests: list[str], concurrency: int) -> None:
+        nonlocal took
+        sent, took = send(url, engine, model, replace(plan, concurrency=concurrency),
+                          [(PREFIX, p, {"temperature": 0.0}) for p in requests], took, stop,
+                          client=http, t_start=t0)
+        for a in sent:
+            a.phase = name
+        got.extend(sent)
+
+    got[-1].phase = prefix.ALONE
+    phase(prefix.ALONE, asks[1:], 1)
+    phase(prefix.REPEATED, asks, 1)
+    phase(prefix.CONCURRENT, asks, len(asks))
+    phase(prefix.CONCURRENT, asks, len(asks))
+    return _indexed(got, answers), took
+
+
+def _indexed(got: list[Answer], before: list[Answer]) -> list[Answer]:
+    """``got`` numbered after ``before`` and in the order sent."""
+    for i, a in enumerate(got):
+        a.index = len(before) + i
+    return got
+
+
+def send_seed(url: str, engine: str, model: str, plan: ProbePlan, answers: list[Answer],
+              top_logprobs: int, stop: Any, http: Any, t0: float) -> tuple[list[Answer], int]:
+    """The seed class's requests (``seed.py``): each prompt with a seed of its own, sent alone,
+    then the same requests alone again."""
+    got: list[Answer] = []
+    took = top_logprobs
+    for name in (seed.FIRST, seed.AGAIN):
+        sent, took = send(url, engine, model, replace(
+                              plan, concurrency=1, max_tokens=min(plan.max_tokens, seed.MAX_TOKENS)),
+                          seed.requests(OPEN_ENDED, plan.seed), took, stop, client=http, t_start=t0)
+        for a in sent:
+            a.phase = name
+        got += sent
+        if any(a.engine_failed for a in sent) or all(a.status == 400 for a in sent):
+            break  # (refused: the seed is not taken there, said as not supported)
+    return _indexed(got, answers), took
+
+

@@ -1,0 +1,98 @@
+"""The probe's seed class: the same seeded request sent twice alone gives the same answer; a pair
+that parts where the engine's own figures were the same FAILs at two such pairs, one whose
+figures differed first is numerical, and a PASS rules out a seed ignored at PASS_ALPHA. The
+reference engine honest and with its draft sampled from the batch's generator."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specscope.collector.verdict import FAIL, INCONCLUSIVE, PASS
+from specscope.probe import ProbePlan, format_probe, probe
+from specscope.probe.checks import Position, Semantics
+from specscope.probe.client import Answer
+from specscope.probe.seed import AGAIN, FIRST, compare, requests, seed_check
+
+SEM = Semantics("vllm")
+
+
+def _answer(tokens, phase, prompt="p", shift=0.0, known=True, index=0):
+    """An answer whose every position returns two alternatives, the letter of its place first
+    (log-probability -0.5) and "other" (``shift`` moves the figures: another computation)."""
+    pos = [Position("r", i, t, -0.5 + shift,
+                    (("abcdefgh"[i], -0.5 + shift), ("other", -1.5 - shift)) if known else (),
+                    temperature=0.8) for i, t in enumerate(tokens)]
+    a = Answer("seed", prompt, {"temperature": 0.8, "seed": 7}, response={}, positions=pos,
+               text="".join(tokens), index=index)
+    a.phase = phase
+    return a
+
+
+def test_a_pair_is_judged_by_whether_the_figures_were_the_same_up_to_the_parting():
+    first = _answer(list("abcdef"), FIRST)
+    assert compare(first, _answer(list("abcdef"), AGAIN), SEM).kind == "agree"
+    parted = compare(first, _answer(list("abXdef"), AGAIN), SEM)
+    assert (parted.kind, parted.index) == ("parted", 2)
+    # the same tokens' figures differing before the parting: another computation, numerical
+    other = _answer(list("abXdef"), AGAIN, shift=1e-3)
+    assert compare(first, other, SEM).kind == "numerical"
+    assert compare(first, _answer(list("abXdef"), AGAIN, known=False), SEM).kind == "unknown"
+    assert compare(first, _answer(list("abcd"), AGAIN), SEM).kind == "parted"  # ended early
+
+
+def test_two_pairs_parting_at_the_same_figures_fail_one_does_not():
+    firsts = [_answer(list("abcdef"), FIRST, prompt=f"p{i}", index=i) for i in range(4)]
+    parted = [_answer(list("abXdef"), AGAIN, prompt=f"p{i}", index=10 + i) for i in range(2)]
+    agree = [_answer(list("abcdef"), AGAIN, prompt=f"p{i}", index=10 + i) for i in range(2, 4)]
+    check = seed_check(firsts + parted + agree, SEM)
+    assert check.state == FAIL and "2 of 4 seeded requests" in check.evidence["message"]
+    one = seed_check(firsts + parted[:1] + agree, SEM)
+    assert one.state == INCONCLUSIVE and one.evidence["lean"] == "fault"
+    numerical = [_answer(list("abXdef"), AGAIN, prompt=f"p{i}", shift=1e-3, index=10 + i)
+                 for i in range(4)]
+    assert seed_check(firsts + numerical, SEM).state == INCONCLUSIVE  # never judged
+
+
+def test_a_pass_needs_agreeing_pairs_that_independent_draws_would_rarely_give():
+    firsts = [_answer(list("abcdefgh"), FIRST, prompt=f"p{i}", index=i) for i in range(3)]
+    agree = [_answer(list("abcdefgh"), AGAIN, prompt=f"p{i}", index=10 + i) for i in range(3)]
+    check = seed_check(firsts + agree, SEM)
+    # each position's top-1 at 0.8, renormalised over the two returned tokens (the unknown
+    # tail only lowers it): 1 / (1 + e^(-1/0.8)), 24 positions over 3 pairs
+    each = 1 / (1 + math.exp(-1 / 0.8))
+    assert check.state == PASS and check.evidence["independent_agree_bound"] == \
+        pytest.approx(each ** 24)
+    assert seed_check(firsts[:2] + agree[:2], SEM).state == INCONCLUSIVE  # too few pairs
+    short = [_answer(list("a"), phase, prompt=f"p{i}", index=i)
+             for i in range(3) for phase in (FIRST, AGAIN)]
+    assert seed_check(short, SEM).state == INCONCLUSIVE  # 0.78^3: chance could give that
+
+
+def test_the_class_seeds_each_prompt_and_moves_with_the_plan_seed():
+    got = requests(["a", "b"], base=100)
+    assert [r[2]["seed"] for r in got] == [4342, 4343]
+    assert all(r[2]["temperature"] == 0.8 for r in got)
+
+
+@pytest.mark.parametrize("fault,state", [("", PASS), ("seed_ignored_in_draft", FAIL)])
+def test_the_reference_engine_passes_clean_and_fails_a_draft_that_ignores_the_seed(fault, state):
+    pytest.importorskip("fastapi")
+    from specscope.engine.decoder import SpecConfig
+    from specscope.serving.inprocess import in_process
+    from specscope.serving.server import Engine, EngineOptions
+
+    eng = Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=3, fault=fault),
+                               max_batch=8, hooks=False))
+    try:
+        with in_process(eng.app()) as transport:
+            result = probe("http://testserver", ProbePlan(classes=("seed",), fail_fast=False),
+                           transport=transport)
+    finally:
+        eng.close()
+    (check,) = result.checks
+    assert check.state == state, format_probe(result)
+    assert result.classes["seed"]["state"] == "checked"
+    assert {a.phase for a in result.answers} == {FIRST, AGAIN}
+    assert all(a.t_sent_s is not None for a in result.answers) and len(result.answers) == 8
