@@ -9,57 +9,17 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
 from .. import schema
 from . import logprobs, ngram, sampling
+from .batch import Batch, Output, Request, Row  # noqa: F401 (Output, Request re-exported)
 from .config import FAULTS, SpecConfig, row_modes  # noqa: F401 (re-exported)
 from .kv import BatchKV, causal, feed_pending, like_lengths
 from .policy import parse_policy
 from .tree import draft_tree, walk_tree
-
-
-@dataclass
-class Request:
-    request_id: str
-    prompt_ids: list[int]
-    max_new_tokens: int = 64
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    prompt_id: str = ""
-    category: str = ""  #: workload category of its prompt ("math", "translation", ...)
-    arrival_ns: int = 0  #: when the request arrived (0: when it joins the batch)
-    ignore_eos: bool = False  #: decode to max_new_tokens even past an end-of-sequence token
-    #: stop strings, where the request has any: given the output token ids so far and how many
-    #: the last step added, how many tokens to keep (the request stops there), or None
-    stop: Callable[[list[int], int], int | None] | None = None
-    #: return each committed token's raw log-probability with this many alternatives (None:
-    #: none asked; chains and target-only decoding; a tree's are not returned)
-    top_logprobs: int | None = None
-    presence_penalty: float = 0.0  #: OpenAI's, over the output so far (``sampling.penalize``)
-    frequency_penalty: float = 0.0
-    #: its end-of-sequence tokens masked until the output has this many (vLLM's min_tokens)
-    min_new_tokens: int = 0
-    #: tokens that end it as an end-of-sequence token does (vLLM's stop_token_ids)
-    stop_token_ids: frozenset[int] = frozenset()
-    #: its own random seed (OpenAI's ``seed``): its draws come from a generator of its own, so
-    #: the same request sent again in a batch of the same shape gives the same tokens
-    seed: int | None = None
-
-
-@dataclass
-class Output:
-    request_id: str
-    token_ids: list[int]
-    finish_reason: str
-    record: schema.RequestRecord | None = None
-    chunks: list[tuple[int, int]] = field(default_factory=list)  #: (time ns, tokens)
-    #: per output token where asked (``Request.top_logprobs``): ``logprobs.Logprob``
-    logprobs: list = field(default_factory=list)
 
 
 class SpeculativeDecoder:
@@ -91,13 +51,13 @@ class SpeculativeDecoder:
         return self.recorder.phase(name, self.step_index)
 
     @staticmethod
-    def _top2(rows: list["_Row"], logits: torch.Tensor) -> None:
+    def _top2(rows: list[Row], logits: torch.Tensor) -> None:
         """A target-only run's reference figures for each row's next token (diverge reads them)."""
         for row, (margin, second) in zip(rows, sampling.top2(logits)):
             row.margins.append(margin)
             row.seconds.append(second)
 
-    def _gens(self, rows: list["_Row"], draft: bool = False) -> sampling.Generators:
+    def _gens(self, rows: list[Row], draft: bool = False) -> sampling.Generators:
         """Where the rows' draws come from: the batch's generator, or per row where a row has a
         seed of its own. ``draft``: the draft's draws (the seeded ``seed_ignored_in_draft``
         fault takes them from the batch's generator)."""
@@ -122,14 +82,14 @@ class SpeculativeDecoder:
                                               step=self.step_index)
 
     # ------------------------------------------------------------------ decode
-    def new_batch(self) -> "Batch":
+    def new_batch(self) -> Batch:
         """An empty running batch; requests join it with ``admit`` and leave when finished."""
         dev = self.device
         return Batch(BatchKV(self.target, 0, dev),
                      BatchKV(self.draft, 0, dev) if self.cfg.uses_draft_model else None)
 
     @torch.inference_mode()
-    def admit(self, batch: "Batch", requests: list[Request],
+    def admit(self, batch: Batch, requests: list[Request],
               on_chunk: Callable[[str, list[int]], None] | None = None) -> list[Output]:
         """Prefill ``requests`` and join them to ``batch`` between verify steps.
 
@@ -141,7 +101,7 @@ class SpeculativeDecoder:
         dev, now = self.device, time.time_ns()
         # prompts of like length prefill together: one long prompt must not pad every other
         # row of its wave to its length (rows join the batch in this order)
-        rows = [_Row(r, list(r.prompt_ids), Output(r.request_id, [], ""), r.arrival_ns or now,
+        rows = [Row(r, list(r.prompt_ids), Output(r.request_id, [], ""), r.arrival_ns or now,
                      None if r.seed is None else
                      torch.Generator(device=dev).manual_seed(r.seed))
                 for r in requests]
@@ -172,7 +132,7 @@ class SpeculativeDecoder:
         return self._retire(batch, [False] * base + done)
 
     @torch.inference_mode()
-    def step(self, batch: "Batch",
+    def step(self, batch: Batch,
              on_chunk: Callable[[str, list[int]], None] | None = None) -> list[Output]:
         """One decode (or draft-and-verify) step for every request in ``batch``; returns the
         requests that finished."""
@@ -203,7 +163,7 @@ class SpeculativeDecoder:
             done.update((o.request_id, o) for o in self.step(batch, on_chunk))
         return [done[r.request_id] for r in requests]
 
-    def cancel(self, batch: "Batch", request_ids: set[str]) -> list[Output]:
+    def cancel(self, batch: Batch, request_ids: set[str]) -> list[Output]:
         """Remove requests from the batch before they finish (finish reason ``abort``)."""
         done = [row.req.request_id in request_ids for row in batch.rows]
         for row, d in zip(batch.rows, done):
@@ -211,14 +171,14 @@ class SpeculativeDecoder:
                 row.out.finish_reason = "abort"
         return self._retire(batch, done)
 
-    def _params(self, rows: list["_Row"]):
+    def _params(self, rows: list[Row]):
         dev, rs = self.device, [row.req for row in rows]
         return (torch.tensor([r.temperature for r in rs], device=dev),
                 torch.tensor([r.top_p for r in rs], device=dev),
                 torch.tensor([r.top_k for r in rs], device=dev),
                 sampling.needs_truncation([r.top_p for r in rs], [r.top_k for r in rs]))
 
-    def _penalized(self, rows: list["_Row"], logits: torch.Tensor, tokens=None, sees=None):
+    def _penalized(self, rows: list[Row], logits: torch.Tensor, tokens=None, sees=None):
         """``logits`` with each row's presence and frequency penalties (``sampling.penalize``)
         and its end-of-sequence and stop tokens masked below its min_tokens
         (``sampling.hold_eos``)."""
@@ -232,12 +192,12 @@ class SpeculativeDecoder:
                                  first_only=self.cfg.fault == "min_tokens_first_only")
 
     @staticmethod
-    def _lps(row: "_Row", logits: torch.Tensor, tokens: list[int]) -> list | None:
+    def _lps(row: Row, logits: torch.Tensor, tokens: list[int]) -> list | None:
         """The committed tokens' log-probabilities where the request asked for them."""
         k = row.req.top_logprobs
         return None if k is None else logprobs.committed(logits, tokens, k)
 
-    def _commit(self, row: "_Row", new: list[int], on_chunk, lps: list | None = None) -> bool:
+    def _commit(self, row: Row, new: list[int], on_chunk, lps: list | None = None) -> bool:
         """Append tokens to a request (with their log-probabilities where asked); True when it
         finished."""
         r, out = row.req, row.out
@@ -270,7 +230,7 @@ class SpeculativeDecoder:
             out.finish_reason = "length"
         return bool(out.finish_reason)
 
-    def _retire(self, batch: "Batch", done: list[bool]) -> list[Output]:
+    def _retire(self, batch: Batch, done: list[bool]) -> list[Output]:
         """Remove finished rows from the batch (and its caches); write their request records."""
         if not any(done):
             return []
@@ -301,7 +261,7 @@ class SpeculativeDecoder:
                 self.recorder.record_request(out.record)
         return [row.out for row in finished]
 
-    def _decode_step(self, batch: "Batch", on_chunk, policy_off: bool = False,
+    def _decode_step(self, batch: Batch, on_chunk, policy_off: bool = False,
                      why: str = "", depth: int = 0) -> list[bool]:
         """Plain autoregressive decoding (no speculation): one token per request. With
         ``policy_off`` (a speculative run whose policy chose k = 0, or a prompt-lookup step
@@ -329,7 +289,7 @@ class SpeculativeDecoder:
         return [self._commit(row, [tok], on_chunk, self._lps(row, raw[k:k + 1], [tok]))
                 for k, (row, tok) in enumerate(zip(rows, toks))]
 
-    def _spec_step(self, batch: "Batch", on_chunk, d: int, why: str = ""):
+    def _spec_step(self, batch: Batch, on_chunk, d: int, why: str = ""):
         """Draft ``d`` tokens per request and verify them; (finished flags, accepted per row)."""
         cfg, dev = self.cfg, self.device
         kv_t, kv_d, rows = batch.kv_t, batch.kv_d, batch.rows
@@ -479,38 +439,6 @@ class SpeculativeDecoder:
         committed.scatter_(1, acc[:, None], fix.gather(1, acc[:, None]))
         path_logits = logits.gather(1, idx[:, :, None].expand(b, d + 1, logits.shape[-1]))
         return acc, committed, path_logits, idx, tree.draft_top1
-
-
-@dataclass
-class _Row:
-    """One request in flight, aligned with a batch row of both caches."""
-
-    req: Request
-    committed: list[int]  #: prompt and output tokens so far
-    out: Output
-    t_arrival: int
-    gen: torch.Generator | None = None  #: the request's own, where it has a seed
-    cached_t: int = 0  #: committed tokens the target's cache holds
-    cached_d: int = 0  #: committed tokens the draft's cache holds
-    first_ns: int = 0
-    verify_steps: int = 0  #: verify steps this request took part in
-    drafted: int = 0  #: draft tokens proposed for it
-    accepted: int = 0  #: of those, accepted (bonus excluded)
-    accept_len_hist: list[int] = field(default_factory=list)  #: steps by tokens committed
-    margins: list[float] = field(default_factory=list)  #: target-only: top-1 - top-2 logit per token
-    seconds: list[int] = field(default_factory=list)  #: target-only: the target's second choice
-
-
-@dataclass
-class Batch:
-    """The running batch: rows in cache order; requests join and leave between steps."""
-
-    kv_t: BatchKV
-    kv_d: BatchKV | None
-    rows: list[_Row] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.rows)
 
 
 class _NullPhase:
