@@ -1,5 +1,5 @@
 """The probe's classes for the settings users send (stops, unset temperature, shared prefix
-and concurrency, seeds): time to FAIL for each fault seeded in the reference engine (served in
+and concurrency, seeds, rescoring): time to FAIL for each fault seeded in the reference engine (served in
 this process, the tiny model drafting a chain of 3), and clean rounds on the reference engine
 and on the real vLLM, SGLang and llama.cpp, counting false alarms per check."""
 
@@ -19,11 +19,12 @@ FAULTS = {"stop_past_step": (("greedy", "stops"), "stops honoured"),
           "unset_temperature_greedy": (("greedy", "top-p/unset-t"),
                                        "temperature honoured (top-p/unset-t)"),
           "batch_row_mixup": (("prefix",), "shared prefix honoured"),
-          "seed_ignored_in_draft": (("seed",), "seed honoured")}
+          "seed_ignored_in_draft": (("seed",), "seed honoured"),
+          "prompt_logprobs_shifted": (("rescore",), "log-probabilities consistent")}
 #: the classes new to the probe, and the ones sent beside them on every engine
 NEW = ("greedy", "top-p/unset-t", "top-k/unset-t", "stops", "prefix")
-#: the seed class, counted apart (its rounds are its own: two sendings of four requests)
-SEEDED = ("seed",)
+#: the seed and rescore classes, counted apart (rounds of their own on the same server)
+SEEDED = ("seed", "rescore")
 
 
 def _reference(fault: str = ""):
@@ -104,7 +105,7 @@ def _tally(results: list[Any], label: str, rounds: int, classes: tuple[str, ...]
     seconds = [r.seconds for r in results]
     said = "; ".join(f"{c} PASS {n}/{rounds}" for c, n in sorted(passes.items()))
     what = (f"new classes ({', '.join(NEW)})" if classes == NEW
-            else f"class {', '.join(classes)}")
+            else f"classes {', '.join(classes)}")
     return Row(f"probe false alarms, {what}, {label}: clean rounds, "
                "a new seed each", f"{sum(fails.values())} FAIL in {rounds} rounds"
                + (f" ({', '.join(f'{c} {n}' for c, n in fails.items())})" if fails else ""),
@@ -132,7 +133,7 @@ def _real(make, classes: tuple[str, ...], rounds: int, endpoint: str = "chat",
 
 
 def _tallies(results: list[Any], label: str, rounds: int) -> list[Row]:
-    """The rows of ``_real(..., then=SEEDED)``: the new classes', then the seed class's."""
+    """The rows of ``_real(..., then=SEEDED)``: the new classes', then the later ones'."""
     return [_tally(results[:rounds], label, rounds),
             _tally(results[rounds:], label, rounds, classes=SEEDED)]
 

@@ -11,7 +11,8 @@ FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greed
           "greedy_second_choice", "temperature_twice", "top_p_ignored", "residual_argmax",
           "bonus_argmax", "accept_ignores_q", "stop_past_step", "length_past_step",
           "unset_temperature_greedy", "batch_row_mixup", "penalty_first_only",
-          "min_tokens_first_only", "stop_token_past_step", "seed_ignored_in_draft")
+          "min_tokens_first_only", "stop_token_past_step", "seed_ignored_in_draft",
+          "prompt_logprobs_shifted")
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:

@@ -39,6 +39,9 @@ class Request:
     #: its own random seed (OpenAI's ``seed``): its draws come from a generator of its own, so
     #: the same request sent again in a batch of the same shape gives the same tokens
     seed: int | None = None
+    #: return each prompt token's log-probability with this many alternatives (vLLM's
+    #: ``prompt_logprobs``); None: none asked
+    prompt_logprobs: int | None = None
 
 
 @dataclass
@@ -50,6 +53,8 @@ class Output:
     chunks: list[tuple[int, int]] = field(default_factory=list)  #: (time ns, tokens)
     #: per output token where asked (``Request.top_logprobs``): ``logprobs.Logprob``
     logprobs: list = field(default_factory=list)
+    #: per prompt token where asked (``Request.prompt_logprobs``): None, then ``logprobs.Logprob``
+    prompt_logprobs: list | None = None
 
 
 @dataclass

@@ -43,11 +43,16 @@ from .policy import parse_policy
 #: its own (its verify draws are its own): the same seeded request twice gives different tokens
 #: under speculative sampling (the probe's seed class; vLLM's probabilistic draft sampling
 #: leaves seeds out, a to-do in its proposer's source)
+#: prompt_logprobs_shifted: a request's prompt log-probabilities scored one position late (a
+#: prefill chunk's offset): they disagree with the log-probabilities the same tokens got when
+#: they were generated (the probe's rescore class; vLLM #53488 returned prompt log-probabilities
+#: wildly wrong for some requests under MTP with chunked prefill)
 FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
           "greedy_second_choice", "temperature_twice", "top_p_ignored", "residual_argmax",
           "bonus_argmax", "accept_ignores_q", "stop_past_step", "length_past_step",
           "unset_temperature_greedy", "batch_row_mixup", "penalty_first_only",
-          "min_tokens_first_only", "stop_token_past_step", "seed_ignored_in_draft")
+          "min_tokens_first_only", "stop_token_past_step", "seed_ignored_in_draft",
+          "prompt_logprobs_shifted")
 #: the faults that live in speculative sampling's chain verify
 CHAIN_FAULTS = ("draft_prob_shortcut", "residual_argmax", "bonus_argmax", "accept_ignores_q",
                 "seed_ignored_in_draft")

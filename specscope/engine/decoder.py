@@ -122,6 +122,10 @@ class SpeculativeDecoder:
                 self._top2(rows, logits)
         for row in rows:
             row.cached_t = len(row.committed)
+            if row.req.prompt_logprobs is not None:  # a scoring pass of its own (no cache)
+                row.out.prompt_logprobs = logprobs.prompt(
+                    self.target, row.req.prompt_ids, row.req.prompt_logprobs,
+                    shift=self.cfg.fault == "prompt_logprobs_shifted")
         batch.kv_t.merge(kv_t)
         if batch.kv_d is not None:
             batch.kv_d.merge(BatchKV(self.draft, len(rows), dev))

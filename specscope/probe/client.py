@@ -190,6 +190,9 @@ def body(plan: Any, engine: str, cls: str, prompt: str, sampling: dict[str, Any]
          top_logprobs: int, seed: int) -> tuple[str, dict[str, Any]]:
     """(path, request body) for one probe request."""
     fields = dict(sampling)
+    if "prompt_ids" in fields:  # the rescore class: token ids scored as a prompt (vLLM's
+        return "/v1/completions", {"model": model, "max_tokens": 1, "seed": seed,  # extension)
+                                   "prompt": fields.pop("prompt_ids"), **fields, **plan.extra}
     if engine == "llamacpp":  # its defaults truncate (top-k 40, top-p 0.95, min-p 0.05):
         fields.setdefault("top_k", 0)  # off unless the class asks
         fields.setdefault("top_p", 1.0)

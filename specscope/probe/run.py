@@ -13,17 +13,19 @@ from .. import sampling
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
 from ..exact import tie_margin
 from .checks import Semantics, greedy_check, overall, temperature_check, truncation_check
-from .client import ENABLE, PENALTY_WINDOW, Answer, ProbeError, detect, http_client, place, semantics, send
+from .client import (ENABLE, PENALTY_WINDOW, Answer, ProbeError, detect, http_client, place,
+                     semantics, send, token_ids)
 from .acceptance import acceptance_check, residual_check
 from .distribution import distribution_check
 from .sharpness import sharpness_check
 from .result import ERROR, ProbeResult
 from .verified import guard, infer_ngram, select
-from . import prefix, seed
+from . import prefix, rescore, seed
 from .penalties import PENALTIES, penalty_check, rescored
 from .prefix import PREFIX
 from .seed import SEED
-from .senders import send_prefix, send_seed, send_stops
+from .rescore import RESCORE
+from .senders import send_prefix, send_rescore, send_seed, send_stops
 from .stops import STOPS, base_of, is_cut, not_sent, stops_check
 from .workload import APART, CLASSES, MIN_P, RISKY, ProbePlan, class_code
 
@@ -99,8 +101,9 @@ def ask(url: str, engine: str, model: str, plan: ProbePlan, sem: Semantics, dtyp
         return lambda done: overall(run_checks(before + list(done), sem, dtype)) == FAIL
 
     # (in reverse sending order: popped from the end)
-    apart = {c: sender for c, sender in ((SEED, send_seed), (STOPS, send_stops),
-                                         (PREFIX, send_prefix)) if c in plan.classes}
+    apart = {c: sender for c, sender in ((RESCORE, send_rescore), (SEED, send_seed),
+                                         (STOPS, send_stops), (PREFIX, send_prefix))
+             if c in plan.classes}
 
     def cut(answers: list[Answer], took: int) -> tuple[list[Answer], int]:
         """The classes sent apart (``senders.py``), once the greedy answers the stops class
@@ -294,6 +297,10 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
     if any(a.phase for a in shared) and not refused(shared):
         c = prefix.prefix_check(shared, tie_margin(dtype))
         checks.append(replace(c, evidence={**c.evidence, "probe_class": PREFIX}))
+    scorings = [a for a in answers if a.cls == RESCORE and a.phase == rescore.SCORE]
+    if scorings and not refused(scorings):
+        c = rescore_pairs(answers, scorings, sem)
+        checks.append(replace(c, evidence={**c.evidence, "probe_class": RESCORE}))
     seeded = [a for a in answers if a.cls == SEED]
     if any(a.phase for a in seeded) and not refused(seeded):
         c = seed.seed_check(seeded, sem)
@@ -321,6 +328,22 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
                                         "probe_classes": sampled_classes})
                    for c in pooled if c is not None]
     return checks
+
+
+def rescore_pairs(answers: list[Answer], scorings: list[Answer], sem: Semantics) -> Assessment:
+    """The rescore check over each scoring and the answer it scored (found by its token ids:
+    the scoring's prompt is the answer's prompt and output ids)."""
+    by_ids: dict[tuple[int, ...], tuple[Answer, list[int], list[int]]] = {}
+    for a in answers:
+        ids = token_ids(a.response) if a.response and a.phase != rescore.SCORE else None
+        if ids is not None and a.cls in ("greedy", RESCORE):
+            by_ids.setdefault(tuple(ids[0] + ids[1]), (a, *ids))
+    pairs = []
+    for s in scorings:
+        hit = by_ids.get(tuple(s.sampling.get("prompt_ids") or ()))
+        if s.response is not None and hit is not None:
+            pairs.append((hit[0], s, hit[1], hit[2]))
+    return rescore.rescore_check(pairs, processed=sem.processed)
 
 
 def against_reference(reference: str, plan: ProbePlan, answers: list[Answer], dtype: str,

@@ -1,5 +1,6 @@
 """The probe's classes sent apart from the sampling classes' rounds, each once: the stops
-class's cut requests, the prefix class's phases and the seed class's two sendings. Each takes
+class's cut requests, the prefix class's phases, the seed class's two sendings and the rescore
+class's scorings. Each takes
 the answers so far and returns its own, numbered after them."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from . import prefix, seed
-from .client import Answer, send
+from . import prefix, rescore, seed
+from .client import Answer, send, token_ids
 from .stops import BASES, STOPS, base_of, cuts, not_sent
 from .prefix import PREFIX
 from .workload import OPEN_ENDED, REPETITIVE, ProbePlan
@@ -119,3 +120,39 @@ def send_seed(url: str, engine: str, model: str, plan: ProbePlan, answers: list[
     return _indexed(got, answers), took
 
 
+def send_rescore(url: str, engine: str, model: str, plan: ProbePlan, answers: list[Answer],
+                 top_logprobs: int, stop: Any, http: Any, t0: float) -> tuple[list[Answer], int]:
+    """The rescore class's requests (``rescore.py``): greedy answers with their token ids (the
+    greedy class's first, then its own), each sent back whole as a prompt to be scored. Not
+    sent to an engine not known to take that: one answer saying why, never sent."""
+    why = rescore.not_sent(engine)
+    if why:
+        return _indexed([Answer(rescore.RESCORE, "", {}, not_sent=why)], answers), top_logprobs
+
+    def based(a: Answer) -> bool:
+        return a.response is not None and bool(a.positions) and token_ids(a.response) is not None
+
+    bases = [a for a in answers if a.cls == "greedy" and based(a)][:rescore.ANSWERS]
+    got: list[Answer] = []
+    took = top_logprobs
+    if len(bases) < rescore.ANSWERS:
+        have = {b.prompt for b in bases}
+        prompts = [p for p in (*REPETITIVE, *OPEN_ENDED) if p not in have]
+        got, took = send(url, engine, model, plan,
+                         [(rescore.RESCORE, p, {"temperature": 0.0})
+                          for p in prompts[:rescore.ANSWERS - len(bases)]],
+                         took, stop, client=http, t_start=t0)
+        for a in got:
+            a.phase = rescore.BASE
+        bases += [a for a in got if based(a)]
+    if bases and not any(a.engine_failed for a in got):
+        asks = []
+        for b in bases:
+            ids = token_ids(b.response or {})
+            assert ids is not None  # (based)
+            asks.append((rescore.RESCORE, b.prompt, rescore.scoring(*ids)))
+        scored, took = send(url, engine, model, plan, asks, took, stop, client=http, t_start=t0)
+        for a in scored:
+            a.phase = rescore.SCORE
+        got += scored
+    return _indexed(got, answers), took

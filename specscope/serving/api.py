@@ -89,6 +89,9 @@ def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
         (None if lp is None or lp is False else num("logprobs", 0, int))
     if top is not None and not 0 <= top <= 20:
         raise BadRequest("top_logprobs (logprobs) must be between 0 and 20")
+    prompt_lps = None if body.get("prompt_logprobs") is None else num("prompt_logprobs", 0, int)
+    if prompt_lps is not None and (chat or not 0 <= prompt_lps <= 20):
+        raise BadRequest("prompt_logprobs must be between 0 and 20, on /v1/completions")
     opts = body.get("stream_options") or {}
     given = body.get("max_completion_tokens" if chat else "max_tokens") is not None or \
         body.get("max_tokens") is not None
@@ -98,6 +101,7 @@ def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
                 ignore_eos=bool(body.get("ignore_eos", False)),
                 stream=bool(body.get("stream", False)), stop=stops, top_logprobs=top,
                 token_ids=bool(body.get("return_tokens_as_token_ids")),
+                return_ids=bool(body.get("return_token_ids")), prompt_logprobs=prompt_lps,
                 include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")))
 
 
@@ -161,7 +165,8 @@ def create_app(served: Served):
                       top_logprobs=None if p["stream"] else p["top_logprobs"],
                       presence_penalty=p["presence_penalty"],
                       frequency_penalty=p["frequency_penalty"], min_new_tokens=p["min_tokens"],
-                      stop_token_ids=p["stop_token_ids"], seed=p["seed"])
+                      stop_token_ids=p["stop_token_ids"], seed=p["seed"],
+                      prompt_logprobs=None if p["stream"] else p["prompt_logprobs"])
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
         try:
@@ -169,7 +174,7 @@ def create_app(served: Served):
         except QueueFull as exc:
             return error(503, str(exc), "overloaded")
         stream = _Stream(served, rid, chat, len(ids), body.get("model") or served.model,
-                         p["stop"], p["token_ids"])
+                         p["stop"], p["token_ids"], ids, p["return_ids"])
         if p["stream"]:
             return StreamingResponse(stream.sse(events, http, p["include_usage"]),
                                      media_type="text/event-stream",
@@ -194,9 +199,12 @@ class _Stream:
     """One request's response, built from the scheduler's events."""
 
     def __init__(self, served: Served, rid: str, chat: bool, n_prompt: int, model: str,
-                 stops: tuple[str, ...] = (), token_ids: bool = False) -> None:
+                 stops: tuple[str, ...] = (), token_ids: bool = False,
+                 prompt_ids: list[int] | None = None, return_ids: bool = False) -> None:
         self.served, self.rid, self.chat, self.n_prompt = served, rid, chat, n_prompt
         self.model, self.stops, self.token_ids = model, stops, token_ids
+        self.prompt_ids = prompt_ids or []
+        self.return_ids = return_ids  #: the prompt's and the output's ids returned (vLLM's)
         #: streamed text held back: the tail a stop string may still complete, or all from
         #: a stop string on until the engine says it stopped there
         self.held = ""
@@ -300,7 +308,7 @@ class _Stream:
                 "top_logprobs": [{self._token(a): v for a, v in top} for _, top in lps]}
 
     async def whole(self, events: asyncio.Queue, http) -> dict:
-        finish, lps = None, None
+        finish, lps, plps = None, None, None
         async for ev in self._events(events, http):
             if ev.kind == "tokens":
                 assert ev.tokens is not None  # a tokens event carries them
@@ -309,7 +317,7 @@ class _Stream:
             elif ev.kind == "done":
                 assert ev.output is not None  # a done event carries the output
                 finish = ev.output.finish_reason
-                lps = ev.output.logprobs
+                lps, plps = ev.output.logprobs, ev.output.prompt_logprobs
             else:
                 return {"error": {"message": ev.error}}
         text = self._cut(self.served.codec.decode(self.detok.ids), finish)
@@ -320,6 +328,15 @@ class _Stream:
             choice = {"index": 0, "text": text, "finish_reason": finish}
         if lps:
             choice["logprobs"] = self._logprobs(lps, self.detok.ids)
+        top: dict[str, Any] = {}
+        if self.return_ids:  # vLLM's layout: prompt ids beside a chat's choices, else in it
+            choice["token_ids"] = list(self.detok.ids)
+            (top if self.chat else choice)["prompt_token_ids"] = list(self.prompt_ids)
+        if plps is not None:  # vLLM's layout: per prompt token {id: {logprob, decoded_token}}
+            choice["prompt_logprobs"] = [None if e is None else {
+                str(a): {"logprob": v, "decoded_token": self._token(a)}
+                for a, v in ((tok, e[0]), *e[1])}
+                for tok, e in zip(self.prompt_ids, plps)]
         return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
                 "created": self.created, "model": self.model, "choices": [choice],
-                "usage": self._usage()}
+                "usage": self._usage(), **top}

@@ -199,11 +199,13 @@ def test_the_token_budget_stops_the_sending():
 
 
 def test_the_deadline_stops_the_sending():
-    eng = Engine(delay_s=0.02)
-    plan = replace(PLAN, deadline_s=0.05)
+    # (answers slower than the deadline, so a loaded machine still sends its first wave in
+    # time and nothing after it)
+    eng = Engine(delay_s=2.0)
+    plan = replace(PLAN, deadline_s=1.0)
     t0 = time.monotonic()
     result = probe(URL, plan, transport=eng.transport)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 6.0
     sent = result.to_json()["requests"]["sent"]
     assert 1 <= sent <= 4 and len(eng.received) == sent
     assert result.verdict != "pass", format_probe(result)
