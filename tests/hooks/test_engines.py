@@ -403,3 +403,37 @@ def test_wrap_installs_the_adapters_in_every_python_process(tmp_path):
                          cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "True"]  # the command and the process it started
+
+
+def test_vllm_probabilistic_drafts_give_the_residual_rule_the_drafts_distribution(
+        monkeypatch, run_record):
+    import numpy as np
+
+    # one sampled row drafted tokens 3 and 4; verify accepted 3 and drew 9 in place of 4
+    logits = torch.zeros((3, 50))
+    outputs = torch.tensor([[3, 9, -1]], dtype=torch.int32)
+    batch = SimpleNamespace(req_ids=["a"], vocab_size=50,
+                            temperature_cpu=np.array([0.8], dtype=np.float32),
+                            top_p_cpu=np.ones(1, dtype=np.float32),
+                            top_k_cpu=np.full(1, 50, dtype=np.int32))
+    sampler, runner = _fake_vllm(monkeypatch, outputs, batch)
+    from specscope.hooks.engines import vllm
+
+    rec = Recorder(run_record)
+    vllm.install(rec)
+    meta = SimpleNamespace(num_draft_tokens=[2], max_spec_len=2,
+                           draft_token_ids=torch.tensor([3, 4]))
+    sampler().forward(meta, None, logits.clone(), SimpleNamespace(all_greedy=False))  # warm-up
+    rec.drain(wait=True)
+    draft_probs = torch.full((2, 50), 0.5 / 48)
+    draft_probs[0, 3] = draft_probs[1, 4] = 0.5
+    draft_probs[0, 0] = draft_probs[1, 0] = 0.5 - 0.5 / 48  # each row sums to 1
+    with forbid_sync():
+        runner()._sample(logits.clone(), meta, draft_probs)
+    (step,) = [r for r in rec.drain(wait=True) if isinstance(r, schema.VerifyStepRecord)]
+    (e,) = step.entries
+    assert e.num_accepted == 1
+    # the residual max(p - q, 0) with p uniform: the 48 tokens but 0 and 4 (where q > p) hold
+    # the same mass, all tied with the replacement: its mid-rank PIT is 1/2, known only from
+    # the draft's whole distribution
+    assert e.resid_pit == pytest.approx(0.5, abs=1e-4)

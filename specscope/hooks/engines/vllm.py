@@ -160,7 +160,8 @@ def gather_inputs(metadata: Any, draft_probs: Any, logits: Any) -> dict:
     row's drafts + 1; rows are contiguous in ``logits``), the draft's top-1 probability per
     drafted position, ``[B, P - 1]`` (-1 where a row drafted fewer: not counted), and for the
     acceptance rule each row's draft tokens (-1 past its drafts) with, under probabilistic
-    drafting, the draft's probability of each (without ``draft_probs`` the draft is one-hot)."""
+    drafting, the draft's probability of each and its whole distribution there (the residual
+    rule's q; without ``draft_probs`` the draft is one-hot)."""
     import torch
 
     nums = [int(n) for n in metadata.num_draft_tokens]
@@ -184,6 +185,9 @@ def gather_inputs(metadata: Any, draft_probs: Any, logits: Any) -> dict:
         out["draft_tokens"] = torch.where(drafted, tokens, torch.full_like(tokens, -1))
         if draft_probs is not None and draft_probs.dim() == 2:
             out["draft_q"] = draft_probs[didx, tokens.clamp_min(0).long()]
+            # the draft's whole distribution at each drafted position, [B, P - 1, V]: the
+            # residual rule's q (a gather on the device, no sync)
+            out["draft_full"] = draft_probs[didx]
     if draft_probs is not None and draft_probs.dim() == 2:
         top1 = draft_probs.amax(dim=-1)  # [num_tokens], row-major by request
         cu = torch.tensor([s - i for i, s in enumerate(starts)])  # start of each row's drafts
@@ -224,6 +228,8 @@ def record_rejection(recorder: Any, metadata: Any, sampling_metadata: Any, outpu
             truth["draft_tokens"] = inputs["draft_tokens"]
             if "draft_q" in inputs:
                 truth["draft_token_probs"] = inputs["draft_q"]
+            if "draft_full" in inputs:
+                truth["draft_probs"] = inputs["draft_full"]
     ids = facts["ids"]
     drafted: Any = nums
     if len(keep) < len(nums):  # rows without a draft are no verify entries
