@@ -29,7 +29,8 @@ end by min_tokens where the engine takes them), prefix (greedy prompts with a
 long shared prefix, alone, repeated and at concurrency, against the alone answer),
 penalties (greedy with presence_penalty 1.0 and frequency_penalty 0.5), min-p
 (temperature 0.8 with min_p 0.1, read by the truncation check alone), seed (four
-prompts at temperature 0.8, each with a seed of its own, sent alone twice) and rescore
+prompts at temperature 0.8, each with a seed of its own, sent alone twice; not to SGLang,
+which follows seeds only under --enable-deterministic-inference) and rescore
 (eight greedy answers sent back whole as prompts with prompt_logprobs: vLLM and the
 reference engine). A class
 whose requests the server refuses (HTTP 400) is reported as not supported, never a FAIL or an
@@ -67,11 +68,11 @@ What it checks, per class, from the engine's own log-probabilities:
                           up to there drew differently from one distribution: FAIL at two
                           such pairs (where the figures differed first, a parting is
                           numerical: counted, not judged); PASS once three pairs agree and
-                          independent draws would have agreed so with probability under 0.01
+                          independent draws would have agreed so with probability at most 0.01
   log-probabilities       (--classes ...,rescore) each greedy answer's generated
-  consistent              log-probabilities against the same tokens scored as a prompt; an
-                          answer with two tokens 0.5 nats apart FAILs; PASS after 7 answers
-                          that agree (rules out disagreeing answers in half of requests)
+  consistent              log-probabilities against the same tokens scored as a prompt; two
+                          answers with two tokens 0.5 nats apart FAIL; PASS after 7 answers
+                          that agree (rules out disagreeing answers in half or more)
   penalties honoured      (--classes ...,penalties) every committed token is its position's
                           argmax once penalised, scored from raw log-probabilities with the
                           answer's own counts; one a penalised rival beats by more than the

@@ -94,9 +94,11 @@ class SpecConfig:
         if self.topk > 1 and self.verify_mode == schema.SPECULATIVE_SAMPLING:
             raise ValueError("speculative sampling needs a chain (topk 1); trees verify with "
                              "target-only temperature sampling")
-        if self.algorithm == "ngram" and (self.topk != 1 or self.fault == "draft_prob_shortcut"):
+        if self.algorithm == "ngram" and (self.topk != 1 or self.fault in (
+                "draft_prob_shortcut", "seed_ignored_in_draft")):
             raise ValueError("an n-gram draft is a chain of looked-up tokens: --spec-topk 1, "
-                             "and it has no draft probabilities to shortcut")
+                             "and it has no draft probabilities to shortcut and no draws to "
+                             "seed")
         if self.fault in CHAIN_FAULTS and self.topk != 1:
             # the shortcut it seeds skips the draft's softmax on the chain's (topk 1) fast path;
             # a tree would run honest, and a check passing it would look like a missed fault

@@ -28,6 +28,7 @@ def prompt(model: torch.nn.Module, ids: list[int], k: int, shift: bool = False) 
     ``prompt_logprobs``). ``shift`` seeds the ``prompt_logprobs_shifted`` fault: each token
     scored by the distribution one position late (a prefill chunk's offset)."""
     with torch.inference_mode():
-        logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0]
+        dev = next(model.parameters()).device
+        logits = model(input_ids=torch.tensor([ids], device=dev), use_cache=False).logits[0]
     scored = logits[1:] if shift else logits[:-1]
     return [None, *committed(scored, ids[1:len(scored) + 1], k)][:len(ids)]

@@ -9,8 +9,9 @@ speculation either can lie: vLLM #53488 returned prompt log-probabilities wildly
 requests under MTP with chunked prefill, llama.cpp #27972 returns 0.0 for generated tokens. A
 greedy answer (its prompt's and its own token ids returned) is sent back whole as a prompt; a
 token whose two figures differ by more than ``TOLERANCE_NATS`` is off (the two passes' numerics
-differ by far less for a committed top-1), and an answer with ``FAIL_POSITIONS`` such tokens
-FAILs. PASS once ``positions_needed(RULES_OUT)`` answers agree: it rules out disagreeing
+differ by far less for a committed top-1), an answer with ``FAIL_POSITIONS`` such tokens is
+faulty, and ``FAIL_ANSWERS`` faulty answers FAIL (one could be a quantised model's numerics at
+an uncertain position: the evidence gives the largest gap seen). PASS once ``positions_needed(RULES_OUT)`` answers agree: it rules out disagreeing
 answers in half or more of requests like these (one-sided, ``PASS_ALPHA``). Raw figures only:
 processed ones of a greedy request are not the target's log-softmax.
 """
@@ -32,8 +33,9 @@ ANSWERS = 8
 BASE, SCORE = "base", "score"
 #: two figures of one token further apart than this are off (nats)
 TOLERANCE_NATS = 0.5
-#: off tokens in one answer that FAIL it
+#: off tokens that make an answer faulty, and faulty answers that FAIL
 FAIL_POSITIONS = 2
+FAIL_ANSWERS = 2
 #: what a PASS rules out: disagreeing answers in this share of requests or more
 RULES_OUT = 0.5
 #: the engines known to take ``prompt_logprobs`` with token ids as the prompt and to return
@@ -66,22 +68,24 @@ def _figure(entry: Any, token: int) -> float | None:
 
 
 def compare(prompt_ids: Sequence[int], output_ids: Sequence[int], generated: Sequence[Any],
-            scored: Any) -> tuple[list[tuple[int, float, float]], int]:
+            scored: Any) -> tuple[list[tuple[int, float, float]], int, float]:
     """The answer's tokens whose generated figure (``generated``: its ``Position``s) and scored
     one (the scoring response's ``prompt_logprobs``) differ by more than the tolerance, as
-    (output position, generated, scored), and how many tokens were compared."""
+    (output position, generated, scored), how many tokens were compared, and the largest gap
+    between the two figures of one token."""
     if not isinstance(scored, list):
-        return [], 0
-    off, compared = [], 0
+        return [], 0, 0.0
+    off, compared, largest = [], 0, 0.0
     for j, (tok, pos) in enumerate(zip(output_ids, generated)):
         at = len(prompt_ids) + j
         s = _figure(scored[at], tok) if at < len(scored) else None
         if s is None or pos.logprob is None:
             continue
         compared += 1
+        largest = max(largest, abs(s - pos.logprob))
         if abs(s - pos.logprob) > TOLERANCE_NATS:
             off.append((j, pos.logprob, s))
-    return off, compared
+    return off, compared, largest
 
 
 def rescore_check(pairs: Sequence[tuple[Any, Any, Sequence[int], Sequence[int]]],
@@ -89,11 +93,12 @@ def rescore_check(pairs: Sequence[tuple[Any, Any, Sequence[int], Sequence[int]]]
     """The class's verdict over (answer, its scoring, prompt ids, output ids) per answer
     rescored (``client.Answer``s)."""
     need = positions_needed(RULES_OUT)
-    agree, compared, faults, single = 0, 0, [], 0
+    agree, compared, faults, single, gap = 0, 0, [], 0, 0.0
     for answer, score, prompt_ids, output_ids in pairs:
         scored = ((score.response or {}).get("choices") or [{}])[0].get("prompt_logprobs")
-        off, n = compare(prompt_ids, output_ids, answer.positions, scored)
+        off, n, largest = compare(prompt_ids, output_ids, answer.positions, scored)
         compared += n
+        gap = max(gap, largest)
         if len(off) >= FAIL_POSITIONS:
             j, g, s = off[0]
             faults.append(f"request {answer.index}: {len(off)} of {n} tokens disagree, the first "
@@ -106,7 +111,8 @@ def rescore_check(pairs: Sequence[tuple[Any, Any, Sequence[int], Sequence[int]]]
     ev: dict[str, Any] = {"mode_requested": "greedy", "answers": len(pairs), "agree": agree,
                           "faults": len(faults), "one_token_off": single,
                           "tokens_compared": compared,
-                          "tolerance_nats": TOLERANCE_NATS, "passes_needed": need,
+                          "tolerance_nats": TOLERANCE_NATS, "largest_gap_nats": gap if compared else None,
+                          "passes_needed": need, "fail_answers": FAIL_ANSWERS,
                           "num_positions": compared}
     if processed:
         ev["reason"] = ("processed log-probabilities of greedy requests are not the target's "
@@ -114,8 +120,9 @@ def rescore_check(pairs: Sequence[tuple[Any, Any, Sequence[int], Sequence[int]]]
         return Assessment(CHECK, INCONCLUSIVE, ev)
     if faults:
         ev["message"] = f"{len(faults)} of {len(pairs)} answers: {faults[0]}"
+    if len(faults) >= FAIL_ANSWERS:
         return Assessment(CHECK, FAIL, ev)
-    if agree >= need:
+    if agree >= need and not faults:
         ev["rules_out"] = (f"rules out generated and prompt log-probabilities disagreeing in "
                            f"{RULES_OUT:.0%} or more of answers like these (by more than "
                            f"{TOLERANCE_NATS} nats at {FAIL_POSITIONS} tokens)")
@@ -123,5 +130,5 @@ def rescore_check(pairs: Sequence[tuple[Any, Any, Sequence[int], Sequence[int]]]
     if not compared:
         ev["reason"] = "no answer's tokens could be compared with their scoring"
         return Assessment(CHECK, INCONCLUSIVE, ev)
-    ev["lean"] = "honest"
-    return Assessment(CHECK, INCONCLUSIVE, ev, need - agree, "answers")
+    ev["lean"] = "fault" if faults else "honest"
+    return Assessment(CHECK, INCONCLUSIVE, ev, max(need - agree, 0) or None, "answers")

@@ -46,7 +46,11 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
         answers, took = ask(url, engine, model, plan, sem, dtype, top_logprobs, http)
         inferred_note = "" if plan.ngram is not None else place_by_inference(answers)
         got = [a for a in answers if a.response is not None]
-        if not got and not refused(answers):  # (every request refused: no class supported)
+        # (a class not sent to this engine by design leaves one answer saying why, no prompt)
+        by_design = bool(answers) and all(a.not_sent and not a.prompt for a in answers)
+        if not got and not refused(answers) and not by_design:
+            # (every request refused: no class supported; none sent: each class not sent to
+            # this engine by design, which its table says)
             errors = sorted({a.error for a in answers if a.error})[:3]
             raise ProbeError(f"{url}: no request was answered ({'; '.join(errors) or 'none sent'})")
         if not any(p.logprob is not None for a in got for p in a.positions) and \
@@ -59,7 +63,10 @@ def probe(url: str, plan: ProbePlan | None = None, *, model: str | None = None,
                              dtype=dtype, verdict=overall(checks),
                              engine_error=engine_failure(answers),
                              classes=capabilities(answers))
-        if not got:
+        if by_design:
+            result.notes.append("no class asked for is sent to this engine (the classes table "
+                                "says why): nothing checked")
+        elif not got:
             result.notes.append("the server refused every request as a bad request (HTTP 400): "
                                 "none of the classes sent is supported there, nothing checked")
         unknown = sum(1 for a in got for p in a.positions if p.logprob is None or not p.top)
@@ -172,8 +179,10 @@ def capabilities(answers: list[Answer]) -> dict[str, dict[str, Any]]:
     many of its requests were answered."""
     out: dict[str, dict[str, Any]] = {}
     for cls in dict.fromkeys(a.cls for a in answers):
-        # (the stops class's own uncut answers are plain greedy requests: its cuts say)
-        mine = [a for a in answers if a.cls == cls and (cls != STOPS or is_cut(a.sampling))]
+        # (the stops and rescore classes' own uncut answers are plain greedy requests: their
+        # cuts and scorings say)
+        mine = [a for a in answers if a.cls == cls and (cls != STOPS or is_cut(a.sampling))
+                and (cls != RESCORE or a.phase != rescore.BASE)]
         answered = sum(1 for a in mine if a.response is not None)
         no = [a for a in mine if a.response is None and a.status == 400]
         if refused(mine):

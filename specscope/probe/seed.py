@@ -47,6 +47,21 @@ FAIL_PAIRS = 2
 MIN_PAIRS = 3
 #: the seeds the class's requests carry: this plus the prompt's number
 SEED_BASE = 4242
+#: the engines that promise a seeded request's draws (vLLM's per-request generators, llama.cpp's
+#: per-slot sampler seed, the reference engine's); SGLang follows a seed only when started with
+#: --enable-deterministic-inference (otherwise every request samples from a fixed seed, 42 on the
+#: device's generator), so the class is not sent there: a parting would be its documented choice
+PROMISED_BY = ("vllm", "llamacpp", "specscope")
+
+
+def not_sent(engine: str) -> str:
+    """Why the class is not sent to ``engine``, or "" where it is."""
+    if engine in PROMISED_BY:
+        return ""
+    if engine == "sglang":
+        return ("SGLang follows a request's seed only when started with "
+                "--enable-deterministic-inference")
+    return f"{engine} is not known to promise that a seeded request's draws repeat"
 
 
 def requests(prompts: Sequence[str], base: int = 0) -> list[tuple[str, str, dict[str, Any]]]:
@@ -96,8 +111,8 @@ def compare(first: Any, again: Any, sem: Semantics) -> Pair:
             seen = "unknown" if figures is None else "differ"
         if x.top:
             log_agree += math.log(max(p_max_bound(x, sem), 1e-300))
-    if len(a) != len(b):  # one ended where the other went on (its end token is not returned)
-        return Pair(judged(True), min(len(a), len(b)))
+    if len(a) != len(b):  # one ended where the other went on: its end token's figures are
+        return Pair(judged(None), min(len(a), len(b)))  # not returned (unknown there)
     return Pair("agree", None, log_agree)
 
 
@@ -126,13 +141,13 @@ def seed_check(answers: Sequence[Any], sem: Semantics) -> Assessment:
         return Assessment(CHECK, FAIL, ev)
     bound = ev["independent_agree_bound"]
     if not parted and kinds["agree"] >= MIN_PAIRS and bound is not None and bound <= PASS_ALPHA:
-        ev["rules_out"] = ("rules out a seed ignored: two independent draws would have agreed "
-                           f"as these did with probability at most {bound:.2g}")
+        ev["rules_out"] = ("rules out draws independent of the seed: two independent draws "
+                           f"would have agreed as these did with probability at most {bound:.2g}")
         return Assessment(CHECK, PASS, ev)
     if not pairs:
         ev["reason"] = "no seeded request answered twice"
         return Assessment(CHECK, INCONCLUSIVE, ev)
     if kinds["unknown"] and not kinds["agree"]:
         ev["reason"] = "the answers part where the engine returned no log-probabilities"
-    ev["lean"] = "fault" if parted or kinds["numerical"] > kinds["agree"] else "honest"
+    ev["lean"] = "fault" if parted else "honest"  # (numerical partings are never judged)
     return Assessment(CHECK, INCONCLUSIVE, ev)

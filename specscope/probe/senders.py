@@ -105,7 +105,11 @@ def _indexed(got: list[Answer], before: list[Answer]) -> list[Answer]:
 def send_seed(url: str, engine: str, model: str, plan: ProbePlan, answers: list[Answer],
               top_logprobs: int, stop: Any, http: Any, t0: float) -> tuple[list[Answer], int]:
     """The seed class's requests (``seed.py``): each prompt with a seed of its own, sent alone,
-    then the same requests alone again."""
+    then the same requests alone again. Not sent to an engine that does not promise seeds: one
+    answer saying why, never sent."""
+    why = seed.not_sent(engine)
+    if why:
+        return _indexed([Answer(seed.SEED, "", {}, not_sent=why)], answers), top_logprobs
     got: list[Answer] = []
     took = top_logprobs
     for name in (seed.FIRST, seed.AGAIN):

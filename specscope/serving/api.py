@@ -81,8 +81,9 @@ def _params(body: dict[str, Any], limit: int, chat: bool) -> dict[str, Any]:
     if not 0 <= min_tokens <= max_tokens:
         raise BadRequest(f"min_tokens must be between 0 and max_tokens ({max_tokens})")
     seed = body.get("seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        raise BadRequest("seed must be an integer")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)
+                             or not -(1 << 63) <= seed < (1 << 64)):
+        raise BadRequest("seed must be an integer from -2^63 to 2^64 - 1")
     stops = stop_strings(body.get("stop"))
     lp = body.get("logprobs")
     top = (num("top_logprobs", 0, int) if lp is True else None) if chat else \

@@ -409,19 +409,20 @@ def test_vllm_probabilistic_drafts_give_the_residual_rule_the_drafts_distributio
         monkeypatch, run_record):
     import numpy as np
 
-    # one sampled row drafted tokens 3 and 4; verify accepted 3 and drew 9 in place of 4
-    logits = torch.zeros((3, 50))
-    outputs = torch.tensor([[3, 9, -1]], dtype=torch.int32)
-    batch = SimpleNamespace(req_ids=["a"], vocab_size=50,
-                            temperature_cpu=np.array([0.8], dtype=np.float32),
-                            top_p_cpu=np.ones(1, dtype=np.float32),
-                            top_k_cpu=np.full(1, 50, dtype=np.int32))
+    # a sampled row (a) drafted tokens 3 and 4; verify accepted 3 and drew 9 in place of 4;
+    # the other row (b) drafted nothing
+    logits = torch.zeros((4, 50))
+    outputs = torch.tensor([[5, -1, -1], [3, 9, -1]], dtype=torch.int32)
+    batch = SimpleNamespace(req_ids=["b", "a"], vocab_size=50,
+                            temperature_cpu=np.array([0.8, 0.8], dtype=np.float32),
+                            top_p_cpu=np.ones(2, dtype=np.float32),
+                            top_k_cpu=np.full(2, 50, dtype=np.int32))
     sampler, runner = _fake_vllm(monkeypatch, outputs, batch)
     from specscope.hooks.engines import vllm
 
     rec = Recorder(run_record)
     vllm.install(rec)
-    meta = SimpleNamespace(num_draft_tokens=[2], max_spec_len=2,
+    meta = SimpleNamespace(num_draft_tokens=[0, 2], max_spec_len=2,
                            draft_token_ids=torch.tensor([3, 4]))
     sampler().forward(meta, None, logits.clone(), SimpleNamespace(all_greedy=False))  # warm-up
     rec.drain(wait=True)

@@ -40,8 +40,9 @@ def test_the_scoring_request_sends_the_answer_back_whole_as_a_prompt():
 
 def test_tokens_off_by_more_than_the_tolerance_are_named_and_unknown_ones_skipped():
     answer, score, p, o = _pair([-0.1, -0.5 - TOLERANCE_NATS / 2, -4.0, None])
-    off, n = compare(p, o, answer.positions, score.response["choices"][0]["prompt_logprobs"])
-    assert n == 3 and off == [(2, -1.2, -4.0)]
+    off, n, largest = compare(p, o, answer.positions,
+                              score.response["choices"][0]["prompt_logprobs"])
+    assert n == 3 and off == [(2, -1.2, -4.0)] and largest == pytest.approx(2.8)
 
 
 def test_two_tokens_off_in_one_answer_fail_one_does_not_and_a_pass_takes_its_count():
@@ -51,7 +52,10 @@ def test_two_tokens_off_in_one_answer_fail_one_does_not_and_a_pass_takes_its_cou
     assert short.state == INCONCLUSIVE and short.need == 1
     one_off = _pair([-0.1, -0.5, -5.0, -0.3], 50)
     assert rescore_check(good[:-1] + [one_off]).state == INCONCLUSIVE  # one token: not enough
-    bad = rescore_check(good[:2] + [_pair([-0.1, -3.0, -5.0, -0.3], 60)])
+    faulty = [_pair([-0.1, -3.0, -5.0, -0.3], 60 + i) for i in range(2)]
+    one = rescore_check(good + faulty[:1])  # one faulty answer: a lean, never a PASS
+    assert one.state == INCONCLUSIVE and one.evidence["lean"] == "fault"
+    bad = rescore_check(good[:2] + faulty)
     assert bad.state == FAIL and "request 60: 2 of 4 tokens disagree" in bad.evidence["message"]
     assert rescore_check(good, processed=True).state == INCONCLUSIVE  # not the log-softmax
 
@@ -87,3 +91,13 @@ def test_an_engine_not_known_to_take_prompt_logprobs_is_not_sent_the_class():
     assert [a.not_sent for a in got] == [not_sent("llamacpp")]
     assert capabilities(got)["rescore"]["state"] == "not sent"
     assert run_checks(got, Semantics("llamacpp")) == []
+
+
+def test_asking_only_for_a_class_the_engine_is_not_sent_says_so_and_raises_nothing():
+    from tests.probe.test_loop import URL, Engine
+
+    eng = Engine(owner="llamacpp")
+    result = probe(URL, ProbePlan(classes=("rescore",)), transport=eng.transport)
+    assert not eng.received and result.checks == []
+    assert result.classes["rescore"]["state"] == "not sent"
+    assert any("nothing checked" in n for n in result.notes), result.notes

@@ -39,7 +39,8 @@ def test_a_pair_is_judged_by_whether_the_figures_were_the_same_up_to_the_parting
     other = _answer(list("abXdef"), AGAIN, shift=1e-3)
     assert compare(first, other, SEM).kind == "numerical"
     assert compare(first, _answer(list("abXdef"), AGAIN, known=False), SEM).kind == "unknown"
-    assert compare(first, _answer(list("abcd"), AGAIN), SEM).kind == "parted"  # ended early
+    # one ended early: its end token's figures are not returned, so the parting is unknown
+    assert compare(first, _answer(list("abcd"), AGAIN), SEM).kind == "unknown"
 
 
 def test_two_pairs_parting_at_the_same_figures_fail_one_does_not():
@@ -52,7 +53,8 @@ def test_two_pairs_parting_at_the_same_figures_fail_one_does_not():
     assert one.state == INCONCLUSIVE and one.evidence["lean"] == "fault"
     numerical = [_answer(list("abXdef"), AGAIN, prompt=f"p{i}", shift=1e-3, index=10 + i)
                  for i in range(4)]
-    assert seed_check(firsts + numerical, SEM).state == INCONCLUSIVE  # never judged
+    numerically = seed_check(firsts + numerical, SEM)  # never judged, nor leaning either way
+    assert numerically.state == INCONCLUSIVE and numerically.evidence["lean"] == "honest"
 
 
 def test_a_pass_needs_agreeing_pairs_that_independent_draws_would_rarely_give():
@@ -96,3 +98,16 @@ def test_the_reference_engine_passes_clean_and_fails_a_draft_that_ignores_the_se
     assert result.classes["seed"]["state"] == "checked"
     assert {a.phase for a in result.answers} == {FIRST, AGAIN}
     assert all(a.t_sent_s is not None for a in result.answers) and len(result.answers) == 8
+
+
+def test_the_class_is_sent_only_to_engines_that_promise_seeds():
+    from specscope.probe.run import capabilities
+    from specscope.probe.seed import not_sent
+    from specscope.probe.senders import send_seed
+
+    assert not_sent("vllm") == not_sent("llamacpp") == not_sent("specscope") == ""
+    assert "--enable-deterministic-inference" in not_sent("sglang")
+    got, _ = send_seed("http://x", "sglang", "m", ProbePlan(classes=("seed",)), [], 5, None,
+                       None, 0.0)
+    assert capabilities(got)["seed"] == {"state": "not sent", "answered": 0, "requests": 1,
+                                         "refused": 0, "server_said": not_sent("sglang")}

@@ -185,9 +185,9 @@ def gather_inputs(metadata: Any, draft_probs: Any, logits: Any) -> dict:
         out["draft_tokens"] = torch.where(drafted, tokens, torch.full_like(tokens, -1))
         if draft_probs is not None and draft_probs.dim() == 2:
             out["draft_q"] = draft_probs[didx, tokens.clamp_min(0).long()]
-            # the draft's whole distribution at each drafted position, [B, P - 1, V]: the
-            # residual rule's q (a gather on the device, no sync)
-            out["draft_full"] = draft_probs[didx]
+            # the draft's whole distribution, for the residual rule's q at each row's first
+            # rejected position (gathered once verify has run: vLLM only reads draft_probs)
+            out["draft_src"] = (draft_probs, didx)
     if draft_probs is not None and draft_probs.dim() == 2:
         top1 = draft_probs.amax(dim=-1)  # [num_tokens], row-major by request
         cu = torch.tensor([s - i for i, s in enumerate(starts)])  # start of each row's drafts
@@ -196,6 +196,17 @@ def gather_inputs(metadata: Any, draft_probs: Any, logits: Any) -> dict:
         picked = top1[didx.clamp_max(max(top1.shape[0] - 1, 0)).to(dev, non_blocking=True)]
         out["draft_top1"] = torch.where(valid, picked, torch.full_like(picked, -1.0))
     return out
+
+
+def rejected_q(draft_probs: Any, didx: Any, accepted: Any, index: Any = None) -> Any:
+    """The draft's distribution at each row's first rejected position (``[B, V]``, gathered on
+    the device), as the ``[B, P - 1, V]`` view the residual rule reads at that position only
+    (``stats.residual_columns``): one row of the vocabulary per request, not one per draft."""
+    if index is not None:
+        didx = didx[index]
+    j = accepted.long().clamp(0, didx.shape[1] - 1)
+    q = draft_probs[didx.gather(1, j[:, None])[:, 0]]
+    return q[:, None, :].expand(-1, didx.shape[1], -1)
 
 
 def record_rejection(recorder: Any, metadata: Any, sampling_metadata: Any, output_token_ids: Any,
@@ -228,8 +239,6 @@ def record_rejection(recorder: Any, metadata: Any, sampling_metadata: Any, outpu
             truth["draft_tokens"] = inputs["draft_tokens"]
             if "draft_q" in inputs:
                 truth["draft_token_probs"] = inputs["draft_q"]
-            if "draft_full" in inputs:
-                truth["draft_probs"] = inputs["draft_full"]
     ids = facts["ids"]
     drafted: Any = nums
     if len(keep) < len(nums):  # rows without a draft are no verify entries
@@ -244,6 +253,10 @@ def record_rejection(recorder: Any, metadata: Any, sampling_metadata: Any, outpu
         top_k = None if top_k is None else [top_k[i] for i in keep]
         if isinstance(mode, list):
             mode = [mode[i] for i in keep]
+    if inputs is not None and "draft_tokens" in truth and "draft_src" in inputs:
+        src, didx = inputs["draft_src"]
+        truth["draft_probs"] = rejected_q(src, didx, accepted,
+                                          index if len(keep) < len(nums) else None)
     uniform = min(drafted) == max(drafted)
     recorder.record_verify(
         request_ids=ids, num_accepted=accepted,
