@@ -5,6 +5,7 @@ the answers so far and returns its own, numbered after them."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -112,9 +113,11 @@ def send_seed(url: str, engine: str, model: str, plan: ProbePlan, answers: list[
         return _indexed([Answer(seed.SEED, "", {}, not_sent=why)], answers), top_logprobs
     got: list[Answer] = []
     took = top_logprobs
+    end = time.monotonic() + plan.deadline_s  # (both sendings within the class's deadline)
     for name in (seed.FIRST, seed.AGAIN):
         sent, took = send(url, engine, model, replace(
-                              plan, concurrency=1, max_tokens=min(plan.max_tokens, seed.MAX_TOKENS)),
+                              plan, concurrency=1, max_tokens=min(plan.max_tokens, seed.MAX_TOKENS),
+                              deadline_s=max(0.0, end - time.monotonic())),
                           seed.requests(OPEN_ENDED, plan.seed), took, stop, client=http, t_start=t0)
         for a in sent:
             a.phase = name
@@ -139,6 +142,7 @@ def send_rescore(url: str, engine: str, model: str, plan: ProbePlan, answers: li
     bases = [a for a in answers if a.cls == "greedy" and based(a)][:rescore.ANSWERS]
     got: list[Answer] = []
     took = top_logprobs
+    end = time.monotonic() + plan.deadline_s  # (both sendings within the class's deadline)
     if len(bases) < rescore.ANSWERS:
         have = {b.prompt for b in bases}
         prompts = [p for p in (*REPETITIVE, *OPEN_ENDED) if p not in have]
@@ -155,7 +159,8 @@ def send_rescore(url: str, engine: str, model: str, plan: ProbePlan, answers: li
             ids = token_ids(b.response or {})
             assert ids is not None  # (based)
             asks.append((rescore.RESCORE, b.prompt, rescore.scoring(*ids)))
-        scored, took = send(url, engine, model, plan, asks, took, stop, client=http, t_start=t0)
+        left = replace(plan, deadline_s=max(0.0, end - time.monotonic()))
+        scored, took = send(url, engine, model, left, asks, took, stop, client=http, t_start=t0)
         for a in scored:
             a.phase = rescore.SCORE
         got += scored

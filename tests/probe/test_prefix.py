@@ -7,11 +7,13 @@ from __future__ import annotations
 import pytest
 
 from specscope.collector.verdict import FAIL, INCONCLUSIVE, PASS
-from specscope.probe import ProbePlan, format_probe, probe
+from specscope.probe import format_probe
 from specscope.probe.checks import Position
 from specscope.probe.client import Answer
 from specscope.probe.prefix import (ALONE, CONCURRENT, REPEATED, document, parting, prefix_check,
                                     parses_as_json, prefix_tokens, prompts, signatures)
+
+from .reference import probe_reference
 
 TIE = 0.25
 
@@ -74,19 +76,7 @@ def test_the_prefix_is_sized_from_the_context_and_shared():
 
 @pytest.mark.parametrize("fault,state", [("", PASS), ("batch_row_mixup", FAIL)])
 def test_the_reference_engine_passes_clean_and_fails_a_batch_row_fault(fault, state):
-    pytest.importorskip("fastapi")
-    from specscope.engine.decoder import SpecConfig
-    from specscope.serving.inprocess import in_process
-    from specscope.serving.server import Engine, EngineOptions
-
-    eng = Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=3, fault=fault),
-                               max_batch=8, hooks=False))
-    try:
-        with in_process(eng.app()) as transport:
-            result = probe("http://testserver", ProbePlan(classes=("prefix",), fail_fast=False),
-                           transport=transport)
-    finally:
-        eng.close()
+    result = probe_reference(("prefix",), fault)
     (check,) = result.checks
     assert check.state == state, format_probe(result)
     # the tiny model's context (1,024 tokens, a token a character) refused the first two sizes:

@@ -16,6 +16,8 @@ from specscope.probe.rescore import (BASE, SCORE, TOLERANCE_NATS, compare, not_s
                                      rescore_check, scoring)
 from specscope.probe.stops import positions_needed
 
+from .reference import probe_reference
+
 PROMPT, OUTPUT = [1, 2, 3], [7, 8, 9, 10]
 GENERATED = [-0.1, -0.5, -1.2, -0.3]
 
@@ -62,19 +64,7 @@ def test_two_tokens_off_in_one_answer_fail_one_does_not_and_a_pass_takes_its_cou
 
 @pytest.mark.parametrize("fault,state", [("", PASS), ("prompt_logprobs_shifted", FAIL)])
 def test_the_reference_engine_passes_clean_and_fails_prompt_logprobs_shifted(fault, state):
-    pytest.importorskip("fastapi")
-    from specscope.engine.decoder import SpecConfig
-    from specscope.serving.inprocess import in_process
-    from specscope.serving.server import Engine, EngineOptions
-
-    eng = Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=3, fault=fault),
-                               max_batch=8, hooks=False))
-    try:
-        with in_process(eng.app()) as transport:
-            result = probe("http://testserver", ProbePlan(classes=("rescore",), fail_fast=False),
-                           transport=transport)
-    finally:
-        eng.close()
+    result = probe_reference(("rescore",), fault)
     (check,) = result.checks
     assert check.state == state, format_probe(result)
     assert result.classes["rescore"]["state"] == "checked"
@@ -94,7 +84,7 @@ def test_an_engine_not_known_to_take_prompt_logprobs_is_not_sent_the_class():
 
 
 def test_asking_only_for_a_class_the_engine_is_not_sent_says_so_and_raises_nothing():
-    from tests.probe.test_loop import URL, Engine
+    from .test_loop import URL, Engine
 
     eng = Engine(owner="llamacpp")
     result = probe(URL, ProbePlan(classes=("rescore",)), transport=eng.transport)

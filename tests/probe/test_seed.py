@@ -10,10 +10,12 @@ import math
 import pytest
 
 from specscope.collector.verdict import FAIL, INCONCLUSIVE, PASS
-from specscope.probe import ProbePlan, format_probe, probe
+from specscope.probe import ProbePlan, format_probe
 from specscope.probe.checks import Position, Semantics
 from specscope.probe.client import Answer
 from specscope.probe.seed import AGAIN, FIRST, compare, requests, seed_check
+
+from .reference import probe_reference
 
 SEM = Semantics("vllm")
 
@@ -80,19 +82,7 @@ def test_the_class_seeds_each_prompt_and_moves_with_the_plan_seed():
 
 @pytest.mark.parametrize("fault,state", [("", PASS), ("seed_ignored_in_draft", FAIL)])
 def test_the_reference_engine_passes_clean_and_fails_a_draft_that_ignores_the_seed(fault, state):
-    pytest.importorskip("fastapi")
-    from specscope.engine.decoder import SpecConfig
-    from specscope.serving.inprocess import in_process
-    from specscope.serving.server import Engine, EngineOptions
-
-    eng = Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=3, fault=fault),
-                               max_batch=8, hooks=False))
-    try:
-        with in_process(eng.app()) as transport:
-            result = probe("http://testserver", ProbePlan(classes=("seed",), fail_fast=False),
-                           transport=transport)
-    finally:
-        eng.close()
+    result = probe_reference(("seed",), fault)
     (check,) = result.checks
     assert check.state == state, format_probe(result)
     assert result.classes["seed"]["state"] == "checked"
@@ -111,3 +101,22 @@ def test_the_class_is_sent_only_to_engines_that_promise_seeds():
                        None, 0.0)
     assert capabilities(got)["seed"] == {"state": "not sent", "answered": 0, "requests": 1,
                                          "refused": 0, "server_said": not_sent("sglang")}
+
+
+def test_both_sendings_share_the_class_deadline():
+    import httpx
+
+    from specscope.probe.senders import send_seed
+
+    from .test_loop import URL, Engine
+
+    eng = Engine(delay_s=0.6)  # each request answered in 0.6 s, one in flight at a time
+    with httpx.Client(transport=eng.transport) as http:
+        got, _ = send_seed(URL, "vllm", "m", ProbePlan(classes=("seed",), deadline_s=1.0), [],
+                           5, None, http, 0.0)
+    # the first sending fits a request or two in the second the class had; the second sending
+    # has none left (it once started its own from scratch)
+    answered = [a for a in got if a.response is not None]
+    assert 1 <= len(answered) == len(eng.received) <= 2
+    assert all(a.phase == FIRST for a in answered)
+    assert all(a.not_sent for a in got if a.phase == AGAIN)
