@@ -20,19 +20,23 @@ FAULTS = {"stop_past_step": (("greedy", "stops"), "stops honoured"),
                                        "temperature honoured (top-p/unset-t)"),
           "batch_row_mixup": (("prefix",), "shared prefix honoured"),
           "seed_ignored_in_draft": (("seed",), "seed honoured"),
-          "prompt_logprobs_shifted": (("rescore",), "log-probabilities consistent")}
+          "prompt_logprobs_shifted": (("rescore",), "log-probabilities consistent"),
+          "logprobs_at_limit": (("limit",), "context limit honoured"),
+          "prefix_cache_full_hit": (("prefix",), "shared prefix honoured")}
 #: the classes new to the probe, and the ones sent beside them on every engine
 NEW = ("greedy", "top-p/unset-t", "top-k/unset-t", "stops", "prefix")
 #: the seed and rescore classes, counted apart (rounds of their own on the same server)
 SEEDED = ("seed", "rescore")
+#: the limit class, counted apart too
+LIMITED = ("limit",)
 
 
-def _reference(fault: str = ""):
+def _reference(fault: str = "", **options):
     from specscope.engine.decoder import SpecConfig
     from specscope.serving.server import Engine, EngineOptions
 
     eng = Engine(EngineOptions(model="tiny", config=SpecConfig(num_steps=3, fault=fault),
-                               max_batch=8, hooks=False))
+                               max_batch=8, hooks=False, **options))
     if fault.startswith("min_tokens"):  # answers must end on their own: an end of sequence
         _give_eos(eng)
     return eng
@@ -58,11 +62,12 @@ def _give_eos(eng) -> None:
     eng.scheduler.decoder.eos = {collections.Counter(ids).most_common(1)[0][0]}
 
 
-def _probe_reference(fault: str, classes: tuple[str, ...], seed: int, fail_fast: bool = True):
+def _probe_reference(fault: str, classes: tuple[str, ...], seed: int, fail_fast: bool = True,
+                     **options):
     from specscope.probe import ProbePlan, probe
     from specscope.serving.inprocess import in_process
 
-    eng = _reference(fault)
+    eng = _reference(fault, **options)
     try:
         with in_process(eng.app()) as transport:
             return probe("http://reference", ProbePlan(classes=classes, seed=seed,
@@ -116,14 +121,14 @@ def _tally(results: list[Any], label: str, rounds: int, classes: tuple[str, ...]
 
 
 def _real(make, classes: tuple[str, ...], rounds: int, endpoint: str = "chat",
-          then: tuple[str, ...] = ()) -> list[Any]:
+          then: tuple[tuple[str, ...], ...] = ()) -> list[Any]:
     """``rounds`` clean probe rounds of ``classes`` on one server; with ``then``, as many
-    rounds of those classes after them, on the same server (returned after the first's)."""
+    rounds of each of those class sets after them, on the same server (returned in order)."""
     from specscope.probe import ProbePlan, probe
 
     out = []
     with make() as srv:
-        for sent in (classes, then) if then else (classes,):
+        for sent in (classes, *then):
             for i in range(rounds):
                 out.append(probe(srv.url, ProbePlan(classes=sent, seed=1000 + 100 * i,
                                                     endpoint=endpoint, requests=12,
@@ -132,15 +137,18 @@ def _real(make, classes: tuple[str, ...], rounds: int, endpoint: str = "chat",
     return out
 
 
-def _tallies(results: list[Any], label: str, rounds: int) -> list[Row]:
-    """The rows of ``_real(..., then=SEEDED)``: the new classes', then the later ones'."""
-    return [_tally(results[:rounds], label, rounds),
-            _tally(results[rounds:], label, rounds, classes=SEEDED)]
+def _tallies(results: list[Any], label: str, rounds: int,
+             then: tuple[tuple[str, ...], ...] = (SEEDED, LIMITED)) -> list[Row]:
+    """The rows of ``_real(..., then=then)``: the new classes', then each later set's."""
+    return [_tally(results[:rounds], label, rounds)] + [
+        _tally(results[rounds * (i + 1):rounds * (i + 2)], label, rounds, classes=sent)
+        for i, sent in enumerate(then)]
 
 
-def sglang_server(tmp: Path, method: str | None, name: str):
+def sglang_server(tmp: Path, method: str | None, name: str, extra: tuple[str, ...] = ()):
     """A maker of the real SGLang's server (SmolLM2, ``method`` drafting with the model itself,
-    None: no speculation; its CPU verify repaired), or None where SGLang is not installed."""
+    None: no speculation; its CPU verify repaired; ``extra``: more of its flags), or None where
+    SGLang is not installed."""
     from specscope.engine.models import smollm2_dir
     from specscope.serving.sglang import (SglangServer, sglang_checkpoint, sglang_python,
                                           speculative_args)
@@ -154,7 +162,7 @@ def sglang_server(tmp: Path, method: str | None, name: str):
     spec = speculative_args(method, draft=model) if method else []
     return lambda: SglangServer(
         model=model, spec=spec, python=python, launcher=launcher, work_dir=tmp / name,
-        log=tmp / f"{name}.log",
+        log=tmp / f"{name}.log", extra_args=list(extra),
         env={"TORCHDYNAMO_DISABLE": "1", "SGLANG_STANDIN_REPAIRED_VERIFY": "1"})
 
 
@@ -184,18 +192,19 @@ def _real_rows(tmp: Path, rounds: int) -> list[Row]:
             classes = tuple(c for c in NEW if c != "top-k/unset-t")
             rows += _tallies(_real(lambda: VllmServer(
                 model=smollm2_dir(), spec=spec, trace_dir=tmp / "vllm", log=tmp / "vllm.log",
-                env={"SPECSCOPE_TEST_FIX": "cpu_expand"}), classes, rounds, then=SEEDED),
+                env={"SPECSCOPE_TEST_FIX": "cpu_expand"}), classes, rounds, then=(SEEDED, LIMITED)),
                 "vLLM CPU, SmolLM2 + 4-bit draft k 3 (repaired expand kernel; top-k/unset-t "
                 "left out: the CPU build crashes on top-k under speculation)", rounds)
     except ImportError:
         pass
-    standalone = sglang_server(tmp, "STANDALONE", "sglang")
+    # (its context as vLLM's: the limit class's prompts fill it)
+    standalone = sglang_server(tmp, "STANDALONE", "sglang", ("--context-length", "1024"))
     if standalone is not None:
-        rows += _tallies(_real(standalone, NEW, rounds, then=SEEDED),
+        rows += _tallies(_real(standalone, NEW, rounds, then=(SEEDED, LIMITED)),
                          "SGLang 0.5.21 CPU, SmolLM2, STANDALONE repaired, chat API", rounds)
     llamacpp = llamacpp_server()
     if llamacpp is not None:
-        rows += _tallies(_real(llamacpp, NEW, rounds, then=SEEDED),
+        rows += _tallies(_real(llamacpp, NEW, rounds, then=(SEEDED, LIMITED)),
                          "llama.cpp build 11434, SmolLM2, speculation draft-simple k 3", rounds)
     return rows
 
@@ -204,11 +213,15 @@ def bench_probe_classes(reps: int) -> list[Row]:
     import tempfile
 
     rows = _fault_rows(max(3, reps))
-    for classes in (NEW, SEEDED):
+    for classes in (NEW, SEEDED, LIMITED):
         rows.append(_tally([_probe_reference("", classes, seed=100 * i, fail_fast=False)
                             for i in range(max(3, reps))],
                            "the reference engine (tiny model, chain of 3, in process)",
                            max(3, reps), classes=classes))
+    rows.append(_tally([_probe_reference("", ("prefix",), seed=100 * i, fail_fast=False,
+                                         prefix_cache=True) for i in range(max(3, reps))],
+                       "the reference engine with its prefix cache (--prefix-cache)",
+                       max(3, reps), classes=("prefix",)))
     with tempfile.TemporaryDirectory() as tmp:
         rows += _real_rows(Path(tmp), max(3, reps))
     return rows

@@ -30,9 +30,11 @@ long shared prefix, alone, repeated and at concurrency, against the alone answer
 penalties (greedy with presence_penalty 1.0 and frequency_penalty 0.5), min-p
 (temperature 0.8 with min_p 0.1, read by the truncation check alone), seed (four
 prompts at temperature 0.8, each with a seed of its own, sent alone twice; not to SGLang,
-which follows seeds only under --enable-deterministic-inference) and rescore
+which follows seeds only under --enable-deterministic-inference), rescore
 (eight greedy answers sent back whole as prompts with prompt_logprobs: vLLM and the
-reference engine). A class
+reference engine) and limit (eight greedy prompts sized to leave about 24 tokens of the
+server's context, each asked for exactly that room with ignore_eos; sent where the server says
+its context, up to 32,768 tokens). A class
 whose requests the server refuses (HTTP 400) is reported as not supported, never a FAIL or an
 ERROR.
 
@@ -73,6 +75,12 @@ What it checks, per class, from the engine's own log-probabilities:
   consistent              log-probabilities against the same tokens scored as a prompt; two
                           answers with two tokens 0.5 nats apart FAIL; PASS after 7 answers
                           that agree (rules out disagreeing answers in half or more)
+  context limit honoured  (--classes ...,limit) no answer runs past the room its prompt leaves,
+                          and (vLLM, the reference engine) its tokens' returned figures agree
+                          with their scoring as a prompt (0.5 nats) and each is the scored
+                          argmax; FAIL at two faulty answers; PASS after 7 answers at the end
+                          of the context (one ended by length short of its room is the
+                          engine's own reserve: said, not judged)
   penalties honoured      (--classes ...,penalties) every committed token is its position's
                           argmax once penalised, scored from raw log-probabilities with the
                           answer's own counts; one a penalised rival beats by more than the

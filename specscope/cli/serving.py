@@ -13,6 +13,7 @@ def _cmd_serve_engine(args: argparse.Namespace) -> int:
     opts = EngineOptions(model=args.model, draft=args.draft, tokenizer=args.tokenizer,
                          config=spec_config(args), max_batch=args.max_batch,
                          max_queue=args.max_queue, seed=args.seed, stats_every=args.stats_every,
+                         prefix_cache=args.prefix_cache,
                          hooks=not args.no_hooks, trace=args.trace, trace_roll_s=args.trace_roll_s, run_id=args.run_id or "",
                          collector_url=args.collector,
                          labels=dict(kv.split("=", 1) for kv in args.label))
@@ -104,6 +105,9 @@ def register(sub) -> None:
     se.add_argument("--port", type=int, default=8000)
     se.add_argument("--max-batch", type=int, default=8, help="requests in the running batch")
     se.add_argument("--max-queue", type=int, default=1024, help="waiting requests before 503")
+    se.add_argument("--prefix-cache", action="store_true", help="reuse the KV of the longest "
+                    "prefix a prompt shares with a recent one (whole 16-token blocks, or the "
+                    "whole prompt); default off: every prompt prefilled whole")
     se.add_argument("--seed", type=int, default=0)
     se.add_argument("--stats-every", type=int, default=8,
                     help="sampling-truth statistics on one verify step in N (default 8)")

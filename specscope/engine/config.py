@@ -47,12 +47,18 @@ from .policy import parse_policy
 #: prefill chunk's offset): they disagree with the log-probabilities the same tokens got when
 #: they were generated (the probe's rescore class; vLLM #53488 returned prompt log-probabilities
 #: wildly wrong for some requests under MTP with chunked prefill)
+#: logprobs_at_limit: the log-probabilities returned for tokens of a verify step that reaches the
+#: end of the served context read one position late (the tokens are right): the figures near
+#: max_model_len lie (the probe's limit class; needs the decoder's ``context``)
+#: prefix_cache_full_hit: a prompt found whole in the prefix cache has its last token computed
+#: again from an input slot never written (token 0), not from the token: a repeated prompt's
+#: answer parts from its first (the probe's prefix class; brings a prefix cache of its own)
 FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
           "greedy_second_choice", "temperature_twice", "top_p_ignored", "residual_argmax",
           "bonus_argmax", "accept_ignores_q", "stop_past_step", "length_past_step",
           "unset_temperature_greedy", "batch_row_mixup", "penalty_first_only",
           "min_tokens_first_only", "stop_token_past_step", "seed_ignored_in_draft",
-          "prompt_logprobs_shifted")
+          "prompt_logprobs_shifted", "logprobs_at_limit", "prefix_cache_full_hit")
 #: the faults that live in speculative sampling's chain verify
 CHAIN_FAULTS = ("draft_prob_shortcut", "residual_argmax", "bonus_argmax", "accept_ignores_q",
                 "seed_ignored_in_draft")

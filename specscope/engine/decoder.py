@@ -19,6 +19,7 @@ from .batch import Batch, Output, Request, Row  # noqa: F401 (Output, Request re
 from .config import FAULTS, SpecConfig, row_modes  # noqa: F401 (re-exported)
 from .kv import BatchKV, causal, feed_pending, like_lengths
 from .policy import parse_policy
+from .prefix import PrefixCache, seeded
 from .tree import draft_tree, walk_tree
 
 
@@ -28,8 +29,12 @@ class SpeculativeDecoder:
     def __init__(self, target: torch.nn.Module, draft: torch.nn.Module | None, config: SpecConfig,
                  *, recorder=None, eos_ids: tuple[int, ...] = (), seed: int = 0,
                  device: str | torch.device = "cpu", run_id: str = "", policy=None,
-                 detokenize: Callable[[list[int]], str] | None = None) -> None:
-        """``detokenize``: output tokens -> text, for the request records (none: no text)."""
+                 detokenize: Callable[[list[int]], str] | None = None,
+                 context: int | None = None, prefix_cache: PrefixCache | None = None) -> None:
+        """``detokenize``: output tokens -> text, for the request records (none: no text).
+        ``context``: the served context (max_model_len), where a server sets one.
+        ``prefix_cache``: the target's prefix cache (none: every prompt prefilled whole; the
+        ``prefix_cache_full_hit`` fault brings one of its own)."""
         if config.uses_draft_model and draft is None:
             raise ValueError("speculation needs a draft model")
         #: k per step (engine/policy.py): the config's, unless one is given
@@ -43,6 +48,9 @@ class SpeculativeDecoder:
         self.rank = recorder.rank if recorder else 0
         self.step_index = 0
         self._warned = False
+        self.context = context
+        self.prefix_cache = prefix_cache if prefix_cache is not None or \
+            config.fault != "prefix_cache_full_hit" else PrefixCache()
 
     # ------------------------------------------------------------------ helpers
     def _phase(self, name: str):
@@ -105,11 +113,28 @@ class SpeculativeDecoder:
                      None if r.seed is None else
                      torch.Generator(device=dev).manual_seed(r.seed))
                 for r in requests]
-        groups = like_lengths(rows, lambda row: len(row.committed))
-        rows = [row for group in groups for row in group]
+        cache = self.prefix_cache
+        hits = {id(row): hit for row in rows
+                for hit in [cache.lookup(row.committed) if cache is not None else (0, [])]
+                if hit[0]}
+        warm = [row for row in rows if id(row) in hits]  # each from its cached prefix, alone
+        groups = like_lengths(cold, lambda row: len(row.committed)) if (
+            cold := [row for row in rows if id(row) not in hits]) else []
+        rows = warm + [row for group in groups for row in group]
         kv_t = BatchKV(self.target, 0, dev)
         with self._phase("prefill"):
             parts = []
+            for row in warm:
+                n, layers = hits[id(row)]
+                pending = row.committed[n:]
+                if n == len(row.committed):  # found whole: its last token computed again, for
+                    n -= 1  # its logits (the fault: from an input slot never written, token 0)
+                    layers = [(k[:, :, :n], v[:, :, :n]) for k, v in layers]
+                    pending = [0] if self.cfg.fault == "prefix_cache_full_hit" else \
+                        row.committed[n:]
+                kv_r = seeded(self.target, layers, dev)
+                parts.append(feed_pending(kv_r, [pending], [n]))
+                kv_t.merge(kv_r)
             for group in groups:
                 kv_g = BatchKV(self.target, len(group), dev)
                 parts.append(feed_pending(kv_g, [row.committed for row in group], [0] * len(group)))
@@ -120,7 +145,9 @@ class SpeculativeDecoder:
             first = sampling.sample_from(probs, self._gens(rows)).tolist()
             if not self.cfg.num_steps:
                 self._top2(rows, logits)
-        for row in rows:
+        for k, row in enumerate(rows):
+            if cache is not None:
+                cache.store(row.committed, kv_t, k)
             row.cached_t = len(row.committed)
             if row.req.prompt_logprobs is not None:  # a scoring pass of its own (no cache)
                 row.out.prompt_logprobs = logprobs.prompt(
@@ -396,10 +423,13 @@ class SpeculativeDecoder:
             keep = torch.zeros(b, n, dtype=torch.bool, device=dev)
             keep.scatter_(1, keep_idx, True)
         kv_t.invalidate_tail(keep)
+        shifted = [cfg.fault == "logprobs_at_limit" and self.context is not None
+                   and len(row.committed) + d + 1 >= self.context for row in rows]
         for k, row in enumerate(rows):
             row.cached_t = len(row.committed) + acc[k]
         return [self._commit(row, toks[k][:acc[k] + 1], on_chunk,
-                             self._lps(row, raw[k], toks[k][:acc[k] + 1])
+                             self._lps(row, torch.cat([raw[k][1:], raw[k][-1:]]) if shifted[k]
+                                       else raw[k], toks[k][:acc[k] + 1])
                              if keep_idx is None else None)
                 for k, row in enumerate(rows)], acc
 

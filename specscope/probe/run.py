@@ -20,12 +20,13 @@ from .distribution import distribution_check
 from .sharpness import sharpness_check
 from .result import ERROR, ProbeResult
 from .verified import guard, infer_ngram, select
-from . import prefix, rescore, seed
+from . import limit, prefix, rescore, seed
 from .penalties import PENALTIES, penalty_check, rescored
+from .limit import LIMIT
 from .prefix import PREFIX
 from .seed import SEED
 from .rescore import RESCORE
-from .senders import send_prefix, send_rescore, send_seed, send_stops
+from .senders import send_limit, send_prefix, send_rescore, send_seed, send_stops
 from .stops import STOPS, base_of, is_cut, not_sent, stops_check
 from .workload import APART, CLASSES, MIN_P, RISKY, ProbePlan, class_code
 
@@ -108,8 +109,9 @@ def ask(url: str, engine: str, model: str, plan: ProbePlan, sem: Semantics, dtyp
         return lambda done: overall(run_checks(before + list(done), sem, dtype)) == FAIL
 
     # (in reverse sending order: popped from the end)
-    apart = {c: sender for c, sender in ((RESCORE, send_rescore), (SEED, send_seed),
-                                         (STOPS, send_stops), (PREFIX, send_prefix))
+    apart = {c: sender for c, sender in ((LIMIT, send_limit), (RESCORE, send_rescore),
+                                         (SEED, send_seed), (STOPS, send_stops),
+                                         (PREFIX, send_prefix))
              if c in plan.classes}
 
     def cut(answers: list[Answer], took: int) -> tuple[list[Answer], int]:
@@ -182,7 +184,10 @@ def capabilities(answers: list[Answer]) -> dict[str, dict[str, Any]]:
         # (the stops and rescore classes' own uncut answers are plain greedy requests: their
         # cuts and scorings say)
         mine = [a for a in answers if a.cls == cls and (cls != STOPS or is_cut(a.sampling))
-                and (cls != RESCORE or a.phase != rescore.BASE)]
+                and (cls != RESCORE or a.phase != rescore.BASE)
+                and (cls != LIMIT or a.phase in (limit.ANSWER, ""))]
+        # (the limit class's sizing requests say where no answer was asked for)
+        mine = mine or [a for a in answers if a.cls == cls]
         answered = sum(1 for a in mine if a.response is not None)
         no = [a for a in mine if a.response is None and a.status == 400]
         if refused(mine):
@@ -310,6 +315,10 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
     if scorings and not refused(scorings):
         c = rescore_pairs(answers, scorings, sem)
         checks.append(replace(c, evidence={**c.evidence, "probe_class": RESCORE}))
+    ends = [a for a in answers if a.cls == LIMIT and a.phase == limit.ANSWER]
+    if ends and not refused(ends):
+        c = limit_answers(answers, ends, sem, dtype)
+        checks.append(replace(c, evidence={**c.evidence, "probe_class": LIMIT}))
     seeded = [a for a in answers if a.cls == SEED]
     if any(a.phase for a in seeded) and not refused(seeded):
         c = seed.seed_check(seeded, sem)
@@ -353,6 +362,26 @@ def rescore_pairs(answers: list[Answer], scorings: list[Answer], sem: Semantics)
         if s.response is not None and hit is not None:
             pairs.append((hit[0], s, hit[1], hit[2]))
     return rescore.rescore_check(pairs, processed=sem.processed)
+
+
+def limit_answers(answers: list[Answer], ends: list[Answer], sem: Semantics,
+                  dtype: str) -> Assessment:
+    """The limit check over each answer sent to the end of the context and its scoring (found
+    by its token ids), where the figures are raw."""
+    scorings = {tuple(a.sampling.get("prompt_ids") or ()): a for a in answers
+                if a.cls == LIMIT and a.phase == limit.SCORE and a.response is not None}
+    judged, context = [], None
+    for a in ends:
+        if a.response is None:
+            continue
+        ids = token_ids(a.response)
+        score = (scorings.get(tuple(ids[0] + ids[1][:-1]))
+                 if ids is not None and not sem.processed else None)
+        judged.append(limit.judge(a, score, ids, tie_margin(dtype)))
+        p = limit.usage(a.response)[0]
+        context = context or (p + int(a.sampling["max_tokens"]) if p is not None else None)
+    return limit.limit_check(judged, context, bool(scorings), sem.processed,
+                             [int(a.sampling["max_tokens"]) for a in ends if a.response])
 
 
 def against_reference(reference: str, plan: ProbePlan, answers: list[Answer], dtype: str,

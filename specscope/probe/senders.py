@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from . import prefix, rescore, seed
+from . import limit, prefix, rescore, seed
 from .client import Answer, send, token_ids
 from .stops import BASES, STOPS, base_of, cuts, not_sent
 from .prefix import PREFIX
@@ -164,4 +164,73 @@ def send_rescore(url: str, engine: str, model: str, plan: ProbePlan, answers: li
         for a in scored:
             a.phase = rescore.SCORE
         got += scored
+    return _indexed(got, answers), took
+
+
+def send_limit(url: str, engine: str, model: str, plan: ProbePlan, answers: list[Answer],
+               top_logprobs: int, stop: Any, http: Any, t0: float) -> tuple[list[Answer], int]:
+    """The limit class's requests (``limit.py``): a document sized to the server's context
+    (halved while refused), each prompt's size measured, each answer asked for exactly the room
+    its prompt leaves, and (where the engine takes token ids as a prompt) each answer but its
+    last token scored. Not sent where the server does not say its context."""
+    def json_of(path: str) -> Any:
+        try:
+            return http.get(url.rstrip("/") + path, timeout=plan.timeout_s).json()
+        except (httpx.HTTPError, ValueError):
+            return {}
+
+    context = limit.context_of(json_of("/v1/models"), json_of("/props"))
+    if context is None or context > limit.MAX_CONTEXT:
+        why = ("the server does not say its context (max_model_len on /v1/models, n_ctx on "
+               "/props)" if context is None else f"its context of {context} tokens is over "
+               f"{limit.MAX_CONTEXT}: start it with a shorter one to check the context's end")
+        return _indexed([Answer(limit.LIMIT, "", {}, not_sent=why)], answers), top_logprobs
+    end = time.monotonic() + plan.deadline_s
+    took = top_logprobs
+    got: list[Answer] = []
+
+    def sending(asks: list[tuple[str, str, dict]], phase: str) -> list[Answer]:
+        nonlocal took
+        sent, took = send(url, engine, model, replace(plan, deadline_s=max(0.0, end - time.monotonic())),
+                          asks, took, stop, client=http, t_start=t0)
+        for a in sent:
+            a.phase = phase
+        got.extend(sent)
+        return sent
+
+    measure = {"temperature": 0.0, "max_tokens": 1}
+    chars = (context - limit.ROOM) * prefix.CHARS_PER_TOKEN
+    parts = (*REPETITIVE, *OPEN_ENDED)
+    fits: list[tuple[int, int]] = []  # (characters, tokens) measured
+    too_long: int | None = None
+    for _ in range(limit.SIZING):  # the document's size: halved while refused, then along the
+        tried = sending([(limit.LIMIT, limit.prompts(prefix.document(chars, parts), 1)[0],  # line
+                          measure)], limit.MEASURE)[0]  # through the sizes measured
+        tokens = limit.usage(tried.response or {})[0]
+        if tried.status == 400 and chars > 1:
+            too_long = min(too_long or chars, chars)
+            chars = limit.next_size(context, fits, too_long) if fits else chars // 2
+            continue
+        if tokens is None or any(a.engine_failed for a in got):
+            return _indexed(got, answers), took  # unmeasured, or the engine failed: said so
+        fits.append((chars, tokens))
+        if limit.sized(context, tokens):
+            break
+        chars = limit.next_size(context, fits, too_long)
+    else:
+        why = f"no prompt could be sized to the end of the context in {limit.SIZING} tries"
+        got.append(Answer(limit.LIMIT, "", {}, not_sent=why))
+        return _indexed(got, answers), took
+    asks = limit.prompts(prefix.document(chars, parts))  # (the first is the one just measured)
+    measured = [tried] + sending([(limit.LIMIT, p, measure) for p in asks[1:]], limit.MEASURE)
+    fields = [(a.prompt, limit.answer_fields(context, limit.usage(a.response or {})[0] or context))
+              for a in measured if a.response is not None]
+    done = sending([(limit.LIMIT, p, f) for p, f in fields if f is not None], limit.ANSWER)
+    if not rescore.not_sent(engine) and not any(a.engine_failed for a in got):
+        scorings = []
+        for a in done:
+            ids = token_ids(a.response) if a.response is not None else None
+            if ids is not None and ids[1]:
+                scorings.append((limit.LIMIT, a.prompt, rescore.scoring(ids[0], ids[1][:-1])))
+        sending(scorings, limit.SCORE)
     return _indexed(got, answers), took

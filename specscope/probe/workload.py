@@ -14,6 +14,7 @@ from typing import Any
 from .. import sampling
 from .ngram import NgramSettings
 from .penalties import FIELDS as PENALTY_FIELDS, PENALTIES
+from .limit import LIMIT
 from .prefix import PREFIX
 from .rescore import RESCORE
 from .seed import SEED
@@ -42,7 +43,7 @@ CLASSES[MIN_P] = {"temperature": 0.8, "min_p": 0.1}
 RISKY = ("top-k", "top-k" + UNSET_T)
 #: every class the probe knows (``--classes all``), the risky ones sent last whatever the order
 #: the classes sent apart from the rounds, each once (``senders.py``)
-APART = (STOPS, PREFIX, SEED, RESCORE)
+APART = (STOPS, PREFIX, SEED, RESCORE, LIMIT)
 ALL_CLASSES = (*CLASSES, *APART)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..engine.decoder import SpecConfig, SpeculativeDecoder
 from ..engine.models import load_pair
+from ..engine.prefix import PrefixCache
 from ..engine.workload import run_record
 from .api import Served, create_app
 from .scheduler import Scheduler
@@ -27,6 +28,8 @@ class EngineOptions:
     config: SpecConfig = field(default_factory=SpecConfig)
     max_batch: int = 8
     max_queue: int = 1024
+    #: the target's prefix cache (``engine/prefix.py``); off: every prompt prefilled whole
+    prefix_cache: bool = False
     max_tokens_limit: int = 4096
     seed: int = 0
     stats_every: int = 8  #: sampling-truth statistics on one verify step in N
@@ -68,17 +71,18 @@ class Engine:
             run = run_record(self.run_id, pair, cfg, "served", dict(opts.labels))
             self.recorder = Recorder(run, sinks=sinks,
                                      stats_policy=every_n(max(opts.stats_every, 1))).start()
+        context = getattr(pair.target.config, "max_position_embeddings", None)
         decoder = SpeculativeDecoder(pair.target, pair.draft if cfg.num_steps else None, cfg,
                                      recorder=self.recorder, eos_ids=pair.eos_ids, seed=opts.seed,
-                                     run_id=self.run_id)
+                                     run_id=self.run_id, context=context,
+                                     prefix_cache=PrefixCache() if opts.prefix_cache else None)
         self.scheduler = Scheduler(decoder, max_batch=opts.max_batch,
                                    max_queue=opts.max_queue).start()
         vocab = pair.target.config.vocab_size
         self.served = Served(self.scheduler, Codec(pair.tokenizer, vocab), pair.name,
                              opts.max_tokens_limit, self.collector if opts.hooks else None,
                              fault=cfg.fault,
-                             max_model_len=getattr(pair.target.config, "max_position_embeddings",
-                                                   None))
+                             max_model_len=context)
 
     def app(self):
         return create_app(self.served)

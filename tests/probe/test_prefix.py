@@ -74,9 +74,12 @@ def test_the_prefix_is_sized_from_the_context_and_shared():
     assert len(set(asks)) == len(asks) and len(asks[0]) == max(map(len, asks))
 
 
-@pytest.mark.parametrize("fault,state", [("", PASS), ("batch_row_mixup", FAIL)])
-def test_the_reference_engine_passes_clean_and_fails_a_batch_row_fault(fault, state):
-    result = probe_reference(("prefix",), fault)
+@pytest.mark.parametrize("fault,cache,state", [
+    ("", False, PASS), ("", True, PASS), ("batch_row_mixup", False, FAIL),
+    ("prefix_cache_full_hit", False, FAIL)])
+def test_the_reference_engine_passes_clean_and_fails_a_batch_row_or_prefix_cache_fault(
+        fault, cache, state):
+    result = probe_reference(("prefix",), fault, prefix_cache=cache)
     (check,) = result.checks
     assert check.state == state, format_probe(result)
     # the tiny model's context (1,024 tokens, a token a character) refused the first two sizes:
@@ -85,3 +88,5 @@ def test_the_reference_engine_passes_clean_and_fails_a_batch_row_fault(fault, st
     assert said["state"] == "checked" and said["refused"] == 0, said
     assert {a.phase for a in result.answers} == {ALONE, REPEATED, CONCURRENT}
     assert all(len(a.prompt) > 480 for a in result.answers)  # 2,048 and 1,024 characters refused
+    if fault == "prefix_cache_full_hit":  # the first of each prompt right, every repeat wrong
+        assert check.evidence["faults"] == 15 and "(repeated)" in check.evidence["message"]
