@@ -192,16 +192,21 @@ def _real_rows(tmp: Path, rounds: int) -> list[Row]:
             classes = tuple(c for c in NEW if c != "top-k/unset-t")
             rows += _tallies(_real(lambda: VllmServer(
                 model=smollm2_dir(), spec=spec, trace_dir=tmp / "vllm", log=tmp / "vllm.log",
-                env={"SPECSCOPE_TEST_FIX": "cpu_expand"}), classes, rounds, then=(SEEDED, LIMITED)),
+                env={"SPECSCOPE_TEST_FIX": "cpu_expand"}), classes, rounds,
+                then=(SEEDED, LIMITED)),
                 "vLLM CPU, SmolLM2 + 4-bit draft k 3 (repaired expand kernel; top-k/unset-t "
                 "left out: the CPU build crashes on top-k under speculation)", rounds)
     except ImportError:
         pass
-    # (its context as vLLM's: the limit class's prompts fill it)
-    standalone = sglang_server(tmp, "STANDALONE", "sglang", ("--context-length", "1024"))
+    standalone = sglang_server(tmp, "STANDALONE", "sglang")
     if standalone is not None:
-        rows += _tallies(_real(standalone, NEW, rounds, then=(SEEDED, LIMITED)),
-                         "SGLang 0.5.21 CPU, SmolLM2, STANDALONE repaired, chat API", rounds)
+        label = "SGLang 0.5.21 CPU, SmolLM2, STANDALONE repaired, chat API"
+        rows += _tallies(_real(standalone, NEW, rounds, then=(SEEDED,)), label, rounds,
+                         then=(SEEDED,))
+        # the limit class on a server whose context is vLLM's (its prompts fill it)
+        limited = sglang_server(tmp, "STANDALONE", "sglang-1024", ("--context-length", "1024"))
+        rows.append(_tally(_real(limited, LIMITED, rounds), label + ", --context-length 1024",
+                           rounds, classes=LIMITED))
     llamacpp = llamacpp_server()
     if llamacpp is not None:
         rows += _tallies(_real(llamacpp, NEW, rounds, then=(SEEDED, LIMITED)),

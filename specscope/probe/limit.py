@@ -1,17 +1,25 @@
-"""The limit class: greedy answers that run to the end of the server's context must stop exactly
-there, and the log-probabilities returned for their last tokens must be the ones the engine
-gives the same tokens scored as a prompt. Pure; no I/O, never imports torch.
+"""The limit class: greedy answers that run to the end of the server's context must stop there,
+and the figures returned for their tokens must be the ones the engine gives the same tokens
+scored as a prompt. Pure; no I/O, never imports torch.
 
 Near ``max_model_len`` a verify step is clipped: the drafts that would run past the context are
-not verified, and an engine that gets that wrong commits tokens past the end or
-returns figures for the wrong position (vLLM #38711: log-probabilities near ``max_model_len``).
-Each prompt is sized to leave about ``ROOM`` tokens of context (its own size measured first, with
-``max_tokens`` 1), then asked for exactly the room that is left, at temperature 0 with
-``ignore_eos``. An answer is faulty when it runs past the room or, where the engine scores token ids as a prompt (the rescore class's engines), a token of it
-whose returned figure is more than ``rescore.TOLERANCE_NATS`` from its scored one or that is
-not the scored argmax beyond the dtype's tie margin (an answer ended by length short of its
-room is the engine's own reserve: said, not judged). ``FAIL_ANSWERS`` faulty answers FAIL; PASS
-once ``positions_needed(RULES_OUT)`` answers reached the end of the context without a fault.
+not verified, and an engine that gets that wrong commits tokens past the end or returns figures
+for the wrong position (vLLM #38711: log-probabilities near ``max_model_len``). Each prompt is
+sized to leave about ``ROOM`` tokens of context (the rooms spread by about two tokens a prompt,
+so the answers meet the end at different places in a verify step; each prompt's size measured
+first, with ``max_tokens`` 1), then asked for exactly the room it leaves, at temperature 0 with
+``ignore_eos``.
+
+An answer with more tokens than its room FAILs at once (a count, not a statistic). Where the
+engine scores token ids as a prompt (the rescore class's engines), each answer but its last
+token is sent back with ``prompt_logprobs``, and that scoring's own greedy token is the
+target's choice at the context's last place: a token whose returned figure is more than
+``rescore.TOLERANCE_NATS`` from its scored one, or that is not the scored choice beyond the
+dtype's tie margin, is off; ``rescore.FAIL_POSITIONS`` off tokens make an answer faulty and
+``FAIL_ANSWERS`` faulty answers FAIL. An answer ended by length up to ``RESERVE`` tokens short
+of its room is the engine's own reserve (said, counted); one that ended earlier, or whose length
+is unknown, is not judged. PASS once ``positions_needed(RULES_OUT)`` answers reached the end of
+the context without a fault, saying how many had their figures compared.
 """
 
 from __future__ import annotations
@@ -27,10 +35,15 @@ LIMIT = "limit"
 CHECK = "context limit honoured"
 #: answers sent to the end of the context
 ANSWERS = 8
-#: tokens of context each prompt leaves for its answer (about: a prompt's size is measured)
+#: tokens of context the first prompt leaves for its answer (about: a prompt's size is
+#: measured); each later prompt leaves about ``SPREAD`` more
 ROOM = 24
+SPREAD = 2
 #: a prompt that leaves fewer tokens than this is not sent (one verify step could fill it)
 MIN_ROOM = 8
+#: an answer ended by length this many tokens short of its room or fewer is the engine's own
+#: reserve at the end of its context (llama.cpp 11434 keeps 1, SGLang 0.5.21 keeps 2)
+RESERVE = 2
 #: a server whose context is longer is not sent the class (its prompts would be that long;
 #: start the server with a shorter context to check its end)
 MAX_CONTEXT = 32768
@@ -38,7 +51,7 @@ MAX_CONTEXT = 32768
 SIZING = 8
 #: the sendings: the prompt's size (``max_tokens`` 1), the answer, and its scoring
 MEASURE, ANSWER, SCORE = "measure", "answer", "score"
-#: faulty answers that FAIL (one could be a quantised model's numerics at one position)
+#: faulty answers (by their figures) that FAIL; an answer past its room FAILs alone
 FAIL_ANSWERS = 2
 #: what a PASS rules out: faulty answers at the context's end in this share of requests or more
 RULES_OUT = 0.5
@@ -68,11 +81,10 @@ def usage(response: dict[str, Any]) -> tuple[int | None, int | None]:
     return (p if isinstance(p, int) else None, c if isinstance(c, int) else None)
 
 
-def prompts(document: str, n: int = ANSWERS) -> list[str]:
-    """``n`` prompts sharing ``document`` (so a prefix cache serves their measuring), each
-    asking to go on from another item."""
-    return [f"{document}\nGo on with the list above from item {i + 2}, one item per line."
-            for i in range(n)]
+def prompt(document: str, i: int) -> str:
+    """The ``i``-th prompt: ``document`` (a shared one: a prefix cache serves the measuring)
+    and a request to go on with it."""
+    return f"{document}\nGo on with the list above from item {i + 2}, one item per line."
 
 
 def chars_for(context: int, chars: int, tokens: int) -> int:
@@ -101,13 +113,32 @@ def sized(context: int, tokens: int) -> bool:
     return context - 2 * ROOM <= tokens <= context - MIN_ROOM
 
 
-def answer_fields(context: int, prompt_tokens: int) -> dict[str, Any] | None:
+def answer_fields(context: int, prompt_tokens: int | None) -> dict[str, Any] | None:
     """The greedy fields that ask for exactly the room ``prompt_tokens`` leave of ``context``;
-    None where it leaves less than ``MIN_ROOM``."""
-    room = context - prompt_tokens
-    if room < MIN_ROOM:
+    None where it leaves less than ``MIN_ROOM`` or the prompt's size is unknown."""
+    if prompt_tokens is None or context - prompt_tokens < MIN_ROOM:
         return None
-    return {"temperature": 0.0, "max_tokens": room, "ignore_eos": True}
+    return {"temperature": 0.0, "max_tokens": context - prompt_tokens, "ignore_eos": True}
+
+
+def scoring(prompt_ids: Sequence[int], output_ids: Sequence[int]) -> dict[str, Any]:
+    """The fields of an answer's scoring: its prompt and all but its last token as one prompt
+    (``rescore.scoring``), and the greedy token it gives there with its two best figures."""
+    return {**rescore.scoring(prompt_ids, output_ids[:-1]), "logprobs": 2,
+            "return_token_ids": True}
+
+
+def last_choice(response: dict[str, Any]) -> tuple[int, float | None] | None:
+    """A scoring's own greedy token (its id) and the margin of its top two figures (None
+    where fewer are given); None where the response does not say."""
+    choice = (response.get("choices") or [{}])[0]
+    ids = choice.get("token_ids")
+    if not isinstance(ids, list) or not ids:
+        return None
+    tops = ((choice.get("logprobs") or {}).get("top_logprobs") or [None])[0]
+    figures = sorted((v for v in tops.values() if isinstance(v, (int, float))), reverse=True) \
+        if isinstance(tops, dict) else []
+    return int(ids[0]), (figures[0] - figures[1] if len(figures) >= 2 else None)
 
 
 def tail_off(prompt_ids: Sequence[int], output_ids: Sequence[int], generated: Sequence[Any],
@@ -123,10 +154,10 @@ def tail_off(prompt_ids: Sequence[int], output_ids: Sequence[int], generated: Se
     for j, tok in enumerate(output_ids):
         at = len(prompt_ids) + j
         entry = scored[at] if at < len(scored) else None
-        s = rescore._figure(entry, tok)
+        s = rescore.figure(entry, tok)
         if s is None or j in seen or not isinstance(entry, dict):
             continue
-        best = max((f for f in (rescore._figure(entry, key) for key in entry) if f is not None),
+        best = max((f for f in (rescore.figure(entry, key) for key in entry) if f is not None),
                    default=s)
         if best - s > margin:
             out.append((j, f"not the argmax: {best - s:.3f} nats below it"))
@@ -135,26 +166,34 @@ def tail_off(prompt_ids: Sequence[int], output_ids: Sequence[int], generated: Se
 
 def judge(answer: Any, score: Any | None, ids: tuple[list[int], list[int]] | None,
           margin: float) -> tuple[str, str, int, float]:
-    """One answer at the context's end: ("pass" | "short" | "fault" | "early", what was seen,
-    tokens compared with its scoring, the largest gap). "short": ended by length before its
-    room, as an engine that keeps a token of its context does (not a fault)."""
+    """One answer at the context's end: (state, what was seen, tokens compared with its
+    scoring, the largest gap). States: "past" (more tokens than its room), "fault" (tokens off
+    their scoring), "pass", "short" (ended by length within ``RESERVE`` of its room), "early"
+    (ended before that, not judged) and "unknown" (its length not given)."""
     room = int(answer.sampling["max_tokens"])
     _, count = usage(answer.response)
-    got = count if count is not None else len(answer.positions)
+    got = count if count is not None else (len(ids[1]) if ids is not None else None)
+    if got is None:
+        return "unknown", "the engine gave neither its count nor its token ids", 0, 0.0
+    if got > room:
+        return "past", f"{got} tokens for a room of {room}", 0, 0.0
     finish = finish_reason(answer.response)
-    if got > room or len(answer.positions) > room:
-        return "fault", f"{max(got, len(answer.positions))} tokens for a room of {room}", 0, 0.0
-    if got < room and finish != "length":
+    if got < room and (finish != "length" or room - got > RESERVE):
         return "early", f"ended ({finish or 'unsaid'}) after {got} of {room} tokens", 0, 0.0
-    # (ended by length short of its room: the engine's own reserve at the end of its context,
-    # said, not judged; llama.cpp keeps one token)
     ends = "pass" if got == room else "short"
     said = "" if got == room else f"ended by length {room - got} short of its room of {room}"
     if score is None or score.response is None or ids is None:
         return ends, said, 0, 0.0
     scored = ((score.response or {}).get("choices") or [{}])[0].get("prompt_logprobs")
     off, n, largest = tail_off(ids[0], ids[1][:-1], answer.positions, scored, margin)
-    if off:
+    last = last_choice(score.response)
+    if last is not None and ids[1] and last[0] != ids[1][-1] and (
+            last[1] is None or last[1] > margin):
+        off.append((len(ids[1]) - 1, f"token {ids[1][-1]}, where the scoring's own greedy "
+                                     f"choice is {last[0]}"))
+    if last is not None:
+        n += 1
+    if len(off) >= rescore.FAIL_POSITIONS:
         j, what = off[0]
         return ("fault", f"{len(off)} of {n} tokens off their scoring, the first at output "
                 f"position {j} of {room}: {what}", n, largest)
@@ -162,28 +201,31 @@ def judge(answer: Any, score: Any | None, ids: tuple[list[int], list[int]] | Non
 
 
 def limit_check(judged: Sequence[tuple[str, str, int, float]], context: int | None,
-                scored: bool, processed: bool = False, rooms: Sequence[int] = ()) -> Assessment:
-    """The class's verdict over each answer's ``judge``. ``scored``: the tokens were compared
-    with their scoring (the engine takes token ids as a prompt); ``rooms``: the tokens each
-    answer was asked for."""
+                processed: bool = False, rooms: Sequence[int] = (),
+                reason: str = "") -> Assessment:
+    """The class's verdict over each answer's ``judge``; ``rooms``: the tokens each answer was
+    asked for; ``reason``: why no answer was asked for, where none was."""
     need = positions_needed(RULES_OUT)
-    seen = {"pass": 0, "short": 0, "fault": 0, "early": 0}
+    seen = {s: 0 for s in ("pass", "short", "fault", "past", "early", "unknown")}
     faults, shorts = [], []
-    compared, gap = 0, 0.0
+    compared, gap, scored = 0, 0.0, 0
     for state, what, n, largest in judged:
         seen[state] += 1
         compared += n
         gap = max(gap, largest)
-        if state == "fault":
+        if state in ("fault", "past"):
             faults.append(what)
         elif state == "short":
             shorts.append(what)
+        if state in ("pass", "short") and n:
+            scored += 1
+    good = seen["pass"] + seen["short"]
     ev: dict[str, Any] = {"mode_requested": "greedy", "context": context,
                           "room_tokens": [min(rooms), max(rooms)] if rooms else None,
-                          "answers": len(judged),
-                          "at_the_end": len(judged) - seen["early"], "faults": seen["fault"],
-                          "ended_early": seen["early"], "short_of_room": seen["short"],
-                          "tails_scored": scored and not processed,
+                          "answers": len(judged), "at_the_end": good + seen["fault"],
+                          "past_the_room": seen["past"], "faults": seen["fault"],
+                          "ended_early": seen["early"], "length_unknown": seen["unknown"],
+                          "short_of_room": seen["short"], "answers_scored": scored,
                           "tokens_compared": compared,
                           "largest_gap_nats": gap if compared else None,
                           "passes_needed": need, "fail_answers": FAIL_ANSWERS,
@@ -192,20 +234,20 @@ def limit_check(judged: Sequence[tuple[str, str, int, float]], context: int | No
         ev["message"] = f"{len(faults)} of {len(judged)} answers: {faults[0]}"
     elif shorts:
         ev["note"] = (f"{len(shorts)} of {len(judged)} answers ended short of their room, the "
-                      f"first {shorts[0].removeprefix('ended ')} (the engine's own reserve, not "
-                      "judged)")
-    good = seen["pass"] + seen["short"]
-    if seen["fault"] >= FAIL_ANSWERS:
+                      f"first {shorts[0].removeprefix('ended ')} (the engine's own reserve)")
+    if seen["past"] or seen["fault"] >= FAIL_ANSWERS:
         return Assessment(CHECK, FAIL, ev)
     if good >= need and not faults:
-        what = ("lengths and returned log-probabilities" if ev["tails_scored"]
+        what = ("lengths and returned log-probabilities" if scored >= need and not processed
+                else f"lengths; returned log-probabilities compared in {scored} of them"
+                if scored and not processed
                 else "lengths only: the tokens' figures not scored here")
         ev["rules_out"] = (f"rules out answers at the end of the context going wrong in "
                            f"{RULES_OUT:.0%} or more of requests like these ({what})"
                            + (f"; {ev['note']}" if shorts else ""))
         return Assessment(CHECK, PASS, ev)
     if not judged:
-        ev["reason"] = "no answer reached the end of the context"
+        ev["reason"] = reason or "no answer reached the end of the context"
         return Assessment(CHECK, INCONCLUSIVE, ev)
     ev["lean"] = "fault" if faults else "honest"
     return Assessment(CHECK, INCONCLUSIVE, ev, max(need - good, 0) or None, "answers")

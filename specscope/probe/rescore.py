@@ -57,7 +57,7 @@ def scoring(prompt_ids: Sequence[int], output_ids: Sequence[int]) -> dict[str, A
     return {"temperature": 0.0, "prompt_ids": [*prompt_ids, *output_ids], "prompt_logprobs": 1}
 
 
-def _figure(entry: Any, token: int) -> float | None:
+def figure(entry: Any, token: int) -> float | None:
     """One token's log-probability in a ``prompt_logprobs`` entry ({id: {logprob} or float})."""
     if not isinstance(entry, dict):
         return None
@@ -78,7 +78,7 @@ def compare(prompt_ids: Sequence[int], output_ids: Sequence[int], generated: Seq
     off, compared, largest = [], 0, 0.0
     for j, (tok, pos) in enumerate(zip(output_ids, generated)):
         at = len(prompt_ids) + j
-        s = _figure(scored[at], tok) if at < len(scored) else None
+        s = figure(scored[at], tok) if at < len(scored) else None
         if s is None or pos.logprob is None:
             continue
         compared += 1

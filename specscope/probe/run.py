@@ -186,8 +186,8 @@ def capabilities(answers: list[Answer]) -> dict[str, dict[str, Any]]:
         mine = [a for a in answers if a.cls == cls and (cls != STOPS or is_cut(a.sampling))
                 and (cls != RESCORE or a.phase != rescore.BASE)
                 and (cls != LIMIT or a.phase in (limit.ANSWER, ""))]
-        # (the limit class's sizing requests say where no answer was asked for)
-        mine = mine or [a for a in answers if a.cls == cls]
+        if cls == LIMIT and not mine:  # (its sizing requests: where they were refused)
+            mine = [a for a in answers if a.cls == cls]
         answered = sum(1 for a in mine if a.response is not None)
         no = [a for a in mine if a.response is None and a.status == 400]
         if refused(mine):
@@ -315,8 +315,11 @@ def run_checks(answers: list[Answer], sem: Semantics, dtype: str = "") -> list[A
     if scorings and not refused(scorings):
         c = rescore_pairs(answers, scorings, sem)
         checks.append(replace(c, evidence={**c.evidence, "probe_class": RESCORE}))
-    ends = [a for a in answers if a.cls == LIMIT and a.phase == limit.ANSWER]
-    if ends and not refused(ends):
+    tried = [a for a in answers if a.cls == LIMIT]
+    ends = [a for a in tried if a.phase == limit.ANSWER]
+    # (sized and given up before any answer: INCONCLUSIVE, saying why)
+    gave_up = not ends and any(a.t_sent_s is not None for a in tried) and not refused(tried)
+    if (ends and not refused(ends)) or gave_up:
         c = limit_answers(answers, ends, sem, dtype)
         checks.append(replace(c, evidence={**c.evidence, "probe_class": LIMIT}))
     seeded = [a for a in answers if a.cls == SEED]
@@ -371,6 +374,7 @@ def limit_answers(answers: list[Answer], ends: list[Answer], sem: Semantics,
     scorings = {tuple(a.sampling.get("prompt_ids") or ()): a for a in answers
                 if a.cls == LIMIT and a.phase == limit.SCORE and a.response is not None}
     judged, context = [], None
+    why = next((a.not_sent for a in answers if a.cls == LIMIT and a.not_sent), "")
     for a in ends:
         if a.response is None:
             continue
@@ -380,8 +384,8 @@ def limit_answers(answers: list[Answer], ends: list[Answer], sem: Semantics,
         judged.append(limit.judge(a, score, ids, tie_margin(dtype)))
         p = limit.usage(a.response)[0]
         context = context or (p + int(a.sampling["max_tokens"]) if p is not None else None)
-    return limit.limit_check(judged, context, bool(scorings), sem.processed,
-                             [int(a.sampling["max_tokens"]) for a in ends if a.response])
+    return limit.limit_check(judged, context, sem.processed,
+                             [int(a.sampling["max_tokens"]) for a in ends if a.response], why)
 
 
 def against_reference(reference: str, plan: ProbePlan, answers: list[Answer], dtype: str,

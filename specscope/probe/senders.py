@@ -170,9 +170,11 @@ def send_rescore(url: str, engine: str, model: str, plan: ProbePlan, answers: li
 def send_limit(url: str, engine: str, model: str, plan: ProbePlan, answers: list[Answer],
                top_logprobs: int, stop: Any, http: Any, t0: float) -> tuple[list[Answer], int]:
     """The limit class's requests (``limit.py``): a document sized to the server's context
-    (halved while refused), each prompt's size measured, each answer asked for exactly the room
-    its prompt leaves, and (where the engine takes token ids as a prompt) each answer but its
-    last token scored. Not sent where the server does not say its context."""
+    (halved while refused, then along the line through the sizes measured), each prompt's size
+    measured, each answer asked for exactly the room its prompt leaves, and (where the engine
+    takes token ids as a prompt) each answer but its last token scored. Not sent where the
+    server does not say its context; where no answer could be asked for, one answer says why
+    (the check is then INCONCLUSIVE)."""
     def json_of(path: str) -> Any:
         try:
             return http.get(url.rstrip("/") + path, timeout=plan.timeout_s).json()
@@ -191,46 +193,60 @@ def send_limit(url: str, engine: str, model: str, plan: ProbePlan, answers: list
 
     def sending(asks: list[tuple[str, str, dict]], phase: str) -> list[Answer]:
         nonlocal took
-        sent, took = send(url, engine, model, replace(plan, deadline_s=max(0.0, end - time.monotonic())),
-                          asks, took, stop, client=http, t_start=t0)
+        left = replace(plan, deadline_s=max(0.0, end - time.monotonic()))
+        sent, took = send(url, engine, model, left, asks, took, stop, client=http, t_start=t0)
         for a in sent:
             a.phase = phase
         got.extend(sent)
         return sent
+
+    def given_up(why: str) -> tuple[list[Answer], int]:
+        got.append(Answer(limit.LIMIT, "", {}, not_sent=why))
+        return _indexed(got, answers), took
 
     measure = {"temperature": 0.0, "max_tokens": 1}
     chars = (context - limit.ROOM) * prefix.CHARS_PER_TOKEN
     parts = (*REPETITIVE, *OPEN_ENDED)
     fits: list[tuple[int, int]] = []  # (characters, tokens) measured
     too_long: int | None = None
-    for _ in range(limit.SIZING):  # the document's size: halved while refused, then along the
-        tried = sending([(limit.LIMIT, limit.prompts(prefix.document(chars, parts), 1)[0],  # line
-                          measure)], limit.MEASURE)[0]  # through the sizes measured
+    for _ in range(limit.SIZING):
+        tried = sending([(limit.LIMIT, limit.prompt(prefix.document(chars, parts), 0),
+                          measure)], limit.MEASURE)[0]
         tokens = limit.usage(tried.response or {})[0]
-        if tried.status == 400 and chars > 1:
+        if tried.status == 400 and chars > 1:  # too long, as the server says: smaller
             too_long = min(too_long or chars, chars)
             chars = limit.next_size(context, fits, too_long) if fits else chars // 2
             continue
-        if tokens is None or any(a.engine_failed for a in got):
-            return _indexed(got, answers), took  # unmeasured, or the engine failed: said so
+        if tried.response is None:
+            if tried.status == 400 or any(a.engine_failed for a in got):
+                return _indexed(got, answers), took  # refused, or the engine failed: said so
+            return given_up(f"a prompt's size could not be measured: "
+                            f"{tried.error or tried.not_sent}")
+        if tokens is None:
+            return given_up("the server does not count a prompt's tokens (usage)")
         fits.append((chars, tokens))
         if limit.sized(context, tokens):
             break
         chars = limit.next_size(context, fits, too_long)
     else:
-        why = f"no prompt could be sized to the end of the context in {limit.SIZING} tries"
-        got.append(Answer(limit.LIMIT, "", {}, not_sent=why))
-        return _indexed(got, answers), took
-    asks = limit.prompts(prefix.document(chars, parts))  # (the first is the one just measured)
+        return given_up(f"no prompt could be sized to the end of the context in "
+                        f"{limit.SIZING} tries")
+    # the rooms spread: each prompt's document about SPREAD tokens shorter than the one before
+    shrink = max(1, round(limit.SPREAD * chars / tokens))
+    asks = [limit.prompt(prefix.document(max(1, chars - i * shrink), parts), i)
+            for i in range(limit.ANSWERS)]
     measured = [tried] + sending([(limit.LIMIT, p, measure) for p in asks[1:]], limit.MEASURE)
-    fields = [(a.prompt, limit.answer_fields(context, limit.usage(a.response or {})[0] or context))
+    fields = [(a.prompt, limit.answer_fields(context, limit.usage(a.response or {})[0]))
               for a in measured if a.response is not None]
+    if not any(f for _, f in fields):
+        return given_up(f"no measured prompt left between {limit.MIN_ROOM} tokens and its "
+                        "room's size")
     done = sending([(limit.LIMIT, p, f) for p, f in fields if f is not None], limit.ANSWER)
     if not rescore.not_sent(engine) and not any(a.engine_failed for a in got):
         scorings = []
         for a in done:
             ids = token_ids(a.response) if a.response is not None else None
-            if ids is not None and ids[1]:
-                scorings.append((limit.LIMIT, a.prompt, rescore.scoring(ids[0], ids[1][:-1])))
+            if ids is not None and len(ids[1]) > 1:
+                scorings.append((limit.LIMIT, a.prompt, limit.scoring(*ids)))
         sending(scorings, limit.SCORE)
     return _indexed(got, answers), took

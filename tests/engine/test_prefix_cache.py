@@ -41,10 +41,31 @@ def test_the_longest_shared_prefix_is_reused_in_whole_blocks_or_whole(pair):
 
 def test_the_least_recently_used_prompt_leaves_first(pair):
     cache = PrefixCache(capacity=2)
-    prompts = [[i] * 20 for i in (5, 6, 7)]
-    _answers(pair, prompts + [prompts[0]], cache)
-    assert list(cache.entries) == [tuple(prompts[2]), tuple(prompts[0])]
-    assert cache.hits == 0  # the first prompt had left when it came again
+    five, six, seven = ([i] * 20 for i in (5, 6, 7))
+    _answers(pair, [five, six, five, seven], cache)  # five used again: six leaves, not five
+    assert list(cache.entries) == [tuple(five), tuple(seven)] and cache.hits == 1
+
+
+def test_a_wave_of_warm_and_cold_prompts_of_other_lengths_answers_as_without_the_cache(pair):
+    shared = list(range(3, 3 + 3 * BLOCK))
+    first = [shared + [200 + i] for i in range(2)]
+    wave = [first[0], shared[:BLOCK] + [9] * 40, [7] * 5, shared + [250, 251]]
+
+    def answers(cache):
+        dec = SpeculativeDecoder(pair.target, pair.draft, SpecConfig(num_steps=3),
+                                 prefix_cache=cache)
+        for i, p in enumerate(first):
+            dec.generate([Request(f"f{i}", p, 4, 0.0, 1.0, 0)])
+        return dec.generate([Request(f"w{i}", p, 16, 0.0, 1.0, 0, top_logprobs=1)
+                             for i, p in enumerate(wave)]), dec
+
+    cached, dec = answers(PrefixCache())
+    plain, _ = answers(None)
+    assert dec.prefix_cache.hits >= 3  # the whole prompt, one block, three blocks
+    for got, want in zip(cached, plain):
+        assert got.token_ids == want.token_ids
+        assert [g[0] for g in got.logprobs] == pytest.approx([w[0] for w in want.logprobs],
+                                                             abs=1e-4)
 
 
 def test_the_full_hit_fault_changes_every_repeat_and_brings_its_own_cache(pair):
