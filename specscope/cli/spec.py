@@ -12,7 +12,8 @@ FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greed
           "bonus_argmax", "accept_ignores_q", "stop_past_step", "length_past_step",
           "unset_temperature_greedy", "batch_row_mixup", "penalty_first_only",
           "min_tokens_first_only", "stop_token_past_step", "seed_ignored_in_draft",
-          "prompt_logprobs_shifted", "logprobs_at_limit", "prefix_cache_full_hit")
+          "prompt_logprobs_shifted", "logprobs_at_limit", "prefix_cache_full_hit",
+          "row_drafts_rejected")
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:

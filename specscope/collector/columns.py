@@ -10,6 +10,7 @@ import numpy as np
 
 from ..io.columns import VerifyColumns
 from .. import sampling, schema, sharp
+from .slots import MAX_ROWS
 from .stats import SpecStats, TruthStats, _add_lists, truth_class
 
 __all__ = ["VerifyColumns", "observe_columns"]
@@ -45,6 +46,21 @@ def _observe_depths(stats: SpecStats, c: VerifyColumns) -> None:
         stats.observe_depths(depth[given].tolist(), t[given].tolist(), n_reasons)
 
 
+def _rows(c: VerifyColumns) -> np.ndarray | None:
+    """Each entry's place in its verify step (its batch row), from the step sizes or the step
+    each entry is of; None where the columns say neither."""
+    n = len(c)
+    if c.step_sizes is not None:
+        sizes = np.asarray(c.step_sizes, dtype=np.int64)
+        starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    elif c.seq is not None:
+        first = np.r_[True, c.seq[1:] != c.seq[:-1]]
+        starts = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    else:
+        return None
+    return np.arange(n) - starts
+
+
 def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
     """Fold columnar entries into ``stats`` (same result as observing the records)."""
     if not len(c):
@@ -71,6 +87,14 @@ def observe_columns(stats: SpecStats, c: VerifyColumns) -> None:
     accepted_pp += [0] * (len(drafted_pp) - len(accepted_pp))
     stats.drafted_per_pos = _add_lists(stats.drafted_per_pos, drafted_pp)
     stats.accepted_per_pos = _add_lists(stats.accepted_per_pos, accepted_pp)
+    rows = _rows(c)
+    if rows is not None and has.any():
+        rows = np.minimum(rows[has], MAX_ROWS - 1)
+        stats.row_draft_tokens = _add_lists(stats.row_draft_tokens,
+                                            np.bincount(rows, weights=d[has]).astype(int).tolist())
+        stats.row_accepted = _add_lists(stats.row_accepted,
+                                        np.bincount(rows, weights=a[has]).astype(int).tolist())
+        stats.row_accepted += [0] * (len(stats.row_draft_tokens) - len(stats.row_accepted))
     _observe_depths(stats, c)
     modes = c.mode_names
     n_modes = len(modes)

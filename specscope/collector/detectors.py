@@ -13,6 +13,7 @@ from ..exact import ALPHA, PASS_ALPHA, decide_rate, fmt_p, one_sided_excess, tie
 from .acceptance import AcceptanceRegressionDetector  # noqa: F401 - re-exported
 from .truth import TRUTH_CHECK, SamplingTruthDetector  # noqa: F401 - re-exported
 from .stats import SpecStats
+from .slots import MIN_DRAFTS, slot_outliers
 from .verdict import FAIL, Assessment, rate_evidence
 
 
@@ -196,8 +197,31 @@ class AcceptanceLengthBoundsDetector:
         return pooled
 
 
+@dataclass
+class SlotDetector:
+    """One batch row whose drafts are accepted far less often than the other rows'
+    (``slots.py``: under a tenth of their rate, Fisher's exact test at ``alpha`` over the rows
+    judged): the pooled rate only drops, which reads as a harder workload."""
+
+    alpha: float = ALPHA
+
+    def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
+        rows = sum(1 for d in stats.row_draft_tokens if d >= MIN_DRAFTS)
+        return [schema.AnomalyRecord(
+            run_id=run_id, kind="slot_at_zero", severity="warning",
+            message=f"batch row {f.slot}: acceptance {f.rate:.3f} over {f.draft_tokens} draft "
+                    f"tokens against {f.rest_rate:.3f} in the other rows (Fisher's exact "
+                    f"one-sided p {fmt_p(f.p_value)} < {self.alpha:g} / {rows} rows); the "
+                    "pooled rate only drops. A row holding only requests whose drafts fail "
+                    "reads the same: look at the requests it held",
+            evidence={"row": f.slot, "draft_tokens": f.draft_tokens, "accepted": f.accepted,
+                      "rate": f.rate, "rest_rate": f.rest_rate, "p_value": f.p_value,
+                      "rows_judged": rows, "alpha": self.alpha})
+            for f in slot_outliers(stats.row_draft_tokens, stats.row_accepted, alpha=self.alpha)]
+
+
 DEFAULT_DETECTORS = (SamplingTruthDetector(), FallbackDetector(), DraftHealthDetector(),
-                     SpeculationOffDetector())
+                     SpeculationOffDetector(), SlotDetector())
 
 
 def run_dtype(run: schema.RunRecord | None) -> str:
@@ -218,7 +242,7 @@ def detectors_for(run: schema.RunRecord | None) -> tuple:
     health = DraftHealthDetector(draft_dtype=dtype) if dtype else DraftHealthDetector()
     truth = SamplingTruthDetector(tie_margin=tie_margin(run_dtype(run)))
     return (ConfiguredVerification(run, (truth, health)), FallbackDetector(),
-            SpeculationOffDetector())
+            SpeculationOffDetector(), SlotDetector())
 
 
 def evaluate(stats: SpecStats, run_id: str = "", detectors=DEFAULT_DETECTORS

@@ -20,6 +20,7 @@ from ._merge import (by, by_whole, earliest, every, joined, keyed, latest, merge
 from ._merge import per_position as _add_lists
 from .counts import Acceptance, clamp
 from .histogram import Histogram
+from .slots import MAX_ROWS
 
 
 def truth_key(mode: str, top_p: float = 1.0, top_k: int = 0) -> str:
@@ -178,6 +179,10 @@ class SpecStats:
     accepted_with_drafts: int = by(total, default=0)
     drafted_per_pos: list[int] = by(per_position, default_factory=list)
     accepted_per_pos: list[int] = by(per_position, default_factory=list)
+    #: draft tokens and accepted ones by batch row (a request's place in its verify step, the
+    #: first ``slots.MAX_ROWS``; later rows pool into the last): one row at zero (``slots.py``)
+    row_draft_tokens: list[int] = by(per_position, default_factory=list)
+    row_accepted: list[int] = by(per_position, default_factory=list)
     accept_len_hist: Counter = by(total, default_factory=Counter)  #: accepted + 1 (bonus) -> count
     truth: dict[str, TruthStats] = by(keyed(method), default_factory=dict)  #: by requested mode
     modes: Counter = by(total, default_factory=Counter)  #: (requested, used) -> request-steps
@@ -365,16 +370,26 @@ class SpecStats:
                     self.accepted_per_pos = _add_lists(self.accepted_per_pos, accepted_pp)
                     self.accepted_per_pos += [0] * (len(self.drafted_per_pos) - len(self.accepted_per_pos))
 
+    def _observe_row(self, row: int, drafted: int, accepted: int) -> None:
+        if len(self.row_draft_tokens) <= row:
+            pad = row + 1 - len(self.row_draft_tokens)
+            self.row_draft_tokens.extend([0] * pad)
+            self.row_accepted.extend([0] * pad)
+        self.row_draft_tokens[row] += drafted
+        self.row_accepted[row] += accepted
+
     def _observe_verify(self, r: schema.VerifyStepRecord) -> None:
         self.num_steps += 1
         self._touch(r.t_ns)
         if r.draft_depth is not None:
             self.observe_depths([r.draft_depth], [r.t_ns], int(bool(r.depth_reason)))
-        for e in r.entries:
+        for row, e in enumerate(r.entries):
             drafted, accepted = e.num_drafted, e.num_accepted
             if drafted < 0 or accepted < 0 or accepted > drafted:
                 self.num_clamped += 1
                 drafted, accepted, _ = clamp(drafted, accepted)
+            if drafted > 0:
+                self._observe_row(min(row, MAX_ROWS - 1), drafted, accepted)
             self.modes[(e.mode_requested, e.mode_used)] += 1
             if drafted == 0:
                 self.undrafted_request_steps += 1

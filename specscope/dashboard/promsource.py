@@ -59,8 +59,8 @@ def _read_field(s: SpecStats, m: Metric, labels: Any, v: float) -> None:
         attr = field[6:]
         current = getattr(t, attr)
         setattr(t, attr, current + (v if isinstance(current, float) else int(v)))
-    elif m.label == "position":
-        pos = int(labels.get("position", 0))
+    elif m.label in ("position", "row"):
+        pos = int(labels.get(m.label, 0))
         arr = getattr(s, field)
         arr.extend([0] * (pos + 1 - len(arr)))
         arr[pos] += int(v)

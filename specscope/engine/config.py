@@ -53,15 +53,19 @@ from .policy import parse_policy
 #: prefix_cache_full_hit: a prompt found whole in the prefix cache has its last token computed
 #: again from an input slot never written (token 0), not from the token: a repeated prompt's
 #: answer parts from its first (the probe's prefix class; brings a prefix cache of its own)
+#: row_drafts_rejected: in a verify step of two or more requests, batch row 1's drafts are all
+#: rejected (its first position's token committed, its output right): one row at zero while
+#: the pooled acceptance only drops (``collector/slots.py``; llama.cpp #27572's slot at zero)
 FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
           "greedy_second_choice", "temperature_twice", "top_p_ignored", "residual_argmax",
           "bonus_argmax", "accept_ignores_q", "stop_past_step", "length_past_step",
           "unset_temperature_greedy", "batch_row_mixup", "penalty_first_only",
           "min_tokens_first_only", "stop_token_past_step", "seed_ignored_in_draft",
-          "prompt_logprobs_shifted", "logprobs_at_limit", "prefix_cache_full_hit")
+          "prompt_logprobs_shifted", "logprobs_at_limit", "prefix_cache_full_hit",
+          "row_drafts_rejected")
 #: the faults that live in speculative sampling's chain verify
 CHAIN_FAULTS = ("draft_prob_shortcut", "residual_argmax", "bonus_argmax", "accept_ignores_q",
-                "seed_ignored_in_draft")
+                "seed_ignored_in_draft", "row_drafts_rejected")
 
 
 @dataclass

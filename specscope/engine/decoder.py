@@ -375,6 +375,9 @@ class SpeculativeDecoder:
             if cfg.topk == 1:
                 num_acc, fixed = sampling.verify_chain(draft, p, q, mode, self._gens(rows),
                                                        lengths, fault=cfg.fault)
+                if cfg.fault == "row_drafts_rejected" and b > 1:  # batch row 1: none accepted
+                    num_acc = num_acc.clone()  # (its first position's token still committed)
+                    num_acc[1] = 0
                 path_logits, keep_idx = logits, None
                 if cfg.fault == "greedy_second_choice" and self.step_index % 8 == 3:
                     fixed = sampling.second_choice(fixed, logits, num_acc, mode)

@@ -23,6 +23,11 @@ PromQL recipes:
     sum by (position) (rate(specscope_accepted_tokens_per_position_total[5m]))
       / sum by (position) (rate(specscope_drafted_tokens_per_position_total[5m]))
 
+- acceptance by batch row (one row far below the others: a row at zero)::
+
+    sum by (row) (rate(specscope_row_accepted_tokens_total[5m]))
+      / sum by (row) (rate(specscope_row_draft_tokens_total[5m]))
+
 - sampling truth z-score (silent greedy when > 6)::
 
     (sum by (mode_requested) (increase(specscope_sampling_top1_total[10m]))
@@ -67,6 +72,8 @@ METRICS: dict[str, Metric] = {
     "specscope_accepted_tokens_total": Metric("counter", "Accepted draft tokens, bonus token excluded.", "accepted_tokens"),
     "specscope_drafted_tokens_per_position_total": Metric("counter", "Request-steps that drafted position N.", "drafted_per_pos", "position"),
     "specscope_accepted_tokens_per_position_total": Metric("counter", "Request-steps whose draft token at position N was accepted.", "accepted_per_pos", "position"),
+    "specscope_row_draft_tokens_total": Metric("counter", "Draft tokens by batch row (a request's place in its verify step; the first 64 rows, later ones pooled into the last).", "row_draft_tokens", "row"),
+    "specscope_row_accepted_tokens_total": Metric("counter", "Accepted draft tokens by batch row (bonus token excluded): one row far below the others is a row at zero.", "row_accepted", "row"),
     "specscope_sampling_verified_positions_total": Metric("counter", "Verified positions with sampling-truth statistics.", "truth.num_verified", "mode_requested"),
     "specscope_sampling_top1_total": Metric("counter", "Committed tokens equal to the target argmax.", "truth.num_top1", "mode_requested"),
     "specscope_sampling_top1_expected_total": Metric("counter", "Expected count of the above under the requested sampling (sum of p_max).", "truth.expected_top1", "mode_requested"),
@@ -178,7 +185,7 @@ def _field_samples(out: list[_Sample], m: Metric, key: tuple, s: Any) -> None:
     elif name.startswith("truth."):
         attr = name[6:]
         out.extend(_Sample(key, (mode,), getattr(t, attr)) for mode, t in sorted(s.truth.items()))
-    elif m.label == "position":
+    elif m.label in ("position", "row"):
         out.extend(_Sample(key, (pos,), n) for pos, n in enumerate(_per_position(s, name)))
     elif m.label is not None:
         out.extend(_Sample(key, (value,), n) for value, n in sorted(getattr(s, name).items()))
@@ -187,9 +194,11 @@ def _field_samples(out: list[_Sample], m: Metric, key: tuple, s: Any) -> None:
 
 
 def _per_position(s: Any, field: str) -> list[int]:
-    """Per-position counts over the positions both lists cover (drafted and accepted pair up)."""
-    n = min(len(s.drafted_per_pos), len(s.accepted_per_pos))
-    return list(getattr(s, field)[:n])
+    """Per-position (or per-row) counts over the positions both lists cover (drafted and
+    accepted pair up)."""
+    pair = ((s.row_draft_tokens, s.row_accepted) if field.startswith("row_")
+            else (s.drafted_per_pos, s.accepted_per_pos))
+    return list(getattr(s, field)[:min(map(len, pair))])
 
 
 def _label_names(name: str, node: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -113,6 +113,8 @@ def test_columnar_ingest_equals_record_ingest(steps):
     assert _key(by_column) == _key(by_record)
     assert by_column.num_clamped == by_record.num_clamped
     assert dict(by_column.modes) == dict(by_record.modes)
+    assert (by_column.row_draft_tokens, by_column.row_accepted) == (
+        by_record.row_draft_tokens, by_record.row_accepted)
 
 
 def _greedy_under_sampling(run_id: str, n: int, t_ns: int) -> schema.VerifyStepRecord:

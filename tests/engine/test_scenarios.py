@@ -49,6 +49,17 @@ def test_s000_clean_run_raises_no_flag(clean_sampled):
     assert clean_sampled["eval"]["gate"]["verdict"] == "pass"
 
 
+def test_one_batch_row_at_zero_is_named_while_the_pooled_rate_only_drops(tmp_path,
+                                                                          clean_sampled):
+    faulty = _record_and_report(tmp_path, "row", "--temperature", "0.7",
+                                "--fault", "row_drafts_rejected")
+    (flag,) = [a for a in faulty["anomalies"] if a["kind"] == "slot_at_zero"]
+    assert flag["evidence"]["row"] == 1 and flag["evidence"]["rate"] == 0.0
+    assert flag["evidence"]["rest_rate"] > 0.2 and flag["evidence"]["p_value"] < 1e-9
+    # the pooled rate drops by less than the row's share: it reads as a harder workload
+    assert faulty["totals"]["acceptance_rate"] > 0.6 * clean_sampled["totals"]["acceptance_rate"]
+
+
 def test_s000b_top_p_fallback_events_counted_by_reason(tmp_path):
     faulty = _record_and_report(tmp_path, "s000b", "--temperature", "0.7", "--top-p", "0.9",
                                 "--fault", "topk_fallback")
