@@ -206,18 +206,32 @@ class SlotDetector:
     alpha: float = ALPHA
 
     def check(self, stats: SpecStats, run_id: str = "") -> list[schema.AnomalyRecord]:
-        rows = sum(1 for d in stats.row_draft_tokens if d >= MIN_DRAFTS)
+        return self._found(stats.row_draft_tokens, stats.row_accepted, run_id, "row",
+                           "batch row", "rows")
+
+    def ranks(self, counts: dict[int, tuple[int, int]], run_id: str = ""
+              ) -> list[schema.AnomalyRecord]:
+        """The same test across a run's ranks (``slots.rank_counts``; llama.cpp's slots)."""
+        ranks = sorted(counts)
+        return self._found([counts[k][0] for k in ranks], [counts[k][1] for k in ranks],
+                           run_id, "rank", "rank", "ranks", labels=ranks)
+
+    def _found(self, drafted: list[int], accepted: list[int], run_id: str, key: str,
+               what: str, plural: str, labels: list[int] | None = None
+               ) -> list[schema.AnomalyRecord]:
+        n = sum(1 for d in drafted if d >= MIN_DRAFTS)
+        name = labels or list(range(len(drafted)))
         return [schema.AnomalyRecord(
             run_id=run_id, kind="slot_at_zero", severity="warning",
-            message=f"batch row {f.slot}: acceptance {f.rate:.3f} over {f.draft_tokens} draft "
-                    f"tokens against {f.rest_rate:.3f} in the other rows (Fisher's exact "
-                    f"one-sided p {fmt_p(f.p_value)} < {self.alpha:g} / {rows} rows); the "
-                    "pooled rate only drops. A row holding only requests whose drafts fail "
+            message=f"{what} {name[f.slot]}: acceptance {f.rate:.3f} over {f.draft_tokens} draft "
+                    f"tokens against {f.rest_rate:.3f} in the other {plural} (Fisher's exact "
+                    f"one-sided p {fmt_p(f.p_value)} < {self.alpha:g} / {n} {plural}); the "
+                    f"pooled rate only drops. One holding only requests whose drafts fail "
                     "reads the same: look at the requests it held",
-            evidence={"row": f.slot, "draft_tokens": f.draft_tokens, "accepted": f.accepted,
+            evidence={key: name[f.slot], "draft_tokens": f.draft_tokens, "accepted": f.accepted,
                       "rate": f.rate, "rest_rate": f.rest_rate, "p_value": f.p_value,
-                      "rows_judged": rows, "alpha": self.alpha})
-            for f in slot_outliers(stats.row_draft_tokens, stats.row_accepted, alpha=self.alpha)]
+                      f"{plural}_judged": n, "alpha": self.alpha})
+            for f in slot_outliers(drafted, accepted, alpha=self.alpha)]
 
 
 DEFAULT_DETECTORS = (SamplingTruthDetector(), FallbackDetector(), DraftHealthDetector(),

@@ -14,7 +14,8 @@ import numpy as np
 from .. import schema
 from ..io import codec
 from .detectors import (DRAFT_CHECK, TRUTH_CHECK, AcceptanceRegressionDetector, QualityDetector,
-                        SamplingTruthDetector, detectors_for, evaluate)
+                        SamplingTruthDetector, SlotDetector, detectors_for, evaluate)
+from .slots import rank_counts
 from .evalgate import eval_gate
 from ..exact import PER_REQUEST_ALPHA
 from . import busy as _busy
@@ -244,6 +245,10 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
     if run is not None and run.labels.get("source_format") == "probe":
         section["probe"] = probe_section(run, records)
     section["engine_counts"] = seen_by_hooks(records)
+    ranks = rank_counts(records)  # one rank (llama.cpp: one slot) at zero against the others
+    if len(ranks) > 1:
+        section["anomalies"] = list(section["anomalies"]) + [
+            _anomaly(a) for a in SlotDetector().ranks(ranks, run.run_id if run else "")]
     return Section.from_dict(section)
 
 

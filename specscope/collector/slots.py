@@ -3,6 +3,10 @@ than the other rows', while the pooled rate only looks like a harder workload (l
 with two slots, one at 0 of 136,713 drafts and the pooled rate merely halved; vLLM #55357 and
 vllm-ascend #16980 are batch-row variants). Pure; stdlib only.
 
+The same test runs across an engine's ranks, where a run has several: llama.cpp's slots are its
+ranks when its log is imported, and a data-parallel rank whose drafts all fail is the same
+failure at another scale.
+
 Each row is compared with the others pooled: flagged where its acceptance rate is under
 ``RATIO`` of theirs and its rejections exceed theirs by Fisher's exact one-sided test at
 ``exact.ALPHA`` divided by the number of rows judged (Bonferroni: a false alarm at most at
@@ -14,8 +18,9 @@ kept in one row) reads the same, and the anomaly says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Iterable, Sequence
 
+from .. import schema
 from ..exact import ALPHA, one_sided_excess
 
 #: a row is "at zero" under this share of the other rows' acceptance rate
@@ -63,4 +68,24 @@ def slot_outliers(drafted: Sequence[int], accepted: Sequence[int], *, alpha: flo
         _, p = one_sided_excess(d - a, d, rest_d - rest_a, rest_d)
         if p < alpha / len(judged):
             out.append(SlotFinding(i, d, a, rest_d, rest_a, p))
+    return out
+
+
+def rank_counts(records: Iterable[Any]) -> dict[int, tuple[int, int]]:
+    """Draft tokens and accepted ones per rank (llama.cpp's slot, where its log was imported):
+    from the verify steps where the records have them, else from the requests' own counts."""
+    records = list(records)
+    out: dict[int, tuple[int, int]] = {}
+    steps = [r for r in records if isinstance(r, schema.VerifyStepRecord)]
+    for r in steps:
+        for e in r.entries:
+            if e.num_drafted > 0:
+                d, a = out.get(r.rank, (0, 0))
+                out[r.rank] = (d + e.num_drafted, a + min(max(e.num_accepted, 0), e.num_drafted))
+    if not steps:
+        for q in records:
+            if isinstance(q, schema.RequestRecord) and q.num_draft_tokens and \
+                    q.num_accepted is not None:
+                d, a = out.get(q.rank, (0, 0))
+                out[q.rank] = (d + q.num_draft_tokens, a + min(q.num_accepted, q.num_draft_tokens))
     return out

@@ -45,3 +45,27 @@ def test_a_row_at_zero_is_judged_once_its_merged_counts_suffice():
     (flag,) = SlotDetector().check(merged, "r")
     assert flag.kind == "slot_at_zero" and flag.evidence["row"] == 1
     assert "batch row 1: acceptance 0.000 over 180 draft tokens against 0.667" in flag.message
+
+
+def test_one_rank_at_zero_is_named_in_the_report_from_steps_or_requests():
+    from specscope import schema
+    from specscope.collector.report import build_report
+
+    def request(rank: int, i: int, accepted: int) -> schema.RequestRecord:
+        return schema.RequestRecord(run_id="r", rank=rank, request_id=f"{rank}-{i}",
+                                    t_arrival_ns=i, t_first_token_ns=i + 1, t_finish_ns=i + 2,
+                                    num_prompt_tokens=8, num_output_tokens=40,
+                                    num_verify_steps=20, num_draft_tokens=60,
+                                    num_accepted=accepted)
+
+    run = schema.RunRecord(run_id="r", config_id="c", algorithm="draft-model", num_steps=3,
+                           topk=1, num_verify_tokens=4, backend="llamacpp", model="m")
+    # a two-slot llama.cpp log's requests: slot 1's drafts all rejected (the importer's ranks)
+    records = [run] + [request(s, i, 0 if s == 1 else 35) for s in (0, 1) for i in range(4)]
+    (section,) = build_report(records)["runs"]
+    (flag,) = [a for a in section["anomalies"] if a["kind"] == "slot_at_zero"]
+    assert flag["evidence"]["rank"] == 1 and flag["evidence"]["draft_tokens"] == 240
+    assert flag["message"].startswith("rank 1: acceptance 0.000 over 240 draft tokens")
+    even = [run] + [request(s, i, 30 + s) for s in (0, 1) for i in range(4)]
+    assert not [a for a in build_report(even)["runs"][0]["anomalies"]
+                if a["kind"] == "slot_at_zero"]

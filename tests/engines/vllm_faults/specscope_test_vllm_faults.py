@@ -31,6 +31,9 @@ the server runs (clean phase, then faulted phase, one server).
 - ``penalty_drafts_uncounted``: verify's penalties count the output before the step but not
   the tokens drafted before each position in it (a per-step, not per-token, count: SGLang
   #33643's shape).
+- ``row_drafts_rejected``: in a verify step of two or more requests, batch row 1's drafts are all
+  rejected (its first token kept, the rest of its row dropped): one row at zero while the
+  pooled acceptance only drops (llama.cpp #27572's slot at zero, as a batch row).
 - ``break_specscope``: what specscope runs on the engine's hot path (reading the verify inputs,
   recording the step, timing the phase, building a request's record) raises ``SystemExit``, to
   show that vLLM serves regardless and the failures are counted.
@@ -124,6 +127,8 @@ def register():
                 if 0 <= accepted < n:  # a rejection at this position: commit the draft token
                     out[row, accepted] = draft[start + accepted]
                 start += n
+        if _active("row_drafts_rejected") and out.shape[0] > 1:
+            out[1, 1:] = -1  # (vLLM's placeholder) row 1 keeps its first token only
         return out
 
     rs.rejection_sample = rejection_sample
