@@ -75,12 +75,13 @@ What it checks, per class, from the engine's own log-probabilities:
   consistent              log-probabilities against the same tokens scored as a prompt; two
                           answers with two tokens 0.5 nats apart FAIL; PASS after 7 answers
                           that agree (rules out disagreeing answers in half or more)
-  context limit honoured  (--classes ...,limit) no answer runs past the room its prompt leaves,
-                          and (vLLM, the reference engine) its tokens' returned figures agree
-                          with their scoring as a prompt (0.5 nats) and each is the scored
-                          argmax; FAIL at two faulty answers; PASS after 7 answers at the end
-                          of the context (one ended by length short of its room is the
-                          engine's own reserve: said, not judged)
+  context limit honoured  (--classes ...,limit) no answer runs past the room its prompt leaves
+                          (FAIL at once); answers ended by length all end the same distance
+                          short of their rooms (the engine's reserve; distances that differ
+                          FAIL: the stop follows the verify step); (vLLM, the reference
+                          engine) their tokens' returned figures agree with their scoring as
+                          a prompt (0.5 nats), each the scored argmax: FAIL at two faulty
+                          answers; PASS after 7 answers at the end of the context
   penalties honoured      (--classes ...,penalties) every committed token is its position's
                           argmax once penalised, scored from raw log-probabilities with the
                           answer's own counts; one a penalised rival beats by more than the

@@ -16,15 +16,18 @@ token is sent back with ``prompt_logprobs``, and that scoring's own greedy token
 target's choice at the context's last place: a token whose returned figure is more than
 ``rescore.TOLERANCE_NATS`` from its scored one, or that is not the scored choice beyond the
 dtype's tie margin, is off; ``rescore.FAIL_POSITIONS`` off tokens make an answer faulty and
-``FAIL_ANSWERS`` faulty answers FAIL. An answer ended by length up to ``RESERVE`` tokens short
-of its room is the engine's own reserve (said, counted); one that ended earlier, or whose length
-is unknown, is not judged. PASS once ``positions_needed(RULES_OUT)`` answers reached the end of
-the context without a fault, saying how many had their figures compared.
+``FAIL_ANSWERS`` faulty answers FAIL. An engine may keep a few tokens of its context (SGLang
+0.5.21 ends every answer 2 short, with or without speculation): answers ended by length all the
+same distance short of their rooms are its reserve, said and counted; distances that differ FAIL
+(the stop follows where a verify step meets the end, not the context: llama.cpp 11434 under
+speculation ends them 0 to 3 short, and fills every room without it). One that ended otherwise,
+or whose length is unknown, is not judged. PASS once ``positions_needed(RULES_OUT)`` answers
+reached the end of the context without a fault, saying how many had their figures compared.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
 from . import rescore
@@ -41,9 +44,6 @@ ROOM = 24
 SPREAD = 2
 #: a prompt that leaves fewer tokens than this is not sent (one verify step could fill it)
 MIN_ROOM = 8
-#: an answer ended by length this many tokens short of its room or fewer is the engine's own
-#: reserve at the end of its context (llama.cpp 11434 keeps 1, SGLang 0.5.21 keeps 2)
-RESERVE = 2
 #: a server whose context is longer is not sent the class (its prompts would be that long;
 #: start the server with a shorter context to check its end)
 MAX_CONTEXT = 32768
@@ -164,26 +164,33 @@ def tail_off(prompt_ids: Sequence[int], output_ids: Sequence[int], generated: Se
     return sorted(out), n, largest
 
 
+class Judged(NamedTuple):
+    """One answer at the context's end, as ``judge`` saw it."""
+
+    state: str  #: "past", "fault", "pass", "early" (not judged) or "unknown" (length not given)
+    what: str  #: what was seen, where it says something
+    compared: int = 0  #: tokens compared with its scoring
+    largest: float = 0.0  #: the largest gap between a token's two figures
+    short: int | None = None  #: tokens short of its room, where it ended by length
+
+
 def judge(answer: Any, score: Any | None, ids: tuple[list[int], list[int]] | None,
-          margin: float) -> tuple[str, str, int, float]:
-    """One answer at the context's end: (state, what was seen, tokens compared with its
-    scoring, the largest gap). States: "past" (more tokens than its room), "fault" (tokens off
-    their scoring), "pass", "short" (ended by length within ``RESERVE`` of its room), "early"
-    (ended before that, not judged) and "unknown" (its length not given)."""
+          margin: float) -> Judged:
+    """One answer at the context's end: past its room, its tokens against their scoring, and
+    how far short of its room it ended by length."""
     room = int(answer.sampling["max_tokens"])
     _, count = usage(answer.response)
     got = count if count is not None else (len(ids[1]) if ids is not None else None)
     if got is None:
-        return "unknown", "the engine gave neither its count nor its token ids", 0, 0.0
+        return Judged("unknown", "the engine gave neither its count nor its token ids")
     if got > room:
-        return "past", f"{got} tokens for a room of {room}", 0, 0.0
+        return Judged("past", f"{got} tokens for a room of {room}")
     finish = finish_reason(answer.response)
-    if got < room and (finish != "length" or room - got > RESERVE):
-        return "early", f"ended ({finish or 'unsaid'}) after {got} of {room} tokens", 0, 0.0
-    ends = "pass" if got == room else "short"
-    said = "" if got == room else f"ended by length {room - got} short of its room of {room}"
+    if got < room and finish != "length":
+        return Judged("early", f"ended ({finish or 'unsaid'}) after {got} of {room} tokens")
+    short = room - got
     if score is None or score.response is None or ids is None:
-        return ends, said, 0, 0.0
+        return Judged("pass", "", short=short)
     scored = ((score.response or {}).get("choices") or [{}])[0].get("prompt_logprobs")
     off, n, largest = tail_off(ids[0], ids[1][:-1], answer.positions, scored, margin)
     last = last_choice(score.response)
@@ -195,48 +202,52 @@ def judge(answer: Any, score: Any | None, ids: tuple[list[int], list[int]] | Non
         n += 1
     if len(off) >= rescore.FAIL_POSITIONS:
         j, what = off[0]
-        return ("fault", f"{len(off)} of {n} tokens off their scoring, the first at output "
-                f"position {j} of {room}: {what}", n, largest)
-    return ends, said, n, largest
+        return Judged("fault", f"{len(off)} of {n} tokens off their scoring, the first at "
+                      f"output position {j} of {room}: {what}", n, largest, short)
+    return Judged("pass", "", n, largest, short)
 
 
-def limit_check(judged: Sequence[tuple[str, str, int, float]], context: int | None,
-                processed: bool = False, rooms: Sequence[int] = (),
-                reason: str = "") -> Assessment:
+def limit_check(judged: Sequence[Judged], context: int | None, processed: bool = False,
+                rooms: Sequence[int] = (), reason: str = "") -> Assessment:
     """The class's verdict over each answer's ``judge``; ``rooms``: the tokens each answer was
     asked for; ``reason``: why no answer was asked for, where none was."""
     need = positions_needed(RULES_OUT)
-    seen = {s: 0 for s in ("pass", "short", "fault", "past", "early", "unknown")}
-    faults, shorts = [], []
+    seen = {s: 0 for s in ("pass", "fault", "past", "early", "unknown")}
+    faults = []
     compared, gap, scored = 0, 0.0, 0
-    for state, what, n, largest in judged:
-        seen[state] += 1
-        compared += n
-        gap = max(gap, largest)
-        if state in ("fault", "past"):
-            faults.append(what)
-        elif state == "short":
-            shorts.append(what)
-        if state in ("pass", "short") and n:
+    for j in judged:
+        seen[j.state] += 1
+        compared += j.compared
+        gap = max(gap, j.largest)
+        if j.state in ("fault", "past"):
+            faults.append(j.what)
+        if j.state == "pass" and j.compared:
             scored += 1
-    good = seen["pass"] + seen["short"]
+    shorts = sorted({j.short for j in judged if j.short is not None})
     ev: dict[str, Any] = {"mode_requested": "greedy", "context": context,
                           "room_tokens": [min(rooms), max(rooms)] if rooms else None,
-                          "answers": len(judged), "at_the_end": good + seen["fault"],
+                          "answers": len(judged), "at_the_end": seen["pass"] + seen["fault"],
                           "past_the_room": seen["past"], "faults": seen["fault"],
                           "ended_early": seen["early"], "length_unknown": seen["unknown"],
-                          "short_of_room": seen["short"], "answers_scored": scored,
+                          "tokens_short": shorts, "answers_scored": scored,
                           "tokens_compared": compared,
                           "largest_gap_nats": gap if compared else None,
                           "passes_needed": need, "fail_answers": FAIL_ANSWERS,
                           "num_positions": compared}
+    if len(shorts) > 1:  # the stop follows the verify step, not the context's end
+        faults.insert(0, f"ended by length {', '.join(map(str, shorts))} tokens short of their "
+                         "rooms: where a verify step met the end of the context, not at a "
+                         "place of the context's own (target-only decoding ends every one the "
+                         "same distance from it)")
     if faults:
-        ev["message"] = f"{len(faults)} of {len(judged)} answers: {faults[0]}"
-    elif shorts:
-        ev["note"] = (f"{len(shorts)} of {len(judged)} answers ended short of their room, the "
-                      f"first {shorts[0].removeprefix('ended ')} (the engine's own reserve)")
-    if seen["past"] or seen["fault"] >= FAIL_ANSWERS:
+        ev["message"] = (faults[0] if len(shorts) > 1
+                         else f"{len(faults)} of {len(judged)} answers: {faults[0]}")
+    elif shorts and shorts[0]:
+        ev["note"] = (f"every answer ended by length {shorts[0]} tokens short of its room: the "
+                      "engine's own reserve")
+    if seen["past"] or seen["fault"] >= FAIL_ANSWERS or len(shorts) > 1:
         return Assessment(CHECK, FAIL, ev)
+    good = seen["pass"]
     if good >= need and not faults:
         what = ("lengths and returned log-probabilities" if scored >= need and not processed
                 else f"lengths; returned log-probabilities compared in {scored} of them"
@@ -244,7 +255,7 @@ def limit_check(judged: Sequence[tuple[str, str, int, float]], context: int | No
                 else "lengths only: the tokens' figures not scored here")
         ev["rules_out"] = (f"rules out answers at the end of the context going wrong in "
                            f"{RULES_OUT:.0%} or more of requests like these ({what})"
-                           + (f"; {ev['note']}" if shorts else ""))
+                           + (f"; {ev['note']}" if "note" in ev else ""))
         return Assessment(CHECK, PASS, ev)
     if not judged:
         ev["reason"] = reason or "no answer reached the end of the context"

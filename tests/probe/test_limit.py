@@ -1,9 +1,10 @@
 """The probe's limit class: greedy answers asked for exactly the room their prompt leaves of the
 server's context stop there, and the figures returned for their tokens agree with the same
 tokens scored as a prompt. An answer past its room FAILs at once; one with two tokens off its
-scoring is faulty and two such FAIL; one ended by length within the engine's reserve counts,
-earlier is not judged; a PASS takes its stated count and says how many answers had their
-figures compared; a class given up before any answer is INCONCLUSIVE, saying why. The
+scoring is faulty and two such FAIL; answers ended by length all the same distance short of
+their rooms are the engine's reserve, distances that differ FAIL; a PASS takes its stated count
+and says how many answers had their figures compared; a class given up before any answer is
+INCONCLUSIVE, saying why. The
 reference engine honest and with the figures of the verify step that reaches the context's end
 read one position late."""
 
@@ -15,8 +16,8 @@ from specscope.collector.verdict import FAIL, INCONCLUSIVE, PASS
 from specscope.probe import ProbePlan, format_probe
 from specscope.probe.checks import Position
 from specscope.probe.client import Answer
-from specscope.probe.limit import (ANSWER, FAIL_ANSWERS, MEASURE, MIN_ROOM, RESERVE, ROOM,
-                                   SCORE, answer_fields, context_of, judge, last_choice,
+from specscope.probe.limit import (ANSWER, FAIL_ANSWERS, MEASURE, MIN_ROOM, ROOM, SCORE,
+                                   Judged, answer_fields, context_of, judge, last_choice,
                                    limit_check, next_size, sized, tail_off)
 from specscope.probe.stops import positions_needed
 
@@ -56,14 +57,11 @@ def test_the_context_is_read_where_each_engine_says_it():
     assert answer_fields(1024, None) is None
 
 
-def test_an_answer_past_its_room_is_faulty_and_one_short_of_it_counts_within_the_reserve():
+def test_an_answer_past_its_room_is_faulty_and_how_far_short_one_ended_is_kept():
     assert judge(_answer(5), None, None, 0.25)[:2] == ("past", "5 tokens for a room of 4")
-    # ended by length within the engine's reserve (llama.cpp keeps one token): said, counted
-    assert judge(_answer(3), None, None, 0.25)[:2] == (
-        "short", "ended by length 1 short of its room of 4")
-    assert judge(_answer(4 - RESERVE - 1), None, None, 0.25)[0] == "early"  # not judged
-    assert judge(_answer(3, finish="stop"), None, None, 0.25)[0] == "early"
-    assert judge(_answer(4), None, None, 0.25)[0] == "pass"  # lengths only: no scoring
+    assert judge(_answer(3), None, None, 0.25) == Judged("pass", "", short=1)  # by length
+    assert judge(_answer(4), None, None, 0.25) == Judged("pass", "", short=0)  # lengths only
+    assert judge(_answer(3, finish="stop"), None, None, 0.25)[0] == "early"  # not judged
     unsaid = _answer(4)
     unsaid.response.pop("usage")
     assert judge(unsaid, None, None, 0.25)[0] == "unknown"
@@ -74,7 +72,7 @@ def test_two_tokens_off_their_scoring_make_an_answer_faulty_one_does_not():
     ids = (PROMPT, OUTPUT)
     assert judge(_answer(4), _scored(FIGURES[:3]), ids, 0.25)[:3] == ("pass", "", 3)
     assert judge(_answer(4), _scored([-0.1, -2.0, -1.2]), ids, 0.25)[0] == "pass"  # one off
-    state, what, n, gap = judge(_answer(4), _scored([-0.1, -2.0, -3.2]), ids, 0.25)
+    state, what, n, gap, _ = judge(_answer(4), _scored([-0.1, -2.0, -3.2]), ids, 0.25)
     assert state == "fault" and n == 3 and gap == pytest.approx(2.0)
     assert "2 of 3 tokens off their scoring, the first at output position 1" in what
     off, _, _ = tail_off(PROMPT, OUTPUT[:-1], _answer(4).positions,
@@ -93,7 +91,7 @@ def test_the_scorings_own_greedy_token_checks_the_answers_last():
     choice = score.response["choices"][0]
     choice.update(token_ids=[11], logprobs={"top_logprobs": [{"a": -0.1, "b": -2.0}]})
     assert last_choice(score.response) == (11, pytest.approx(1.9))
-    state, what, n, _ = judge(_answer(4), score, ids, 0.25)  # the last token (10) is not 11
+    state, what, n, _, _ = judge(_answer(4), score, ids, 0.25)  # the last token (10) is not 11
     assert state == "fault" and n == 4 and what.startswith("2 of 4 tokens off")
     choice["logprobs"] = {"top_logprobs": [{"a": -0.1, "b": -0.2}]}  # a near tie there
     assert judge(_answer(4), score, ids, 0.25)[0] == "pass"
@@ -101,29 +99,36 @@ def test_the_scorings_own_greedy_token_checks_the_answers_last():
 
 def test_one_answer_past_its_room_fails_two_faulty_ones_fail_and_a_pass_takes_its_count():
     need = positions_needed(0.5)
-    good = [("pass", "", 3, 0.0)] * need
+    good = [Judged("pass", "", 3, 0.0, 0)] * need
     passed = limit_check(good, 1024)
     assert passed.state == PASS and "returned log-probabilities)" in passed.evidence["rules_out"]
-    lengths = limit_check([("pass", "", 0, 0.0)] * need, 1024)
+    lengths = limit_check([Judged("pass", "", short=0)] * need, 1024)
     assert "lengths only" in lengths.evidence["rules_out"]
-    some = limit_check(good[:2] + [("pass", "", 0, 0.0)] * need, 1024)
+    some = limit_check(good[:2] + [Judged("pass", "", short=0)] * need, 1024)
     assert "compared in 2 of them" in some.evidence["rules_out"]
-    short = limit_check(good[:-1] + [("early", "ended", 0, 0.0)], 1024)
+    short = limit_check(good[:-1] + [Judged("early", "ended")], 1024)
     assert short.state == INCONCLUSIVE and short.need == 1
-    kept = limit_check([("short", "ended by length 1 short of its room of 4", 0, 0.0)] * need,
-                       1024)
-    assert kept.state == PASS and kept.evidence["short_of_room"] == need
-    assert ("the first by length 1 short of its room of 4 (the engine's own reserve)"
-            in kept.evidence["rules_out"])
-    past = limit_check(good + [("past", "5 tokens for a room of 4", 0, 0.0)], 1024)
+    past = limit_check(good + [Judged("past", "5 tokens for a room of 4")], 1024)
     assert past.state == FAIL and "5 tokens for a room of 4" in past.evidence["message"]
-    fault = ("fault", "2 of 3 tokens off their scoring", 3, 2.0)
+    fault = Judged("fault", "2 of 3 tokens off their scoring", 3, 2.0, 0)
     one = limit_check(good + [fault], 1024)
     assert one.state == INCONCLUSIVE and one.evidence["lean"] == "fault"
     bad = limit_check(good[:2] + [fault] * FAIL_ANSWERS, 1024)
     assert bad.state == FAIL and "2 of 4 answers: 2 of 3 tokens off" in bad.evidence["message"]
     none = limit_check([], 1024, reason="the server does not count a prompt's tokens (usage)")
     assert none.state == INCONCLUSIVE and "usage" in none.evidence["reason"]
+
+
+def test_every_answer_the_same_distance_short_is_a_reserve_distances_that_differ_fail():
+    need = positions_needed(0.5)
+    kept = limit_check([Judged("pass", "", short=2)] * need, 1024)  # SGLang keeps 2 tokens
+    assert kept.state == PASS and kept.evidence["tokens_short"] == [2]
+    assert "every answer ended by length 2 tokens short of its room: the engine's own reserve" \
+        in kept.evidence["rules_out"]
+    # llama.cpp under speculation: the stop follows where a verify step meets the end
+    varied = limit_check([Judged("pass", "", short=s) for s in (1, 1, 3, 0, 2, 1, 1, 1)], 1024)
+    assert varied.state == FAIL and varied.evidence["tokens_short"] == [0, 1, 2, 3]
+    assert varied.evidence["message"].startswith("ended by length 0, 1, 2, 3 tokens short")
 
 
 @pytest.mark.parametrize("fault,state", [("", PASS), ("logprobs_at_limit", FAIL)])
