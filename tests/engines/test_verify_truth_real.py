@@ -247,3 +247,28 @@ def test_verify_faults_fail_at_the_defaults_in_engine_and_by_probe(case, fault_s
     # the seconds to each FAIL are printed above: figures for BENCHMARKS.md (`make bench`),
     # which depend on the machine's load; the traffic ran until each check failed or passed
     # its cap, so the FAIL asserted above never rests on how long the probe's answers ran
+
+
+def test_one_batch_row_at_zero_is_named_on_the_real_vllm(fault_servers):
+    """Batch row 1's drafts all rejected (the draft model drafts for every row, so a step's
+    entries are its batch rows): the row is named at zero, the clean window before it never."""
+    from specscope.probe.workload import REPETITIVE
+
+    srv = fault_servers[next(iter(SHARED))]
+    seen = {}
+    for phase in ("", "row_drafts_rejected"):
+        srv.fault_file.write_text(phase)
+        since = time.time_ns()
+        drive(srv.url, str(srv.model), list(REPETITIVE) * 2, sampling=({"temperature": 0.0},),
+              concurrency=4, max_tokens=48, extra={"ignore_eos": True})
+        time.sleep(1.0)  # the recorders drain every 0.25 s
+        section = section_or_none(Path(srv.trace_dir), since)
+        assert section is not None
+        seen[phase] = [a for a in section["anomalies"] if a["kind"] == "slot_at_zero"]
+    srv.fault_file.write_text("")
+    assert seen[""] == [], seen[""]
+    (row,) = seen["row_drafts_rejected"]
+    print(row["message"])
+    # (at zero: a step or two may cross the switch, 1 of 267 draft tokens in a trial run)
+    assert row["evidence"]["row"] == 1 and row["evidence"]["rate"] < 0.02, row
+    assert row["evidence"]["rest_rate"] > 0.2 and row["evidence"]["p_value"] < 1e-9, row

@@ -34,7 +34,6 @@ from specscope.probe import (ProbePlan, ProbeResult, format_probe, place_by_infe
                              run_checks)
 from specscope.probe.client import semantics
 from specscope.probe.ngram import NgramSettings
-from specscope.probe.workload import REPETITIVE
 from specscope.scrape import scrape
 from specscope.serving.vllm import (MIXED_SAMPLING, VllmServer, client_request_id, drive,
                                     speculative_config)
@@ -313,14 +312,6 @@ def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_c
         rounds = repeated_rounds(srv, str(target), prompts[16:])
         probed = probe_prompt_lookup(srv)
         penalised = probe_penalties(srv)
-        # batch row 1's drafts all rejected: the row is named, the clean traffic's never was
-        rows_from = time.time_ns()
-        srv.fault_file.write_text("row_drafts_rejected")
-        drive(srv.url, str(target), list(REPETITIVE) * 2, sampling=[{"temperature": 0.0}],
-              concurrency=4, max_tokens=64, extra={"ignore_eos": True})
-        srv.fault_file.write_text("")
-        time.sleep(1.5)  # the recorders drain every 0.25 s
-        rowed = run_section(trace_records(tmp_path / "ngram", since_ns=rows_from))
         # last: the probe's default classes, top-k at the end, which brings vLLM 0.32's CPU
         # engine core down (a step whose batch drafted nothing, with a top-k request in it)
         crash = probe(srv.url, ProbePlan(requests=12, max_tokens=32, concurrency=4, ngram=NGRAM,
@@ -358,10 +349,8 @@ def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_c
     assert sum(h.num_hook_errors for h in health) > 0, health
     check_prompt_lookup(probed)
     check_penalties(penalised)
+    # no row named at zero on clean traffic (rows here: places among the rows that drafted)
     assert "slot_at_zero" not in {a["kind"] for a in section["anomalies"]}, section["anomalies"]
-    (row,) = [a for a in rowed["anomalies"] if a["kind"] == "slot_at_zero"]
-    print(row["message"])
-    assert row["evidence"]["row"] == 1 and row["evidence"]["rate"] == 0.0, row
     # six more workloads, vLLM's counters scraped between them: each equals its trace (a round
     # whose answers repeat no n-gram of their prompts drafts nothing, in both; which rounds do
     # depends on the CPU's arithmetic)
