@@ -138,9 +138,12 @@ def one_sided_excess(hits_a: int, n_a: int, hits_b: int, n_b: int) -> tuple[floa
     hits_a, hits_b = int(round(hits_a)), int(round(hits_b))
     total, hits = n_a + n_b, hits_a + hits_b
     log_norm = _log_comb(total, n_a)
-    p = 0.0
+    p, mode = 0.0, (hits + 1) * (n_a + 1) / (total + 2)
     for x in range(hits_a, min(hits, n_a) + 1):
-        p += math.exp(_log_comb(hits, x) + _log_comb(total - hits, n_a - x) - log_norm)
+        term = math.exp(_log_comb(hits, x) + _log_comb(total - hits, n_a - x) - log_norm)
+        p += term
+        if x > mode and term <= p * 1e-17:  # past the mode the terms only fall: the rest is
+            break  # below a float's resolution of p
     return hits_a / n_a - hits_b / n_b, min(1.0, p)
 
 

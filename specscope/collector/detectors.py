@@ -13,7 +13,7 @@ from ..exact import ALPHA, PASS_ALPHA, decide_rate, fmt_p, one_sided_excess, tie
 from .acceptance import AcceptanceRegressionDetector  # noqa: F401 - re-exported
 from .truth import TRUTH_CHECK, SamplingTruthDetector  # noqa: F401 - re-exported
 from .stats import SpecStats
-from .slots import MIN_DRAFTS, slot_outliers
+from .slots import slot_outliers
 from .verdict import FAIL, Assessment, rate_evidence
 
 
@@ -209,33 +209,35 @@ class SlotDetector:
         return self._found(stats.row_draft_tokens, stats.row_accepted, run_id, "row",
                            "batch row", "rows")
 
-    def ranks(self, counts: dict[int, tuple[int, int]], run_id: str = ""
-              ) -> list[schema.AnomalyRecord]:
-        """The same test across a run's ranks (``slots.rank_counts``; llama.cpp's slots)."""
-        ranks = sorted(counts)
-        return self._found([counts[k][0] for k in ranks], [counts[k][1] for k in ranks],
-                           run_id, "rank", "rank", "ranks", labels=ranks)
+    def check_ranks(self, counts: dict[tuple[str, int], tuple[int, int]], run_id: str = ""
+                    ) -> list[schema.AnomalyRecord]:
+        """The same test across a run's ranks (``slots.rank_counts``: by node and rank;
+        llama.cpp's slots)."""
+        keys = sorted(counts)
+        names = [f"{node}/{rank}" if node else str(rank) for node, rank in keys]
+        return self._found([counts[k][0] for k in keys], [counts[k][1] for k in keys],
+                           run_id, "rank", "rank", "ranks", names)
 
     def _found(self, drafted: list[int], accepted: list[int], run_id: str, key: str,
-               what: str, plural: str, labels: list[int] | None = None
+               what: str, plural: str, names: list[str] | None = None
                ) -> list[schema.AnomalyRecord]:
-        n = sum(1 for d in drafted if d >= MIN_DRAFTS)
-        name = labels or list(range(len(drafted)))
+        name = names or [str(i) for i in range(len(drafted))]
         return [schema.AnomalyRecord(
             run_id=run_id, kind="slot_at_zero", severity="warning",
             message=f"{what} {name[f.slot]}: acceptance {f.rate:.3f} over {f.draft_tokens} draft "
                     f"tokens against {f.rest_rate:.3f} in the other {plural} (Fisher's exact "
-                    f"one-sided p {fmt_p(f.p_value)} < {self.alpha:g} / {n} {plural}); the "
-                    f"pooled rate only drops. One holding only requests whose drafts fail "
+                    f"one-sided p {fmt_p(f.p_value)} < {self.alpha:g} / {f.judged} {plural}, "
+                    "its draft tokens read as independent, and under a tenth of their rate); "
+                    "the pooled rate only drops. One that held only requests whose drafts fail "
                     "reads the same: look at the requests it held",
-            evidence={key: name[f.slot], "draft_tokens": f.draft_tokens, "accepted": f.accepted,
-                      "rate": f.rate, "rest_rate": f.rest_rate, "p_value": f.p_value,
-                      f"{plural}_judged": n, "alpha": self.alpha})
+            evidence={key: name[f.slot] if names else f.slot, "draft_tokens": f.draft_tokens,
+                      "accepted": f.accepted, "rate": f.rate, "rest_rate": f.rest_rate,
+                      "p_value": f.p_value, f"{plural}_judged": f.judged, "alpha": self.alpha})
             for f in slot_outliers(drafted, accepted, alpha=self.alpha)]
 
 
 DEFAULT_DETECTORS = (SamplingTruthDetector(), FallbackDetector(), DraftHealthDetector(),
-                     SpeculationOffDetector(), SlotDetector())
+                     SpeculationOffDetector())
 
 
 def run_dtype(run: schema.RunRecord | None) -> str:
@@ -246,17 +248,19 @@ def run_dtype(run: schema.RunRecord | None) -> str:
     return str(labels.get("dtype") or labels.get("target_dtype") or "").replace("torch.", "")
 
 
-def detectors_for(run: schema.RunRecord | None) -> tuple:
+def detectors_for(run: schema.RunRecord | None, *, rows: bool = True) -> tuple:
     """The default detectors, told what the run says of itself (its draft's dtype), the
     acceptance- and distribution-based ones run only where the run measures them
-    (``configured.py``: forced acceptance, lossy verification)."""
+    (``configured.py``: forced acceptance, lossy verification). ``rows``: the batch-row test
+    too, for one run's records (never rows pooled over runs: each run fills its rows its own
+    way)."""
     from .configured import ConfiguredVerification
 
     dtype = (run.labels.get("draft_dtype", "") if run is not None else "") or ""
     health = DraftHealthDetector(draft_dtype=dtype) if dtype else DraftHealthDetector()
     truth = SamplingTruthDetector(tie_margin=tie_margin(run_dtype(run)))
     return (ConfiguredVerification(run, (truth, health)), FallbackDetector(),
-            SpeculationOffDetector(), SlotDetector())
+            SpeculationOffDetector()) + ((SlotDetector(),) if rows and run is not None else ())
 
 
 def evaluate(stats: SpecStats, run_id: str = "", detectors=DEFAULT_DETECTORS

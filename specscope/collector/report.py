@@ -248,7 +248,7 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
     ranks = rank_counts(records)  # one rank (llama.cpp: one slot) at zero against the others
     if len(ranks) > 1:
         section["anomalies"] = list(section["anomalies"]) + [
-            _anomaly(a) for a in SlotDetector().ranks(ranks, run.run_id if run else "")]
+            _anomaly(a) for a in SlotDetector().check_ranks(ranks, run.run_id if run else "")]
     return Section.from_dict(section)
 
 

@@ -235,7 +235,10 @@ class Collector:
         checks: dict[Any, Any] = {}
         for key, stats in totals.items():
             run = self._run_of(key)
-            detectors = detectors_for(run) if self.detectors is DEFAULT_DETECTORS else self.detectors
+            # (not the batch-row test: over cumulative counts it would wait for a fault to
+            # outweigh all the clean traffic before it, and never clear; `report` runs it)
+            detectors = (detectors_for(run, rows=False) if self.detectors is DEFAULT_DETECTORS
+                         else self.detectors)
             found, raised = evaluate(stats, detectors=detectors)
             checks[key] = {a.check: a.state for a in found}
             active.extend((key, a) for a in raised)

@@ -9,10 +9,15 @@ failure at another scale.
 
 Each row is compared with the others pooled: flagged where its acceptance rate is under
 ``RATIO`` of theirs and its rejections exceed theirs by Fisher's exact one-sided test at
-``exact.ALPHA`` divided by the number of rows judged (Bonferroni: a false alarm at most at
-``ALPHA`` per evaluation, whatever the number of rows). Rows are filled in admission order, so a
-row holds whatever requests it holds: one whose requests' drafts all fail (a different workload
-kept in one row) reads the same, and the anomaly says so.
+``exact.ALPHA`` divided by the number of rows judged (Bonferroni). The test reads each draft
+token as an independent trial, which it is not: acceptance within a step is a prefix, and a
+request keeps its row for many steps, so its error rate holds for exchangeable tokens only. What
+keeps clean traffic quiet is the ratio: rows that hold different workloads differ by about
+twice (two clean llama.cpp slots read 0.31 and 0.66), a row at zero by far more. A row that
+held only requests whose drafts all fail (one long request alone in a row a burst reaches)
+reads the same, and the anomaly says so. It runs over one run's records (``report``), not in the
+live collector (over cumulative counts it would wait for a fault to outweigh all the clean
+traffic before it).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class SlotFinding:
     rest_draft_tokens: int
     rest_accepted: int
     p_value: float
+    judged: int  #: rows judged (the Bonferroni divisor)
 
     @property
     def rate(self) -> float:
@@ -67,25 +73,28 @@ def slot_outliers(drafted: Sequence[int], accepted: Sequence[int], *, alpha: flo
             continue  # (the exact test only where the rate is far below: its cost grows with a)
         _, p = one_sided_excess(d - a, d, rest_d - rest_a, rest_d)
         if p < alpha / len(judged):
-            out.append(SlotFinding(i, d, a, rest_d, rest_a, p))
+            out.append(SlotFinding(i, d, a, rest_d, rest_a, p, len(judged)))
     return out
 
 
-def rank_counts(records: Iterable[Any]) -> dict[int, tuple[int, int]]:
-    """Draft tokens and accepted ones per rank (llama.cpp's slot, where its log was imported):
-    from the verify steps where the records have them, else from the requests' own counts."""
+def rank_counts(records: Iterable[Any]) -> dict[tuple[str, int], tuple[int, int]]:
+    """Draft tokens and accepted ones per (node, rank) (llama.cpp's slot, where its log was
+    imported): from the verify steps where the records have any, else from the requests' own
+    counts (never both: a rank with requests only is then left out)."""
     records = list(records)
-    out: dict[int, tuple[int, int]] = {}
+    out: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def add(key: tuple[str, int], drafted: int, accepted: int) -> None:
+        if drafted > 0:
+            d, a = out.get(key, (0, 0))
+            out[key] = (d + drafted, a + min(max(accepted, 0), drafted))
+
     steps = [r for r in records if isinstance(r, schema.VerifyStepRecord)]
     for r in steps:
         for e in r.entries:
-            if e.num_drafted > 0:
-                d, a = out.get(r.rank, (0, 0))
-                out[r.rank] = (d + e.num_drafted, a + min(max(e.num_accepted, 0), e.num_drafted))
+            add((r.node, r.rank), e.num_drafted, e.num_accepted)
     if not steps:
         for q in records:
-            if isinstance(q, schema.RequestRecord) and q.num_draft_tokens and \
-                    q.num_accepted is not None:
-                d, a = out.get(q.rank, (0, 0))
-                out[q.rank] = (d + q.num_draft_tokens, a + min(q.num_accepted, q.num_draft_tokens))
+            if isinstance(q, schema.RequestRecord) and q.num_accepted is not None:
+                add((q.node, q.rank), q.num_draft_tokens or 0, q.num_accepted)
     return out

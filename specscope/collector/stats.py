@@ -370,14 +370,6 @@ class SpecStats:
                     self.accepted_per_pos = _add_lists(self.accepted_per_pos, accepted_pp)
                     self.accepted_per_pos += [0] * (len(self.drafted_per_pos) - len(self.accepted_per_pos))
 
-    def _observe_row(self, row: int, drafted: int, accepted: int) -> None:
-        if len(self.row_draft_tokens) <= row:
-            pad = row + 1 - len(self.row_draft_tokens)
-            self.row_draft_tokens.extend([0] * pad)
-            self.row_accepted.extend([0] * pad)
-        self.row_draft_tokens[row] += drafted
-        self.row_accepted[row] += accepted
-
     def _observe_verify(self, r: schema.VerifyStepRecord) -> None:
         self.num_steps += 1
         self._touch(r.t_ns)
@@ -388,12 +380,13 @@ class SpecStats:
             if drafted < 0 or accepted < 0 or accepted > drafted:
                 self.num_clamped += 1
                 drafted, accepted, _ = clamp(drafted, accepted)
-            if drafted > 0:
-                self._observe_row(min(row, MAX_ROWS - 1), drafted, accepted)
             self.modes[(e.mode_requested, e.mode_used)] += 1
             if drafted == 0:
                 self.undrafted_request_steps += 1
             if drafted > 0:
+                at = [0] * min(row, MAX_ROWS - 1)  # (its batch row's counts)
+                self.row_draft_tokens = _add_lists(self.row_draft_tokens, at + [drafted])
+                self.row_accepted = _add_lists(self.row_accepted, at + [accepted])
                 self.num_drafts += 1
                 self.draft_tokens += drafted
                 self.draft_tokens_scored += max(drafted, e.num_draft_tokens)

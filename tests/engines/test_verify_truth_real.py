@@ -251,20 +251,31 @@ def test_verify_faults_fail_at_the_defaults_in_engine_and_by_probe(case, fault_s
 
 def test_one_batch_row_at_zero_is_named_on_the_real_vllm(fault_servers):
     """Batch row 1's drafts all rejected (the draft model drafts for every row, so a step's
-    entries are its batch rows): the row is named at zero, the clean window before it never."""
+    entries are its batch rows): the row is named at zero, the clean window before it, where at
+    least two rows were judged, never. Traffic goes on until the row is named or a cap."""
+    from specscope.collector.slots import MIN_DRAFTS
+    from specscope.collector.stats import SpecStats
     from specscope.probe.workload import REPETITIVE
 
     srv = fault_servers[next(iter(SHARED))]
-    seen = {}
+    folder = Path(srv.trace_dir)
+    seen: dict[str, list] = {}
     for phase in ("", "row_drafts_rejected"):
         srv.fault_file.write_text(phase)
         since = time.time_ns()
-        drive(srv.url, str(srv.model), list(REPETITIVE) * 2, sampling=({"temperature": 0.0},),
-              concurrency=4, max_tokens=48, extra={"ignore_eos": True})
-        time.sleep(1.0)  # the recorders drain every 0.25 s
-        section = section_or_none(Path(srv.trace_dir), since)
-        assert section is not None
-        seen[phase] = [a for a in section["anomalies"] if a["kind"] == "slot_at_zero"]
+        for _ in range(3 if phase else 1):  # (the fault: until named, three rounds at most)
+            drive(srv.url, str(srv.model), list(REPETITIVE) * 2,
+                  sampling=({"temperature": 0.0},), concurrency=4, max_tokens=48,
+                  extra={"ignore_eos": True})
+            time.sleep(1.0)  # the recorders drain every 0.25 s
+            section = section_or_none(folder, since)
+            assert section is not None
+            seen[phase] = [a for a in section["anomalies"] if a["kind"] == "slot_at_zero"]
+            if seen[phase]:
+                break
+        if not phase:
+            rows = SpecStats().observe_all(window(trace_records(folder), since)).row_draft_tokens
+            assert sum(d >= MIN_DRAFTS for d in rows) >= 2, rows  # the clean rows were judged
     srv.fault_file.write_text("")
     assert seen[""] == [], seen[""]
     (row,) = seen["row_drafts_rejected"]

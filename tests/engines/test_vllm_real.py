@@ -349,8 +349,6 @@ def test_vllm_serves_through_specscope_failures_and_the_trace_counts_what_vllm_c
     assert sum(h.num_hook_errors for h in health) > 0, health
     check_prompt_lookup(probed)
     check_penalties(penalised)
-    # no row named at zero on clean traffic (rows here: places among the rows that drafted)
-    assert "slot_at_zero" not in {a["kind"] for a in section["anomalies"]}, section["anomalies"]
     # six more workloads, vLLM's counters scraped between them: each equals its trace (a round
     # whose answers repeat no n-gram of their prompts drafts nothing, in both; which rounds do
     # depends on the CPU's arithmetic)
