@@ -117,6 +117,35 @@ def test_columnar_ingest_equals_record_ingest(steps):
         by_record.row_draft_tokens, by_record.row_accepted)
 
 
+@settings(max_examples=50)
+@given(st.lists(st.lists(st.integers(-1, 5), min_size=1, max_size=70), min_size=1, max_size=5),
+       st.integers(0, 4))
+def test_batch_rows_count_the_same_from_records_and_from_the_compact_columns(steps, drafted):
+    """Each entry's batch row, from the records and from the compact columns the recorder and
+    the wire send (one step-level value per step, ``step_sizes``): rows past the 64th pooled
+    into the last, entries that drafted nothing or an impossible count clamped alike."""
+    import dataclasses
+
+    import numpy as np
+
+    from specscope.io.columns import STEP_ARRAYS
+
+    records = [_step(a, drafted=drafted, t_ns=i * 7, step=i) for i, a in enumerate(steps)]
+    by_record = SpecStats().observe_all(records)
+    for cols in VerifyColumns.from_records(records, detail=True):
+        assert cols.seq is not None
+        first = np.r_[0, np.flatnonzero(np.diff(cols.seq)) + 1]
+        compact = dataclasses.replace(
+            cols, step_sizes=np.diff(np.r_[first, len(cols)]),
+            **{name: getattr(cols, name)[first] for name in STEP_ARRAYS
+               if getattr(cols, name) is not None})
+        by_column = SpecStats()
+        observe_columns(by_column, compact)
+        assert (by_column.row_draft_tokens, by_column.row_accepted) == (
+            by_record.row_draft_tokens, by_record.row_accepted)
+        assert len(by_record.row_draft_tokens) <= 64
+
+
 def _greedy_under_sampling(run_id: str, n: int, t_ns: int) -> schema.VerifyStepRecord:
     """A step whose temperature-0.8 requests committed the argmax every time (silent greedy)."""
     entry = schema.VerifyEntry(request_id="q", num_drafted=3, num_draft_tokens=3, num_accepted=2,
