@@ -13,7 +13,7 @@ FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greed
           "unset_temperature_greedy", "batch_row_mixup", "penalty_first_only",
           "min_tokens_first_only", "stop_token_past_step", "seed_ignored_in_draft",
           "prompt_logprobs_shifted", "logprobs_at_limit", "prefix_cache_full_hit",
-          "row_drafts_rejected")
+          "row_drafts_rejected", "acceptance_decay")
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:

@@ -166,9 +166,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
     where = where_of(args)
     if getattr(args, "by", "run") == "node":
         return report_nodes(args, where)
-    if getattr(args, "by", "run") == "run" and not args.baseline and _streamed(args.trace, where):
+    scale = getattr(args, "clock_scale", None)
+    if getattr(args, "by", "run") == "run" and not args.baseline and not scale and \
+            _streamed(args.trace, where):
         return _report_streamed(args, where)
     trace = read_trace(args.trace, where)
+    if scale:
+        from ..io.clock import scale_clock
+
+        trace.records = scale_clock(trace.records, scale)
     baseline = read_trace(args.baseline).records if args.baseline else None
     if getattr(args, "by", "run") != "run":
         from .analysis import report_by
@@ -241,6 +247,10 @@ def register(sub) -> None:
                      "truth, draft health and acceptance per batch-size class, each checked; "
                      "context: acceptance by context length at the step, with intervals; node: "
                      "the same per node (a Parquet store is read one node at a time)")
+    rep.add_argument("--clock-scale", type=float, default=None, metavar="F",
+                     help="read the trace's clock F times slower: a short run as a long one "
+                     "(uptime, windows and the drift test see the stretched times; durations "
+                     "stay as measured)")
     add_where_flags(rep)
     rep.set_defaults(func=_cmd_report)
 

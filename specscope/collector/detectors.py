@@ -7,6 +7,7 @@ runs; each class says what it measured.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 from .. import schema
 from ..exact import ALPHA, PASS_ALPHA, decide_rate, fmt_p, one_sided_excess, tie_margin
@@ -14,6 +15,7 @@ from .acceptance import AcceptanceRegressionDetector  # noqa: F401 - re-exported
 from .truth import TRUTH_CHECK, SamplingTruthDetector  # noqa: F401 - re-exported
 from .stats import SpecStats
 from .slots import slot_outliers
+from .drift import ALL, ALPHA as DRIFT_ALPHA, drift
 from .verdict import FAIL, Assessment, rate_evidence
 
 
@@ -234,6 +236,38 @@ class SlotDetector:
                       "accepted": f.accepted, "rate": f.rate, "rest_rate": f.rest_rate,
                       "p_value": f.p_value, f"{plural}_judged": f.judged, "alpha": self.alpha})
             for f in slot_outliers(drafted, accepted, alpha=self.alpha)]
+
+
+@dataclass
+class DriftDetector:
+    """Acceptance that falls with uptime within the segments between restarts, per prompt
+    class and draft position (``drift.py``: one slope, an intercept per segment, a one-sided
+    t test at ``alpha`` over the cells judged)."""
+
+    alpha: float = DRIFT_ALPHA
+
+    def check(self, records: Sequence[Any], run_id: str = "") -> list[schema.AnomalyRecord]:
+        found = drift(records, alpha=self.alpha)
+        out = []
+        for t in found.flagged:
+            where = "all positions" if t.position == ALL else f"draft position {t.position}"
+            klass = f" of class {t.klass!r}" if t.klass else ""
+            out.append(schema.AnomalyRecord(
+                run_id=run_id, kind="acceptance_drift", severity="warning",
+                message=f"acceptance at {where}{klass} falls {-t.relative_per_h:.1%} of its rate "
+                        f"per hour of uptime ({t.fall:.1%} over {t.span_h:.2f} h; rate "
+                        f"{t.rate:.3f}; {t.bins} spans in {t.segments} segment(s), "
+                        f"{found.restarts} restart(s) seen, each a new level, never a change; "
+                        f"t {t.t:.1f} on {t.df} df, one-sided p {fmt_p(t.p_value)} < "
+                        f"{self.alpha:g} / {t.judged} cells): a restart restores it if the "
+                        "engine ages; a workload that changes within the class reads the same",
+                evidence={"class": t.klass, "position": t.position, "rate": t.rate,
+                          "slope_per_h": t.slope_per_h, "relative_per_h": t.relative_per_h,
+                          "fall": t.fall, "span_h": t.span_h, "t": t.t, "df": t.df,
+                          "p_value": t.p_value, "cells_judged": t.judged,
+                          "segments": t.segments, "restarts": found.restarts,
+                          "alpha": self.alpha}))
+        return out
 
 
 DEFAULT_DETECTORS = (SamplingTruthDetector(), FallbackDetector(), DraftHealthDetector(),

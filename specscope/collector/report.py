@@ -13,8 +13,9 @@ import numpy as np
 
 from .. import schema
 from ..io import codec
-from .detectors import (DRAFT_CHECK, TRUTH_CHECK, AcceptanceRegressionDetector, QualityDetector,
-                        SamplingTruthDetector, SlotDetector, detectors_for, evaluate)
+from .detectors import (DRAFT_CHECK, TRUTH_CHECK, AcceptanceRegressionDetector, DriftDetector,
+                        QualityDetector, SamplingTruthDetector, SlotDetector, detectors_for,
+                        evaluate)
 from .slots import rank_counts
 from .evalgate import eval_gate
 from ..exact import PER_REQUEST_ALPHA
@@ -249,6 +250,9 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
     if len(ranks) > 1:
         section["anomalies"] = list(section["anomalies"]) + [
             _anomaly(a) for a in SlotDetector().check_ranks(ranks, run.run_id if run else "")]
+    if run is not None:  # acceptance that ages with uptime, restarts each a new level
+        section["anomalies"] = list(section["anomalies"]) + [
+            _anomaly(a) for a in DriftDetector().check(records, run.run_id)]
     return Section.from_dict(section)
 
 

@@ -56,16 +56,21 @@ from .policy import parse_policy
 #: row_drafts_rejected: in a verify step of two or more requests, batch row 1's drafts are all
 #: rejected (its first position's token committed, its output right): one row at zero while
 #: the pooled acceptance only drops (``collector/slots.py``; llama.cpp #27572's slot at zero)
+#: acceptance_decay: acceptance that ages with the steps served: at step s a row's drafts are
+#: all rejected with probability s / DECAY_STEPS (its first position's token committed, its
+#: output right), until a restart (a new decoder) (``collector/drift.py``; SGLang #37326)
 FAULTS = ("silent_greedy", "topk_fallback", "draft_prob_shortcut", "silent_greedy_batch_gt2",
           "greedy_second_choice", "temperature_twice", "top_p_ignored", "residual_argmax",
           "bonus_argmax", "accept_ignores_q", "stop_past_step", "length_past_step",
           "unset_temperature_greedy", "batch_row_mixup", "penalty_first_only",
           "min_tokens_first_only", "stop_token_past_step", "seed_ignored_in_draft",
           "prompt_logprobs_shifted", "logprobs_at_limit", "prefix_cache_full_hit",
-          "row_drafts_rejected")
+          "row_drafts_rejected", "acceptance_decay")
+#: steps served over which ``acceptance_decay`` rejects every row's drafts (a tenth at a tenth)
+DECAY_STEPS = 10000
 #: the faults that live in speculative sampling's chain verify
 CHAIN_FAULTS = ("draft_prob_shortcut", "residual_argmax", "bonus_argmax", "accept_ignores_q",
-                "seed_ignored_in_draft", "row_drafts_rejected")
+                "seed_ignored_in_draft", "row_drafts_rejected", "acceptance_decay")
 
 
 @dataclass

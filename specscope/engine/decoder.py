@@ -16,7 +16,7 @@ import torch
 from .. import schema
 from . import logprobs, ngram, sampling
 from .batch import Batch, Output, Request, Row  # noqa: F401 (Output, Request re-exported)
-from .config import FAULTS, SpecConfig, row_modes  # noqa: F401 (re-exported)
+from .config import DECAY_STEPS, FAULTS, SpecConfig, row_modes  # noqa: F401 (re-exported)
 from .kv import BatchKV, causal, feed_pending, like_lengths
 from .policy import parse_policy
 from .prefix import PrefixCache, seeded
@@ -44,6 +44,8 @@ class SpeculativeDecoder:
         self.eos = set(eos_ids)
         self.device = torch.device(device)
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        #: the acceptance_decay fault's own draws (the sampling streams stay the clean run's)
+        self._decay_gen = torch.Generator(device=self.device).manual_seed(seed + 1)
         self.run_id = run_id or (recorder.run.run_id if recorder else "")
         self.rank = recorder.rank if recorder else 0
         self.step_index = 0
@@ -378,6 +380,10 @@ class SpeculativeDecoder:
                 if cfg.fault == "row_drafts_rejected" and b > 1:  # batch row 1: none accepted
                     num_acc = num_acc.clone()  # (its first position's token still committed)
                     num_acc[1] = 0
+                elif cfg.fault == "acceptance_decay":  # a share of rows growing with steps served
+                    cut = torch.rand(b, generator=self._decay_gen, device=dev) < \
+                        self.step_index / DECAY_STEPS
+                    num_acc = torch.where(cut, torch.zeros_like(num_acc), num_acc)
                 path_logits, keep_idx = logits, None
                 if cfg.fault == "greedy_second_choice" and self.step_index % 8 == 3:
                     fixed = sampling.second_choice(fixed, logits, num_acc, mode)
