@@ -53,6 +53,9 @@ class Snapshot:
     #: whether exporters label series with the node: the collector serves several nodes (or
     #: was told to)
     node_label: bool = False
+    #: label values -> the engine start (ns since the epoch) of the label set's latest run,
+    #: where the run says it (restarts move it)
+    started: dict[tuple, int] = field(default_factory=dict)
 
 
 class Collector:
@@ -309,13 +312,16 @@ class Collector:
             counts = dict(self._anomaly_counts)
             health = dict(self.health)
             pids = dict(self._pids)
-        kinds = {key: kind_of(self._run_of(key), stats)[0] or "measured" for key, stats in totals.items()}
+        of = {key: self._run_of(key) for key in totals}
+        kinds = {key: kind_of(of[key], stats)[0] or "measured" for key, stats in totals.items()}
+        started = {key: r.started_ns for key, r in of.items() if r is not None and r.started_ns > 0}
         nodes = {k[-1] for k in totals}
         label = self.node_label if self.node_label is not None else len(nodes) > 1
         return Snapshot(t_ns=self.clock_ns(), totals=totals, windows=windows, runs=runs,
                         anomalies=active, anomaly_counts=counts, health=health,
                         processes=_process_facts(pids), checks=checks,
-                        window_s=self.window_ns / 1e9, verification=kinds, node_label=label)
+                        window_s=self.window_ns / 1e9, verification=kinds, node_label=label,
+                        started=started)
 
     def close(self) -> None:
         self._tick_stop.set()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..importers import metrics as M
 from ..importers.metrics import EngineMetrics
+from .decay_rules import decay_rules
 
 TITLE = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "llamacpp": "llama.cpp"}
 
@@ -101,6 +102,11 @@ def rules(engine: str) -> str:
         alert(f"{camel}AcceptanceDrop", f"{name}_acceptance_rate_5m < 0.8 * {name}_acceptance_rate_1h",
               f"{title} acceptance rate dropped by more than 20% against the last hour",
               f"Acceptance rate (5m) on {where} is under 0.8 of its last hour.")
+        record_text, alert_text = decay_rules(name, e.by, _family(m, M.ACCEPTED) or "",
+                                              _family(m, M.DRAFT_TOKENS) or "",
+                                              "instance" if m.by_target else e.by)
+        rec.append(record_text)
+        alerts.append(f"      - alert: {camel}AcceptanceDecay\n{alert_text}")
     if e.length:
         for w in ("5m", "1h"):
             record(f"{name}_mean_acceptance_length_{w}", e.length.replace("__W__", w),

@@ -84,6 +84,7 @@ METRICS: dict[str, Metric] = {
     "specscope_anomaly_active": Metric("gauge", "1 while a detector fires, by kind."),
     "specscope_check_state": Metric("gauge", "1 for the state a detector's check is in, by check: pass, fail, or inconclusive (too little data to fail yet)."),
     "specscope_verification": Metric("gauge", "1 for how the label set's acceptance was obtained, by kind: measured (drafts verified against the target), forced (set by a benchmarking configuration: a speed-only run, its acceptance is not a measurement) or lossy (verification not per-token lossless by configuration)."),
+    "specscope_engine_start_time_seconds": Metric("gauge", "Start of the engine the label set's latest run came from, seconds since the epoch (the hooks' process start, or scrape's process_start_time_seconds or counter reset); a restart moves it, absent where unknown."),
     "specscope_draft_depth": Metric("gauge", "Draft depth k of the latest step (0: speculation off, as a speculation policy chose).", "last_depth"),
     "specscope_draft_depth_steps_total": Metric("counter", "Steps by the draft depth k they ran with (k = 0: speculation off).", "depth_steps", "k"),
     "specscope_draft_depth_changes_total": Metric("counter", "Steps where a speculation policy changed k (or confirmed it after a probe), with a reason in the trace.", "depth_changes"),
@@ -165,6 +166,8 @@ def _samples(snap: Snapshot) -> dict[str, list[_Sample]]:
                 out["specscope_check_state"].append(_Sample(key, (check, st), int(st == state)))
     for key, kind in sorted(snap.verification.items()):
         out["specscope_verification"].append(_Sample(key, (kind,), 1))
+    for key, ns in sorted(snap.started.items()):
+        out["specscope_engine_start_time_seconds"].append(_Sample(key, (), ns / 1e9))
     for event, n in sorted(snap.health.items()):
         out["specscope_collector_events_total"].append(_Sample((), (event,), n))
     for p in snap.processes:

@@ -6,7 +6,12 @@ Stdlib only: the YAML is written as text. Every metric named here is one the exp
 
 from __future__ import annotations
 
+from .decay_rules import decay_rules
+
 BY = "algorithm, num_steps, topk, num_draft_tokens, backend, model"
+_DECAY_RECORD, _DECAY_ALERT = decay_rules("specscope", BY, "specscope_accepted_tokens_total",
+                                          "specscope_draft_tokens_total",
+                                          start="specscope_engine_start_time_seconds")
 
 RULES = f"""\
 groups:
@@ -30,9 +35,10 @@ groups:
           (sum by ({BY}, mode_requested) (increase(specscope_sampling_top1_total[10m]))
             - sum by ({BY}, mode_requested) (increase(specscope_sampling_top1_expected_total[10m])))
           / sqrt(sum by ({BY}, mode_requested) (increase(specscope_sampling_top1_variance_total[10m])))
-  - name: specscope-alerts
+{_DECAY_RECORD}  - name: specscope-alerts
     rules:
-      - alert: SpecscopeSilentGreedy
+      - alert: SpecscopeAcceptanceDecay
+{_DECAY_ALERT}      - alert: SpecscopeSilentGreedy
         expr: |
           specscope_sampling_truth_z_10m{{mode_requested!="greedy"}} > 6
           and on ({BY}, mode_requested)

@@ -201,12 +201,12 @@ def _promtool(tmp_path, rules_text: str, tests_of, n_rules: int) -> None:
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (Debian prometheus)")
 def test_promtool_checks_and_unit_tests_the_rules(tmp_path):
-    _promtool(tmp_path, alert_rules(), rule_tests, 9)
+    _promtool(tmp_path, alert_rules(), rule_tests, 12)
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool (Debian prometheus)")
-@pytest.mark.parametrize("engine,n_rules", [("vllm", 11), ("sglang", 6), ("trtllm", 11),
-                                            ("llamacpp", 11)])
+@pytest.mark.parametrize("engine,n_rules", [("vllm", 14), ("sglang", 6), ("trtllm", 14),
+                                            ("llamacpp", 14)])
 def test_promtool_checks_and_unit_tests_each_engines_rules(tmp_path, engine, n_rules):
     """`specscope rules --engine E`: rules over the engine's own series that promtool accepts;
     on series whose rates come from a real vLLM page, every alert stays quiet before the seeded
