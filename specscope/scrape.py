@@ -52,6 +52,11 @@ class Endpoint:
     last_error: str = ""
     mapped: bool = False  #: a page gave a family we read
     families: tuple[str, ...] = ()  #: the families of the engines this endpoint serves
+    #: the engine's start, ns since the epoch: its ``process_start_time_seconds``, else the
+    #: scrape that saw its counters reset; 0 until known
+    start_ns: int = 0
+    restarts_seen: int = 0  #: the series' restarts already written as new run records
+    run_records: dict[tuple, Any] = field(default_factory=dict)  #: label set -> its run record
 
 
 @dataclass
@@ -222,6 +227,7 @@ def _records(ep: Endpoint, page: str, t_ns: int, log) -> list[Any]:
         print(f"scrape {ep.url}: no spec-decode family this version reads (vllm:spec_decode_*, "
               "sglang:spec_*, trtllm_spec_decode_*, llamacpp:spec_decode_*); for TensorRT-LLM "
               "point at /prometheus/metrics", file=log)
+    out += _restarted(ep, _process_start(page), series.restarts, t_ns)
     keys = set(ep.runs) | {k for k, _ in found}
     names = run_names(keys, ep.name)
     for key, rec in found:
@@ -231,9 +237,38 @@ def _records(ep: Endpoint, page: str, t_ns: int, log) -> list[Any]:
             labels = {"endpoint": ep.url, **series.config, **ep.labels}
             if rid != ep.name:
                 labels["label_set"] = rid[len(ep.name) + 1:]
-            out.append(run_record(rid, series.engine, "prometheus-scrape", ep.url,
-                                  num_steps=series.k_seen, labels=labels,
-                                  model=engines.where(engines.BY_NAME[series.engine],
-                                                      dict(key))[0] or _url_model(ep.url)))
+            run = run_record(rid, series.engine, "prometheus-scrape", ep.url,
+                             num_steps=series.k_seen, labels=labels,
+                             model=engines.where(engines.BY_NAME[series.engine],
+                                                 dict(key))[0] or _url_model(ep.url))
+            ep.run_records[key] = run = dataclasses.replace(run, started_ns=ep.start_ns)
+            out.append(run)
         out.append(dataclasses.replace(rec, run_id=ep.runs[key]))
     return out
+
+
+def _process_start(page: str) -> int:
+    """The page's ``process_start_time_seconds`` (prometheus_client's process collector: vLLM's
+    API server), ns since the epoch; 0 where the page has none."""
+    found = promtext.parse_families(page, ("process_start_time_seconds",)).samples
+    return int(found[0].value * 1e9) if found and found[0].value > 0 else 0
+
+
+def _restarted(ep: Endpoint, start_ns: int, restarts: int, t_ns: int) -> list[Any]:
+    """An engine start that moved (its process start where the page gives it, else counters that
+    went down: the start is then this scrape's time, the restart having come since the last
+    one) is written as each run's record again with the new start; the drift test reads each
+    start as a new segment."""
+    reset = restarts > ep.restarts_seen
+    ep.restarts_seen = restarts
+    if start_ns:  # the page says when its process started: that alone decides
+        moved, ep.start_ns = bool(ep.start_ns) and start_ns != ep.start_ns, start_ns
+        if not moved:
+            return []
+    elif reset:
+        ep.start_ns = t_ns
+    else:
+        return []
+    ep.run_records = {k: dataclasses.replace(r, started_ns=ep.start_ns)
+                      for k, r in ep.run_records.items()}
+    return list(ep.run_records.values())

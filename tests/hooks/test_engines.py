@@ -438,3 +438,23 @@ def test_vllm_probabilistic_drafts_give_the_residual_rule_the_drafts_distributio
     # the same mass, all tied with the replacement: its mid-rank PIT is 1/2, known only from
     # the draft's whole distribution
     assert e.resid_pit == pytest.approx(0.5, abs=1e-4)
+
+
+def test_an_engine_process_run_starts_at_the_process_start(tmp_path, monkeypatch):
+    """The run record of a hooked engine process carries the process's start (its uptime's
+    origin), as the system has it; a restarted engine is a new process with a later one."""
+    import psutil
+
+    from specscope.hooks import engines
+    from specscope.io.trace import read_trace
+
+    monkeypatch.delenv("SPECSCOPE_COLLECTOR", raising=False)
+    monkeypatch.setenv("SPECSCOPE_TRACE_DIR", str(tmp_path))
+    monkeypatch.setenv("SPECSCOPE_RUN_ID", "uptime")
+    recorder = engines.default_recorder("vllm", engine_version="0.0")
+    recorder.close()
+    (run,) = [r for f in tmp_path.glob("*.jsonl") for r in read_trace(f).records
+              if isinstance(r, schema.RunRecord)]
+    assert abs(run.started_ns / 1e9 - psutil.Process().create_time()) < 0.05
+    assert engines.process_started_ns(1) < run.started_ns  # init started first
+    assert engines.process_started_ns(10**9) == 0  # no such process: unknown, never a guess

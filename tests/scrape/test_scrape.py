@@ -36,7 +36,11 @@ def test_scrape_records_counter_increases_per_window(engine, tmp_path):
     tr = read_trace(out)
     runs = [r for r in tr.records if isinstance(r, schema.RunRecord)]
     counts = [r for r in tr.records if isinstance(r, schema.SpecCountsRecord)]
-    assert len(runs) == 1 and runs[0].run_id.startswith("127.0.0.1:") and runs[0].engine == "vllm"
+    # the run's record, then again at the restart with its new start: the page gives no process
+    # start, so the first is unknown (0) and the restart's is the scrape that saw the reset
+    assert len(runs) == 2 and runs[0].run_id.startswith("127.0.0.1:") and runs[0].engine == "vllm"
+    assert runs[1].run_id == runs[0].run_id and runs[0].started_ns == 0
+    assert runs[1].started_ns == counts[2].t_ns
     assert runs[0].labels["endpoint"] == engine and runs[0].num_steps == 3
     assert runs[0].model == "MiniMaxAI/MiniMax-M2.5"  # the page's model_name label
     # rounds 2..5 give windows; round 4's counters went down (a restart): its window is the
@@ -183,3 +187,21 @@ def test_endpoint_names_tell_every_endpoint_apart():
     assert endpoint_names(["http://a:8080/metrics?model=qwen", "http://a:8080/metrics?model=llama",
                            "http://b:8000/metrics", "https://b:8000/prometheus/metrics"]) == \
         ["a:8080/model=qwen", "a:8080/model=llama", "b:8000", "b:8000#2"]
+
+
+def test_the_engines_process_start_is_its_runs_start_and_a_moved_one_a_restart(samples, tmp_path):
+    """A page with prometheus_client's ``process_start_time_seconds`` (vLLM's API server): the
+    run starts there; the engine restarted between rounds 3 and 4 (its counters reset and its
+    process start moved), so round 4 writes the run again with the new start."""
+    page = (samples / "vllm_metrics_scrape_specdecode_1.txt").read_text()
+    factors = [1, 2, 3, 1, 2]
+    starts = [1.79e9, 1.79e9, 1.79e9, 1.79e9 + 7200, 1.79e9 + 7200]
+
+    def page_of(n: int) -> str:
+        return (scaled(page, lambda _: factors[n])
+                + f"# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds {starts[n]}\n")
+
+    with serving(page_of) as url:
+        scrape([url], tmp_path / "s.jsonl", interval_s=0.05, rounds=5, log=io.StringIO())
+    runs = read_trace(tmp_path / "s.jsonl").of(schema.RunRecord)
+    assert [r.started_ns for r in runs] == [1_790_000_000_000_000_000, 1_790_007_200_000_000_000]

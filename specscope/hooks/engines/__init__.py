@@ -96,6 +96,20 @@ def covered(engine: str, version: str | None = None) -> bool:
     return series in COVERED.get(engine, ())
 
 
+def process_started_ns(pid: int | str = "self") -> int:
+    """When a process started, ns since the epoch: its start in clock ticks after boot
+    (``/proc/PID/stat``) plus the boot time (``/proc/stat``); 0 where the system has no /proc.
+    Good to a clock tick (10 ms): the engine's start, for its uptime."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            ticks = int(f.read().rpartition(")")[2].split()[19])  # field 22: starttime
+        with open("/proc/stat", encoding="ascii") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return boot * 1_000_000_000 + ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return 0
+
+
 def default_recorder(engine: str, *, process: str = "", stats_policy: Any = None,
                      **run_fields: Any):
     """A started Recorder for an engine process: to a collector (SPECSCOPE_COLLECTOR), to
@@ -105,7 +119,8 @@ def default_recorder(engine: str, *, process: str = "", stats_policy: Any = None
 endpoint) also sends each finished request as a span; ``SPECSCOPE_RUN_FAULT``
     names a fault seeded into the engine in its run record (demos, tests);
     ``SPECSCOPE_STATS_ROWS`` caps the requests of one verify step that get the statistics
-    (default 8, ``0``: every request). The recorder is
+    (default 8, ``0``: every request). The run starts at the process's start (its uptime's
+    origin: a restarted engine writes a new start). The recorder is
     closed (flushed, its hook-health record written) when the process stops gracefully, and
     the verifying process hands its records over on a SIGTERM before its own handler runs
     (``hooks.stop``)."""
@@ -119,7 +134,8 @@ endpoint) also sends each finished request as a span; ``SPECSCOPE_RUN_FAULT``
         algorithm=run_fields.pop("algorithm", "unknown"), num_steps=run_fields.pop("num_steps", 0),
         topk=run_fields.pop("topk", 0), num_verify_tokens=run_fields.pop("num_verify_tokens", 0),
         backend=run_fields.pop("backend", ""), model=run_fields.pop("model", ""), engine=engine,
-        engine_version=version, fault=os.environ.get("SPECSCOPE_RUN_FAULT", ""), **run_fields)
+        engine_version=version, fault=os.environ.get("SPECSCOPE_RUN_FAULT", ""),
+        started_ns=run_fields.pop("started_ns", 0) or process_started_ns(), **run_fields)
     sinks: list[Any] = []
     endpoint = os.environ.get("SPECSCOPE_COLLECTOR")
     if endpoint:
