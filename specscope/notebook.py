@@ -140,6 +140,16 @@ class Traces:
         rows = category_rows(self.records, baseline.records if baseline is not None else None)
         return _pd().DataFrame([cat_dict(c) for c in rows])
 
+    def uptime(self) -> Any:
+        """Acceptance by uptime between restarts (``report --by uptime``): one row per run,
+        segment and span of uptime (hours), with the tokens served since the engine's start,
+        drafts, draft tokens, accepted ones, acceptance rate and acceptance length (bonus token
+        included)."""
+        from .collector.uptime import uptime_dict, uptime_runs
+
+        return _pd().DataFrame([{"run_id": d["run_id"], **span} for u in uptime_runs(self.records)
+                                for d in (uptime_dict(u),) for span in d["spans"]])
+
     # ------------------------------------------------------------------ analyses
     def report(self, window_s: float | None = None) -> dict[str, Any]:
         """``specscope report --json``'s object."""

@@ -38,7 +38,7 @@ def _emit(args: argparse.Namespace, payload: Any, text: Callable[[], str]) -> in
 
 
 def report_by(args: argparse.Namespace, records: list, baseline: list | None) -> int:
-    """``report --by request|category|batch|context``."""
+    """``report --by request|category|batch|context|uptime``."""
     from ..collector import requests as rq
 
     if args.by == "context":
@@ -46,6 +46,11 @@ def report_by(args: argparse.Namespace, records: list, baseline: list | None) ->
 
         buckets = context_buckets(records)
         return _emit(args, {"buckets": [bucket_dict(b) for b in buckets]}, lambda: format_buckets(buckets))
+    if args.by == "uptime":
+        from ..collector.uptime import format_uptime, uptime_dict, uptime_runs
+
+        runs = uptime_runs(records)
+        return _emit(args, {"runs": [uptime_dict(u) for u in runs]}, lambda: format_uptime(runs))
     if args.by == "batch":
         from ..collector.batches import batch_classes, class_dict, format_classes
 

@@ -240,12 +240,15 @@ def register(sub) -> None:
                      "with --by category, the run without speculation of the same prompts "
                      "(speedup per category, with a bootstrap interval; default: the trace's "
                      "own reference run, where it has one)")
-    rep.add_argument("--by", choices=("run", "request", "category", "batch", "context", "node"), default="run",
+    rep.add_argument("--by", choices=("run", "request", "category", "batch", "context", "uptime", "node"),
+                     default="run",
                      help="run: the figures per run (default); request: every request's steps, "
                      "drafted, accepted, acceptance length and flags, with request- and "
                      "token-weighted means; category: per workload category; batch: sampling "
                      "truth, draft health and acceptance per batch-size class, each checked; "
-                     "context: acceptance by context length at the step, with intervals; node: "
+                     "context: acceptance by context length at the step, with intervals; "
+                     "uptime: acceptance by uptime and tokens served between restarts, and the "
+                     "drift test per class and position; node: "
                      "the same per node (a Parquet store is read one node at a time)")
     rep.add_argument("--clock-scale", type=float, default=None, metavar="F",
                      help="read the trace's clock F times slower: a short run as a long one "

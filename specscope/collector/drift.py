@@ -52,6 +52,7 @@ class Point:
     drafted: tuple[int, ...]
     accepted: tuple[int, ...]
     served: int  #: tokens committed (bonus tokens included)
+    drafts: int = 1  #: request-steps that drafted
 
 
 @dataclass(frozen=True)
@@ -77,10 +78,16 @@ class Bin:
     served: int  #: tokens served since the start, at the span's end
     drafted: int
     accepted: int
+    drafts: int = 0  #: request-steps that drafted
 
     @property
     def rate(self) -> float:
         return self.accepted / self.drafted
+
+    @property
+    def acceptance_length(self) -> float | None:
+        """Tokens committed per request-step, bonus token included (all positions' cell)."""
+        return 1 + self.accepted / self.drafts if self.drafts else None
 
 
 @dataclass(frozen=True)
@@ -146,7 +153,8 @@ def points(records: Iterable[Any]) -> list[Point]:
             acc = tuple(r.accepted_per_pos[:MAX_POSITIONS])
             drafted = tuple(r.drafted_per_pos[:MAX_POSITIONS]) or (r.num_drafts,) * len(acc)
             if acc and len(drafted) == len(acc):
-                out.append(Point(r.t_ns, "", drafted, acc, sum(r.accepted_per_pos) + r.num_drafts))
+                out.append(Point(r.t_ns, "", drafted, acc, sum(r.accepted_per_pos) + r.num_drafts,
+                                 r.num_drafts))
     return out
 
 
@@ -172,16 +180,18 @@ def _segments(pts: list[Point], known: list[int]) -> tuple[list[int], list[Segme
     return out, segs
 
 
-def _cells(p: Point) -> Iterable[tuple[tuple[str, int], int, int]]:
-    yield (p.klass, ALL), sum(p.drafted), sum(p.accepted)
+def _cells(p: Point, klass: str) -> Iterable[tuple[tuple[str, int], int, int, int]]:
+    yield (klass, ALL), sum(p.drafted), sum(p.accepted), p.drafts
     if len(p.drafted) > 1:
         for i, (d, a) in enumerate(zip(p.drafted, p.accepted)):
-            yield (p.klass, i), d, a
+            yield (klass, i), d, a, 0
 
 
 def drift(records: Iterable[Any], *, bins: int = BINS, alpha: float = ALPHA,
-          min_fall: float = MIN_FALL, min_bin_tokens: int = MIN_BIN_TOKENS) -> Drift:
-    """The trend of acceptance on uptime per (class, position) over one run's records."""
+          min_fall: float = MIN_FALL, min_bin_tokens: int = MIN_BIN_TOKENS,
+          by_class: bool = True) -> Drift:
+    """The trend of acceptance on uptime per (class, position) over one run's records
+    (``by_class=False``: every class pooled under "")."""
     records = list(records)
     pts = sorted(points(records), key=lambda p: p.t_ns)
     seg_of, segs = _segments(pts, starts(records))
@@ -193,13 +203,14 @@ def drift(records: Iterable[Any], *, bins: int = BINS, alpha: float = ALPHA,
         b = min(int((p.t_ns - seg.first_ns) / (max(seg.last_ns - seg.first_ns, 1) / bins)),
                 bins - 1)
         served[s] += p.served
-        for cell, d, a in _cells(p):
-            slot = acc.setdefault(cell, {}).setdefault((s, b), [0, 0, 0])
+        for cell, d, a, n in _cells(p, p.klass if by_class else ""):
+            slot = acc.setdefault(cell, {}).setdefault((s, b), [0, 0, 0, 0])
             slot[0] += d
             slot[1] += a
             slot[2] = served[s]
+            slot[3] += n
     for cell, by_bin in acc.items():
-        out.bins[cell] = [Bin(s, _uptime_h(segs[s], b, bins), v[2], v[0], v[1])
+        out.bins[cell] = [Bin(s, _uptime_h(segs[s], b, bins), v[2], v[0], v[1], v[3])
                           for (s, b), v in sorted(by_bin.items())]
     trends = [t for cell, bs in sorted(out.bins.items())
               if (t := fit(cell, bs, min_bin_tokens=min_bin_tokens)) is not None]

@@ -39,6 +39,7 @@ ADVISOR_NOTE = "advisor-note"
 
 REGRESSION_FIGURE = "regression-figure"
 REGRESSION_TABLE = "regression-table"
+UPTIME_FIGURE = "uptime-figure"
 
 PROFILE_FIGURE = "profile-figure"
 PROFILE_TABLE = "profile-table"

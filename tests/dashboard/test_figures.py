@@ -186,3 +186,21 @@ def test_profile_draws_target_only_beside_speculative_runs(tiny, tmp_path):
     assert len({x for bar in fig.data for x in bar.x}) == 2  # both runs drawn
     rows = profile_rows(views)
     assert len(rows) == 2 and all(r["time per committed token (ms)"] for r in rows)
+
+
+def test_the_uptime_figure_draws_a_line_per_segment_and_dots_the_restarts():
+    import random
+
+    from specscope.collector.uptime import uptime_runs
+    from specscope.dashboard.figures.runs import uptime_figure
+    from tests.collector.test_drift import _segments
+
+    records = _segments(random.Random(3), [(0.8, 0.1), (0.8, 0.1)], every_s=30)
+    (u,) = uptime_runs(records)
+    fig = uptime_figure([("run a", u)])
+    assert [t.name for t in fig.data] == ["run a", "run a · after restart 1"]
+    assert [t.line.dash for t in fig.data] == ["solid", "dot"]
+    first = fig.data[0]
+    assert len(first.x) == 24 and all(0 <= x <= 1 for x in first.x)
+    assert all(1 <= y <= 4 for y in first.y)  # acceptance length of a chain of three, bonus incl.
+    assert "no verify steps" in uptime_figure([]).layout.annotations[0].text

@@ -75,6 +75,31 @@ def regression_figure(series: Sequence[dict[str, Any]]) -> go.Figure:
     return styled(fig, "Run series (green good, red bad, amber gate inconclusive)")
 
 
+def uptime_figure(runs: Sequence[tuple[str, Any]]) -> go.Figure:
+    """Acceptance length (bonus token included) against uptime, one line per run and segment
+    between restarts (``collector/uptime.py``'s spans, every class pooled)."""
+    from ...collector.drift import ALL
+
+    fig = go.Figure()
+    for i, (label, u) in enumerate(runs):
+        spans = u.pooled.bins.get(("", ALL), [])
+        for seg in sorted({b.segment for b in spans}):
+            pts = [b for b in spans if b.segment == seg and b.acceptance_length is not None]
+            name = label if not seg else f"{label} · after restart {seg}"
+            fig.add_trace(go.Scatter(
+                x=[b.uptime_h for b in pts], y=[b.acceptance_length for b in pts],
+                mode="lines+markers", name=name,
+                line={"color": COLORS[i % len(COLORS)], "dash": "solid" if not seg else "dot"},
+                customdata=[[b.served, b.drafts] for b in pts],
+                hovertemplate="uptime %{x:.3f} h<br>AL %{y:.3f}<br>served %{customdata[0]} "
+                              "tokens<br>%{customdata[1]} drafts"))
+    if not fig.data:
+        return empty("no verify steps or counter windows with times in these runs")
+    fig.update_xaxes(title_text="uptime (h since the engine's start)")
+    fig.update_yaxes(title_text="acceptance length (bonus incl.)")
+    return styled(fig, "Acceptance length by uptime (a restart starts a new, dotted line)")
+
+
 def profile_figure(views: Sequence[Any]) -> go.Figure:
     """Mean time per step by phase, stacked, one bar per run: per verify step, and for a
     target-only run per decode step (beside them: what a speculative step costs over one)."""
