@@ -254,14 +254,15 @@ class DriftDetector:
             klass = f" of class {t.klass!r}" if t.klass else ""
             out.append(schema.AnomalyRecord(
                 run_id=run_id, kind="acceptance_drift", severity="warning",
-                message=f"acceptance at {where}{klass} falls {-t.relative_per_h:.1%} of its rate "
-                        f"per hour of uptime ({t.fall:.1%} over {t.span_h:.2f} h; rate "
-                        f"{t.rate:.3f}; {t.bins} spans in {t.segments} segment(s), "
+                message=f"acceptance at {where}{klass} falls {-t.relative_per_h:.1%} of its "
+                        f"starting rate per hour of uptime ({t.fall:.1%} over {t.span_h:.2f} h, "
+                        f"from {t.start_rate:.3f}; mean {t.rate:.3f}; {t.bins} spans in {t.segments} segment(s), "
                         f"{found.restarts} restart(s) seen, each a new level, never a change; "
                         f"t {t.t:.1f} on {t.df} df, one-sided p {fmt_p(t.p_value)} < "
                         f"{self.alpha:g} / {t.judged} cells): a restart restores it if the "
                         "engine ages; a workload that changes within the class reads the same",
                 evidence={"class": t.klass, "position": t.position, "rate": t.rate,
+                          "start_rate": t.start_rate,
                           "slope_per_h": t.slope_per_h, "relative_per_h": t.relative_per_h,
                           "fall": t.fall, "span_h": t.span_h, "t": t.t, "df": t.df,
                           "p_value": t.p_value, "cells_judged": t.judged,

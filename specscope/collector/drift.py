@@ -17,7 +17,7 @@ evidence. The slope's error is the binomial one scaled by the spread the bins sh
 fit (never below binomial: steps and requests make tokens clump), so its t statistic has the
 bins' degrees of freedom. A cell is flagged where the slope is negative at ``ALPHA`` divided by
 the cells judged (one-sided: acceptance that rises with warm-up is not a fault) and the fitted
-fall over the judged uptime is at least ``MIN_FALL`` of the rate. Comparing within a class keeps
+fall over the judged uptime is at least ``MIN_FALL`` of the fitted rate where it begins. Comparing within a class keeps
 a changed workload mix from reading as drift; a mix that changes within one class still can.
 """
 
@@ -36,7 +36,8 @@ BINS = 24
 MIN_BIN_TOKENS = 20
 #: the false-alarm rate per run (and per rule evaluation), split over the cells judged
 ALPHA = 1e-4
-#: the fitted fall over the judged uptime, as a share of the rate, that a finding needs
+#: the fitted fall over the judged uptime, as a share of the fitted rate where it begins, that a
+#: finding needs
 MIN_FALL = 0.05
 #: draft positions judged one by one (deeper ones pool into the last)
 MAX_POSITIONS = 8
@@ -97,12 +98,13 @@ class Trend:
     klass: str
     position: int  #: ALL for every position pooled
     rate: float  #: pooled acceptance rate of the bins fitted
+    start_rate: float  #: the fitted rate where the judged uptime begins (the middle less half)
     slope_per_h: float  #: change of the rate per hour of uptime (absolute)
     se_per_h: float
     t: float
     df: int
     p_value: float  #: one-sided, for a fall
-    fall: float  #: fitted fall over the judged uptime, as a share of the rate
+    fall: float  #: fitted fall over the judged uptime, as a share of the fitted rate at its start
     span_h: float  #: judged uptime, hours (the longest segment's)
     bins: int
     segments: int
@@ -111,7 +113,8 @@ class Trend:
 
     @property
     def relative_per_h(self) -> float:
-        return self.slope_per_h / self.rate
+        """The slope as a share of the fitted rate where the judged uptime begins."""
+        return self.slope_per_h / self.start_rate
 
 
 @dataclass
@@ -268,7 +271,8 @@ def fit(cell: tuple[str, int], bins: list[Bin], *, min_bin_tokens: int = MIN_BIN
     se = math.sqrt(max(1.0, spread) * var / sxx)
     t = slope / se
     span = max(bs[-1].uptime_h - bs[0].uptime_h for bs in kept.values())
-    return Trend(cell[0], cell[1], rate, slope, se, t, df, t_lower(t, df), -slope * span / rate,
+    start = max(rate - slope * span / 2, 1e-9)
+    return Trend(cell[0], cell[1], rate, start, slope, se, t, df, t_lower(t, df), -slope * span / start,
                  span, n, len(kept))
 
 

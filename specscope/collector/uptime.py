@@ -50,7 +50,8 @@ def uptime_dict(u: RunUptime) -> dict[str, Any]:
                    "acceptance_rate": b.rate, "acceptance_length": b.acceptance_length}
                   for b in u.pooled.bins.get(("", ALL), [])],
         "trends": [{"class": t.klass, "position": None if t.position == ALL else t.position,
-                    "rate": t.rate, "relative_per_h": t.relative_per_h, "fall": t.fall,
+                    "rate": t.rate, "start_rate": t.start_rate,
+                    "relative_per_h": t.relative_per_h, "fall": t.fall,
                     "t": t.t, "df": t.df, "p_value": t.p_value, "cells_judged": t.judged,
                     "flagged": t.flagged} for t in u.judged.trends],
     }
@@ -75,7 +76,7 @@ def format_uptime(runs: list[RunUptime]) -> str:
             where = "all positions" if t.position == ALL else f"position {t.position}"
             verdict = "FALLING (flagged)" if t.flagged else "not flagged"
             lines.append(f"  drift {t.klass or '(all classes)'} {where}: "
-                         f"{t.relative_per_h:+.1%}/h of the rate, t {t.t:.1f} on {t.df} df, "
+                         f"{t.relative_per_h:+.1%}/h of its starting rate, t {t.t:.1f} on {t.df} df, "
                          f"p {t.p_value:.2g} against {t.judged} cells: {verdict}")
     return "\n".join(lines)
 

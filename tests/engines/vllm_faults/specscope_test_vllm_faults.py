@@ -34,6 +34,10 @@ the server runs (clean phase, then faulted phase, one server).
 - ``row_drafts_rejected``: in a verify step of two or more requests, batch row 1's drafts are all
   rejected (its first token kept, the rest of its row dropped): one row at zero while the
   pooled acceptance only drops (llama.cpp #27572's slot at zero, as a batch row).
+- ``acceptance_decay``: acceptance that ages: from the verify step the fault is switched on,
+  at its s-th step each row's drafts are all rejected with probability s / ``DECAY_STEPS``
+  (its first token kept), the engine serving on as if nothing were wrong (SGLang #37326's
+  shape, in minutes instead of a day).
 - ``break_specscope``: what specscope runs on the engine's hot path (reading the verify inputs,
   recording the step, timing the phase, building a request's record) raises ``SystemExit``, to
   show that vLLM serves regardless and the failures are counted.
@@ -53,6 +57,21 @@ Nothing here is specscope's: the tests need engines that go wrong the way real o
 
 import dataclasses
 import os
+
+
+#: acceptance_decay: verify steps over which every row's drafts come to be rejected, and the
+#: steps served since the fault was switched on
+DECAY_STEPS = 800
+AGE = [0]
+_GEN = []
+
+
+def _decay_gen():
+    import torch
+
+    if not _GEN:
+        _GEN.append(torch.Generator().manual_seed(0))
+    return _GEN[0]
 
 
 def _active(name):
@@ -129,6 +148,12 @@ def register():
                 start += n
         if _active("row_drafts_rejected") and out.shape[0] > 1:
             out[1, 1:] = -1  # (vLLM's placeholder) row 1 keeps its first token only
+        if _active("acceptance_decay"):
+            AGE[0] += 1
+            cut = torch.rand(out.shape[0], generator=_decay_gen()) < AGE[0] / DECAY_STEPS
+            out[cut.to(out.device), 1:] = -1
+        else:
+            AGE[0] = 0
         return out
 
     rs.rejection_sample = rejection_sample
