@@ -215,6 +215,14 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
     unknown = [b for b in by if b not in GROUPS]
     if unknown or not by:
         raise ValueError(f"--by {args.by!r}: groups are {', '.join(GROUPS)}")
+    if getattr(args, "aging", False):
+        from ..fleet.aging import fleet_aging, format_aging
+
+        aged = fleet_aging(args.store, where_of(args) or Where(), engine=args.engine,
+                           master=args.master)
+        print(json.dumps({"engine": args.engine, "aging": [a.to_dict() for a in aged]}, indent=1)
+              if args.json else format_aging(aged))
+        return 0
     rows = fleet_figures(args.store, by, where_of(args) or Where(), engine=args.engine,
                          master=args.master)
     if args.json:
@@ -299,6 +307,10 @@ def register(sub) -> None:
     fl.add_argument("--engine", choices=("duckdb", "spark"), default="duckdb")
     fl.add_argument("--master", default="local[2]",
                     help="Spark master URL for --engine spark (default local[2])")
+    fl.add_argument("--aging", action="store_true",
+                    help="acceptance rate against node uptime per configuration, fitted across "
+                    "nodes started at different times, with a 95%% interval across nodes (a "
+                    "decay shows without waiting a day on one node)")
     fl.add_argument("--json", action="store_true")
     add_where_flags(fl)
     fl.set_defaults(func=_cmd_fleet)

@@ -51,6 +51,18 @@ groups:
           (sum by ({CONFIG}, node, mode_requested) (increase(specscope_sampling_top1_total[10m]))
             - sum by ({CONFIG}, node, mode_requested) (increase(specscope_sampling_top1_expected_total[10m])))
           / sum by ({CONFIG}, node, mode_requested) (increase(specscope_sampling_verified_positions_total[10m]))
+      - record: specscope_node_uptime_hours
+        # hours since the node's engine started (its latest start: a restart moves it)
+        expr: (time() - max by ({CONFIG}, node) (specscope_engine_start_time_seconds)) / 3600
+      - record: specscope_fleet_acceptance_uptime_slope_10m
+        # acceptance rate per hour of node uptime, least squares across the configuration's
+        # nodes (< 0: nodes lose acceptance as they age; the interval: specscope fleet --aging)
+        expr: |
+          (avg by ({CONFIG}) (specscope_node_uptime_hours * on ({CONFIG}, node) specscope_node_acceptance_rate_10m)
+            - avg by ({CONFIG}) (specscope_node_uptime_hours and on ({CONFIG}, node) specscope_node_acceptance_rate_10m)
+            * avg by ({CONFIG}) (specscope_node_acceptance_rate_10m and on ({CONFIG}, node) specscope_node_uptime_hours))
+          / (avg by ({CONFIG}) ((specscope_node_uptime_hours and on ({CONFIG}, node) specscope_node_acceptance_rate_10m) ^ 2)
+            - avg by ({CONFIG}) (specscope_node_uptime_hours and on ({CONFIG}, node) specscope_node_acceptance_rate_10m) ^ 2)
       - record: specscope_fleet_excess_top1_rate_10m
         # the median node's excess top-1 share
         expr: quantile by ({CONFIG}, mode_requested) (0.5, specscope_node_excess_top1_rate_10m)
@@ -91,5 +103,7 @@ FLEET_PANELS = [
     ("Acceptance rate per node (10m)", "specscope_node_acceptance_rate_10m"),
     ("Node acceptance over the median node's (1 = the fleet's)", "specscope_node_acceptance_vs_fleet_10m"),
     ("Excess top-1 share per node (0 = honest sampling)", "specscope_node_excess_top1_rate_10m"),
+    ("Acceptance rate per hour of node uptime, across nodes (< 0: nodes age)",
+     "specscope_fleet_acceptance_uptime_slope_10m"),
     ("Accepted tokens across nodes", "specscope_fleet_accepted_tokens"),
 ]

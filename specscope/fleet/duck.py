@@ -30,8 +30,9 @@ def _source(uri: str, con: Any) -> str:
 
 
 def histogram(uri: str | os.PathLike, by: Sequence[str], where: Where = Where(), *,
-              threads: int | None = None) -> list[tuple]:
-    """The histogram rows ``(*group, drafted, accepted, n)`` of a store, on DuckDB."""
+              threads: int | None = None, sql: str | None = None) -> list[tuple]:
+    """The histogram rows ``(*group, drafted, accepted, n)`` of a store, on DuckDB (``sql``:
+    another query over the same ``verify`` view, as ``aging.py``'s)."""
     import duckdb
 
     con = duckdb.connect()
@@ -40,7 +41,7 @@ def histogram(uri: str | os.PathLike, by: Sequence[str], where: Where = Where(),
             con.execute(f"SET threads = {int(threads)}")
         try:
             con.execute(f"CREATE VIEW verify AS SELECT * FROM {_source(os.fspath(uri), con)}")
-            return con.execute(histogram_sql(by, where)).fetchall()
+            return con.execute(sql or histogram_sql(by, where)).fetchall()
         except duckdb.IOException as exc:
             if "No files found" in str(exc):  # no verify part in the fleet layout: no rows
                 return []

@@ -42,8 +42,9 @@ def _root(uri: str) -> str:
 
 
 def histogram(uri: str | os.PathLike, by: Sequence[str], where: Where = Where(), *,
-              spark: Any = None, master: str = "local[2]") -> list[tuple]:
-    """The histogram rows ``(*group, drafted, accepted, n)`` of a store, on Spark."""
+              spark: Any = None, master: str = "local[2]", sql: str | None = None) -> list[tuple]:
+    """The histogram rows ``(*group, drafted, accepted, n)`` of a store, on Spark (``sql``:
+    another query over the same ``verify`` view)."""
     own = spark is None
     spark = spark or session(master)
     try:
@@ -56,7 +57,7 @@ def histogram(uri: str | os.PathLike, by: Sequence[str], where: Where = Where(),
                 return []
             raise
         df.createOrReplaceTempView("verify")
-        rows = spark.sql(histogram_sql(by, where)).collect()
+        rows = spark.sql(sql or histogram_sql(by, where)).collect()
         return [tuple(r) for r in rows]
     finally:
         if own:
