@@ -24,16 +24,17 @@ def _stamps(r: Any) -> Iterable[int]:
             yield v
 
 
-def scale_clock(records: Iterable[Any], factor: float) -> list[Any]:
+def scale_clock(records: Iterable[Any], factor: float, to_ns: int | None = None) -> list[Any]:
     """The records with every timestamp ``origin + (t - origin) * factor`` (origin: the earliest
-    timestamp among them)."""
+    timestamp among them); ``to_ns``: the origin moves there (runs laid one after another)."""
     if not factor > 0:
         raise ValueError(f"a clock scale is a positive factor, not {factor!r}")
     records = list(records)
     origin = min((v for r in records for v in _stamps(r)), default=0)
+    base = origin if to_ns is None else to_ns
 
     def move(t: int) -> int:
-        return origin + round((t - origin) * factor) if t > 0 else t
+        return base + round((t - origin) * factor) if t > 0 else t
 
     out = []
     for r in records:
