@@ -10,6 +10,7 @@ import argparse
 import os
 import time
 
+from .aging import bench_aging
 from .collector import bench_collector, bench_import
 from .common import Row, machine
 from .dashboard import bench_dashboard
@@ -41,7 +42,7 @@ BENCHES = {"dashboard": bench_dashboard, "serve": bench_serve, "hooks": bench_ho
            "shapes": bench_shapes, "ngram-shapes": bench_ngram_shapes,
            "ngram-clean": bench_ngram_clean, "sglang-shapes": bench_sglang_shapes, "stops": bench_stops,
            "probe-classes": bench_probe_classes, "probe-penalties": bench_probe_penalties,
-           "probe-min-p": bench_probe_min_p}
+           "probe-min-p": bench_probe_min_p, "aging": bench_aging}
 
 
 def main() -> int:

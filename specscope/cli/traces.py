@@ -261,7 +261,7 @@ def register(sub) -> None:
     rep.add_argument("--clock-scale", type=float, default=None, metavar="F",
                      help="read the trace's clock F times slower: a short run as a long one "
                      "(uptime, windows and the drift test see the stretched times; durations "
-                     "stay as measured)")
+                     "stay as measured, so throughput from timestamps reads F times lower)")
     add_where_flags(rep)
     rep.set_defaults(func=_cmd_report)
 

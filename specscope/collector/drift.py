@@ -3,8 +3,9 @@
 #41838: EAGLE acceptance length 3.07 to about 2.8 over hours). Pure; stdlib only.
 
 A run's engine starts are its run records' ``started_ns`` (the hooks write the process's start,
-``scrape`` the engine's ``process_start_time_seconds`` and a new start at each counter reset).
-Each start opens a **segment**; a record belongs to the latest start at or before its time, and
+``scrape`` the engine's ``process_start_time_seconds`` and a new start at each counter reset),
+per node (a node's own starts, else the run's without a node). Each start opens a **segment**
+of that node's records; a record belongs to the latest start at or before its time, and
 its **uptime** is its time since that start (since the segment's first record where the start
 is unknown). The spans are cut over the segment's records, from its first to its last. Tokens served since the start are counted beside it.
 
@@ -14,8 +15,9 @@ uptime, its first span is left out (warm-up), and the acceptance rate is fitted 
 weighted least squares with one intercept per segment and one slope: a restart starts a new
 level and is never itself a change, while a decay that comes back after each restart adds to the
 evidence. The slope's error is the binomial one scaled by the spread the bins show about the
-fit (never below binomial: steps and requests make tokens clump), so its t statistic has the
-bins' degrees of freedom. A cell is flagged where the slope is negative at ``ALPHA`` divided by
+fit (never below binomial: steps and requests make tokens clump) and by (1 + r) / (1 - r) for
+the lag-one correlation r of neighbouring spans' residuals (acceptance that wanders slowly),
+whose degrees of freedom shrink by the same factor. A cell is flagged where the slope is negative at ``ALPHA`` divided by
 the cells judged (one-sided: acceptance that rises with warm-up is not a fault) and the fitted
 fall over the judged uptime is at least ``MIN_FALL`` of the fitted rate where it begins. Comparing within a class keeps
 a changed workload mix from reading as drift; a mix that changes within one class still can.
@@ -34,12 +36,12 @@ from .. import schema
 BINS = 24
 #: draft tokens a span needs to be fitted
 MIN_BIN_TOKENS = 20
-#: the false-alarm rate per run (and per rule evaluation), split over the cells judged
+#: the false-alarm rate per run, split over the cells judged
 ALPHA = 1e-4
 #: the fitted fall over the judged uptime, as a share of the fitted rate where it begins, that a
 #: finding needs
 MIN_FALL = 0.05
-#: draft positions judged one by one (deeper ones pool into the last)
+#: draft positions judged one by one (deeper ones are left out, of the pooled cell too)
 MAX_POSITIONS = 8
 ALL = -1  #: the cell of all positions pooled
 
@@ -54,6 +56,7 @@ class Point:
     accepted: tuple[int, ...]
     served: int  #: tokens committed (bonus tokens included)
     drafts: int = 1  #: request-steps that drafted
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class Segment:
     first_ns: int
     last_ns: int
     tokens_served: int
+    node: str = ""
 
     @property
     def span_h(self) -> float:
@@ -75,11 +79,12 @@ class Bin:
     """One span of uptime in one segment, one cell."""
 
     segment: int
-    uptime_h: float  #: the span's middle, hours since the segment's start
+    uptime_h: float  #: its draft tokens' mean uptime, hours since the segment's start
     served: int  #: tokens served since the start, at the span's end
     drafted: int
     accepted: int
     drafts: int = 0  #: request-steps that drafted
+    index: int = 0  #: the span's place in its segment (0: the warm-up)
 
     @property
     def rate(self) -> float:
@@ -98,7 +103,7 @@ class Trend:
     klass: str
     position: int  #: ALL for every position pooled
     rate: float  #: pooled acceptance rate of the bins fitted
-    start_rate: float  #: the fitted rate where the judged uptime begins (the middle less half)
+    start_rate: float  #: the fitted rate where the longest segment's judged uptime begins
     slope_per_h: float  #: change of the rate per hour of uptime (absolute)
     se_per_h: float
     t: float
@@ -148,7 +153,7 @@ def points(records: Iterable[Any]) -> list[Point]:
                 per = e.accepted_per_pos[:n] if len(e.accepted_per_pos) >= n else \
                     tuple(int(i < a) for i in range(n))
                 out.append(Point(r.t_ns, klass.get(e.request_id, ""), (1,) * n,
-                                 tuple(min(int(x), 1) for x in per), a + 1))
+                                 tuple(min(int(x), 1) for x in per), a + 1, 1, r.node))
     if out:
         return out
     for r in records:
@@ -157,75 +162,80 @@ def points(records: Iterable[Any]) -> list[Point]:
             drafted = tuple(r.drafted_per_pos[:MAX_POSITIONS]) or (r.num_drafts,) * len(acc)
             if acc and len(drafted) == len(acc):
                 out.append(Point(r.t_ns, "", drafted, acc, sum(r.accepted_per_pos) + r.num_drafts,
-                                 r.num_drafts))
+                                 r.num_drafts, getattr(r, "node", "")))
     return out
 
 
-def starts(records: Iterable[Any]) -> list[int]:
-    """The engine starts the run records say (ns since the epoch), in order."""
-    return sorted({r.started_ns for r in records
-                   if isinstance(r, schema.RunRecord) and r.started_ns > 0})
+def starts(records: Iterable[Any]) -> dict[str, list[int]]:
+    """The engine starts the run records say (ns since the epoch), in order, per node."""
+    out: dict[str, set[int]] = {}
+    for r in records:
+        if isinstance(r, schema.RunRecord) and r.started_ns > 0:
+            out.setdefault(r.node, set()).add(r.started_ns)
+    return {node: sorted(v) for node, v in out.items()}
 
 
-def _segments(pts: list[Point], known: list[int]) -> tuple[list[int], list[Segment]]:
-    """Each point's segment and the segments (points sorted by time)."""
-    index = [bisect.bisect_right(known, p.t_ns) for p in pts]  # 0: before any known start
+def _segments(pts: list[Point], known: dict[str, list[int]]) -> tuple[list[int], list[Segment]]:
+    """Each point's segment and the segments (points sorted by time): a node's records between
+    one of its starts and the next (its own starts, else the run's without a node)."""
     segs: list[Segment] = []
-    which: dict[int, int] = {}
+    which: dict[tuple[str, int], int] = {}
     out = []
-    for p, i in zip(pts, index):
-        if i not in which:
-            which[i] = len(segs)
-            segs.append(Segment(known[i - 1] if i else 0, p.t_ns, p.t_ns, 0))
-        s = segs[which[i]]
-        segs[which[i]] = Segment(s.start_ns, s.first_ns, p.t_ns, s.tokens_served + p.served)
-        out.append(which[i])
+    for p in pts:
+        mine = known.get(p.node) or known.get("", [])
+        i = bisect.bisect_right(mine, p.t_ns)  # 0: before any known start
+        key = (p.node, i)
+        if key not in which:
+            which[key] = len(segs)
+            segs.append(Segment(mine[i - 1] if i else 0, p.t_ns, p.t_ns, 0, p.node))
+        s = segs[which[key]]
+        segs[which[key]] = Segment(s.start_ns, s.first_ns, p.t_ns, s.tokens_served + p.served,
+                                   s.node)
+        out.append(which[key])
     return out, segs
 
 
 def _cells(p: Point, klass: str) -> Iterable[tuple[tuple[str, int], int, int, int]]:
     yield (klass, ALL), sum(p.drafted), sum(p.accepted), p.drafts
-    if len(p.drafted) > 1:
-        for i, (d, a) in enumerate(zip(p.drafted, p.accepted)):
-            yield (klass, i), d, a, 0
+    for i, (d, a) in enumerate(zip(p.drafted, p.accepted)):
+        yield (klass, i), d, a, 0
 
 
 def drift(records: Iterable[Any], *, bins: int = BINS, alpha: float = ALPHA,
           min_fall: float = MIN_FALL, min_bin_tokens: int = MIN_BIN_TOKENS,
-          by_class: bool = True) -> Drift:
+          by_class: bool = True, trends: bool = True) -> Drift:
     """The trend of acceptance on uptime per (class, position) over one run's records
-    (``by_class=False``: every class pooled under "")."""
+    (``by_class=False``: every class pooled under ""; ``trends=False``: the spans only)."""
     records = list(records)
     pts = sorted(points(records), key=lambda p: p.t_ns)
     seg_of, segs = _segments(pts, starts(records))
     out = Drift(segs)
-    acc: dict[tuple[str, int], dict[tuple[int, int], list[int]]] = {}
+    acc: dict[tuple[str, int], dict[tuple[int, int], list[Any]]] = {}
     served = [0] * len(segs)
     for p, s in zip(pts, seg_of):
         seg = segs[s]
         b = min(int((p.t_ns - seg.first_ns) / (max(seg.last_ns - seg.first_ns, 1) / bins)),
                 bins - 1)
         served[s] += p.served
+        up = (p.t_ns - (seg.start_ns or seg.first_ns)) / 3.6e12
         for cell, d, a, n in _cells(p, p.klass if by_class else ""):
-            slot = acc.setdefault(cell, {}).setdefault((s, b), [0, 0, 0, 0])
+            slot = acc.setdefault(cell, {}).setdefault((s, b), [0, 0, 0, 0, 0.0])
             slot[0] += d
             slot[1] += a
             slot[2] = served[s]
             slot[3] += n
+            slot[4] += d * up
+    if not any(cell[1] > 0 for cell in acc):  # one position only: its cell is the pooled one
+        acc = {cell: v for cell, v in acc.items() if cell[1] == ALL}
     for cell, by_bin in acc.items():
-        out.bins[cell] = [Bin(s, _uptime_h(segs[s], b, bins), v[2], v[0], v[1], v[3])
-                          for (s, b), v in sorted(by_bin.items())]
-    trends = [t for cell, bs in sorted(out.bins.items())
-              if (t := fit(cell, bs, min_bin_tokens=min_bin_tokens)) is not None]
-    judged = len(trends)
-    out.trends = [_judge(t, judged, alpha, min_fall) for t in trends]
+        out.bins[cell] = [Bin(s, v[4] / v[0], v[2], v[0], v[1], v[3], b)
+                          for (s, b), v in sorted(by_bin.items()) if v[0]]
+    if not trends:
+        return out
+    found = [t for cell, bs in sorted(out.bins.items())
+             if (t := fit(cell, bs, min_bin_tokens=min_bin_tokens)) is not None]
+    out.trends = [_judge(t, len(found), alpha, min_fall) for t in found]
     return out
-
-
-def _uptime_h(seg: Segment, b: int, bins: int) -> float:
-    """The middle of span ``b`` of a segment's records, hours since its start."""
-    middle = seg.first_ns + (b + 0.5) * (seg.last_ns - seg.first_ns) / bins
-    return (middle - (seg.start_ns or seg.first_ns)) / 3.6e12
 
 
 def _judge(t: Trend, judged: int, alpha: float, min_fall: float) -> Trend:
@@ -240,7 +250,7 @@ def fit(cell: tuple[str, int], bins: list[Bin], *, min_bin_tokens: int = MIN_BIN
     by_seg: dict[int, list[Bin]] = {}
     for b in bins:
         by_seg.setdefault(b.segment, []).append(b)
-    kept = {s: [b for b in sorted(bs, key=lambda b: b.uptime_h)[1:] if b.drafted >= min_bin_tokens]
+    kept = {s: [b for b in sorted(bs, key=lambda b: b.index) if b.index and b.drafted >= min_bin_tokens]
             for s, bs in by_seg.items()}
     kept = {s: bs for s, bs in kept.items() if len(bs) >= 2}
     n = sum(len(bs) for bs in kept.values())
@@ -253,27 +263,37 @@ def fit(cell: tuple[str, int], bins: list[Bin], *, min_bin_tokens: int = MIN_BIN
     if rate <= 0 or rate >= 1:
         return None
     sxx = sxy = 0.0
-    centred: list[tuple[float, float, float]] = []
-    for bs in kept.values():
+    centred: list[list[tuple[float, float, float]]] = []  #: per segment, in uptime order
+    means: dict[int, tuple[float, float]] = {}
+    for s, bs in kept.items():
         w = sum(b.drafted for b in bs)
         xm = sum(b.drafted * b.uptime_h for b in bs) / w
         ym = sum(b.accepted for b in bs) / w
-        for b in bs:
-            x, y = b.uptime_h - xm, b.rate - ym
-            sxx += b.drafted * x * x
-            sxy += b.drafted * x * y
-            centred.append((b.drafted, x, y))
+        means[s] = (xm, ym)
+        centred.append([(b.drafted, b.uptime_h - xm, b.rate - ym) for b in bs])
+        for w_, x, y in centred[-1]:
+            sxx += w_ * x * x
+            sxy += w_ * x * y
     if sxx <= 0:
         return None
     slope = sxy / sxx
     var = rate * (1 - rate)
-    spread = sum(w * (y - slope * x) ** 2 for w, x, y in centred) / var / df
-    se = math.sqrt(max(1.0, spread) * var / sxx)
+    resid = [[math.sqrt(w) * (y - slope * x) for w, x, y in seg] for seg in centred]
+    spread = sum(r * r for seg in resid for r in seg) / var / df
+    # neighbouring spans' residuals that move together: the error grows, the evidence shrinks
+    lag = sum(a * b for seg in resid for a, b in zip(seg, seg[1:]))
+    raw = lag / max(sum(r * r for seg in resid for r in seg), 1e-300)
+    rho = min(max(raw + (1 + 3 * raw) * len(kept) / n, 0.0), 0.9)  # (its bias: spans a segment)
+    inflate = (1 + rho) / (1 - rho)
+    df_eff = max(2, int(df / inflate))
+    se = math.sqrt(max(1.0, spread) * inflate * var / sxx)
     t = slope / se
-    span = max(bs[-1].uptime_h - bs[0].uptime_h for bs in kept.values())
-    start = max(rate - slope * span / 2, 1e-9)
-    return Trend(cell[0], cell[1], rate, start, slope, se, t, df, t_lower(t, df), -slope * span / start,
-                 span, n, len(kept))
+    longest = max(kept, key=lambda s: kept[s][-1].uptime_h - kept[s][0].uptime_h)
+    span = kept[longest][-1].uptime_h - kept[longest][0].uptime_h
+    xm, ym = means[longest]  # the fitted rate where the longest segment's judged uptime begins
+    start = max(ym + slope * (kept[longest][0].uptime_h - xm), 1e-9)
+    return Trend(cell[0], cell[1], rate, start, slope, se, t, df_eff, t_lower(t, df_eff),
+                 -slope * span / start, span, n, len(kept))
 
 
 def t_lower(t: float, df: int) -> float:

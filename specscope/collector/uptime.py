@@ -23,9 +23,9 @@ class RunUptime:
     judged: Drift  #: per class: the trends tested (what the report's anomaly reads)
 
 
-def uptime_runs(records: Iterable[Any]) -> list[RunUptime]:
+def uptime_runs(records: Iterable[Any], judged: bool = True) -> list[RunUptime]:
     """Each measured run's uptime figures (runs without acceptance left out; reference runs
-    too)."""
+    too); ``judged=False``: the spans only, no trend fitted (a figure)."""
     by_run: dict[str, list[Any]] = {}
     for r in records:
         by_run.setdefault(getattr(r, "run_id", ""), []).append(r)
@@ -34,9 +34,9 @@ def uptime_runs(records: Iterable[Any]) -> list[RunUptime]:
         run = next((r for r in recs if isinstance(r, schema.RunRecord)), None)
         if run is not None and run.labels.get("role") == "reference":
             continue
-        pooled = drift(recs, by_class=False)
+        pooled = drift(recs, by_class=False, trends=False)
         if pooled.segments:
-            out.append(RunUptime(rid, pooled, drift(recs)))
+            out.append(RunUptime(rid, pooled, drift(recs) if judged else Drift(pooled.segments)))
     return out
 
 
@@ -75,7 +75,7 @@ def format_uptime(runs: list[RunUptime]) -> str:
         for t in u.judged.trends:
             where = "all positions" if t.position == ALL else f"position {t.position}"
             verdict = "FALLING (flagged)" if t.flagged else "not flagged"
-            lines.append(f"  drift {t.klass or '(all classes)'} {where}: "
+            lines.append(f"  drift {t.klass or '(no class)'} {where}: "
                          f"{t.relative_per_h:+.1%}/h of its starting rate, t {t.t:.1f} on {t.df} df, "
                          f"p {t.p_value:.2g} against {t.judged} cells: {verdict}")
     return "\n".join(lines)

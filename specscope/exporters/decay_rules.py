@@ -7,8 +7,12 @@ times ``DISPERSION`` because a step's tokens clump (a request keeps its context,
 within a step is a prefix). It alerts where that z stays under ``-Z`` and the rate under
 ``RATIO`` of the window before, for ``FOR``, with no counter reset in the two windows and no engine
 start within them where the counters outlive the engine (a restart starts a new level: never
-compared across it). One-sided at z -5: 2.9e-7 per evaluation where
-tokens clump no more than ``DISPERSION`` times binomial. A fall of 10% an hour moves the rate by
+compared across it). One-sided at z -5: 2.9e-7 per evaluation from token noise alone, where
+tokens clump no more than ``DISPERSION`` times binomial. The error shrinks with traffic while a
+change of workload does not: at 2,000 drafted tokens a minute a mix that moves the rate by 3% or
+more between half hours fires it as a decay would (a step change for about half an hour), so
+the alert says where to look and ``report --by uptime`` over the traces (a trend within each
+prompt class) says whether it is one. A fall of 10% an hour moves the rate by
 5% between the halves of an hour; at 2,000 drafted tokens a minute (rate 0.6) that is z -5.3, so
 it alerts about ``FOR`` after the first hour of uptime; at a tenth of that traffic it needs a
 steeper fall. Stdlib only: the YAML is written as text.
@@ -22,8 +26,10 @@ Z = 5
 RATIO = 0.97
 FOR = "10m"
 #: the expected false-alarm rate, for the alert's annotations
-FALSE_ALARMS = (f"one-sided 2.9e-7 per evaluation (z < -{Z}) where tokens clump no more than "
-                f"{DISPERSION} times binomial; none over 24 simulated clean hours with restarts")
+FALSE_ALARMS = (f"from token noise, one-sided 2.9e-7 per evaluation (z < -{Z}) where tokens clump "
+                f"no more than {DISPERSION} times binomial (none over 24 simulated clean hours with "
+                f"restarts); a workload mix that moves the rate by {1 - RATIO:.0%} or more between "
+                "half hours fires it too: check within a prompt class (specscope report --by uptime)")
 
 
 def decay_rules(prefix: str, by: str, accepted: str, drafted: str, where: str = "",

@@ -63,6 +63,7 @@ groups:
             * avg by ({CONFIG}) (specscope_node_acceptance_rate_10m and on ({CONFIG}, node) specscope_node_uptime_hours))
           / (avg by ({CONFIG}) ((specscope_node_uptime_hours and on ({CONFIG}, node) specscope_node_acceptance_rate_10m) ^ 2)
             - avg by ({CONFIG}) (specscope_node_uptime_hours and on ({CONFIG}, node) specscope_node_acceptance_rate_10m) ^ 2)
+          and on ({CONFIG}) count by ({CONFIG}) (specscope_node_uptime_hours and on ({CONFIG}, node) specscope_node_acceptance_rate_10m) >= 3
       - record: specscope_fleet_excess_top1_rate_10m
         # the median node's excess top-1 share
         expr: quantile by ({CONFIG}, mode_requested) (0.5, specscope_node_excess_top1_rate_10m)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Sequence
 
 from ..collector.drift import t_lower
-from ..io.store import Where
+from ..io.store import UNKNOWN, Where
 from .query import where_sql
 
 BUCKET_S = 600  #: the span of time one row pools
@@ -70,12 +70,14 @@ def t_quantile(p: float, df: int) -> float:
 def aging(rows: Iterable[Sequence[Any]], starts: dict[tuple[str, str], list[int]],
           bucket_s: int = BUCKET_S) -> list[Aging]:
     """``rows``: (config, node, run, span, drafted, accepted); ``starts``: (run, node) -> engine
-    starts, ns (a node's own, else the run's with node "")."""
+    starts, ns (a node's own, else the run's without a node, "_" as the store writes it). A span
+    that straddles a restart is timed from the start before its middle."""
     per: dict[str, list[tuple[str, float, int, int]]] = {}
     unknown: dict[str, int] = {}
     for config, node, run, span, drafted, accepted in rows:
         t = (int(span) + 0.5) * bucket_s * 1e9
-        known = [s for s in starts.get((run, node or ""), []) or starts.get((run, ""), []) if s <= t]
+        node = node or UNKNOWN
+        known = [s for s in starts.get((run, node), []) or starts.get((run, UNKNOWN), []) if s <= t]
         if not known:
             unknown[config] = unknown.get(config, 0) + 1
             continue
@@ -122,7 +124,7 @@ def run_starts(uri: str, where: Where = Where()) -> dict[tuple[str, str], list[i
     for i, run in enumerate(cols.get("run_id", [])):
         start = cols["started_ns"][i] if "started_ns" in cols else 0
         if start and start > 0:
-            node = (cols.get("node") or [""] * len(cols["run_id"]))[i] or ""
+            node = (cols.get("node") or [""] * len(cols["run_id"]))[i] or UNKNOWN
             out.setdefault((safe(run), node), set()).add(int(start))
     return {k: sorted(v) for k, v in out.items()}
 

@@ -38,7 +38,9 @@ from typing import Any, Iterable
 PARTITIONS = ("date", "config", "run", "node")  #: the hive partition keys, outermost first
 UNKNOWN = "_"  #: a partition value that is not known (a record without a node or configuration)
 ROW_GROUP = 1 << 15  #: rows per row group: what a reader holds in memory at once
-_TIME_FIELDS = ("t_ns", "t_start_ns", "t_finish_ns", "t_arrival_ns", "started_ns")
+#: a record's own time; never a run's ``started_ns`` (an engine's start, perhaps days before
+#: its records: a run record follows its run, whatever the dates selected)
+_TIME_FIELDS = ("t_ns", "t_start_ns", "t_finish_ns", "t_arrival_ns")
 
 
 def safe(value: Any) -> str:

@@ -37,7 +37,8 @@ def register(app, ctx) -> None:
                   Input(ids.TICK, "n_intervals"))
     def uptime(selected, _tick):
         views = [v for v in ctx.views(selected) if v.records]
-        return runs.uptime_figure([(v.label, u) for v in views for u in uptime_runs(v.records)])
+        return runs.uptime_figure([(v.label, u) for v in views
+                                   for u in uptime_runs(v.records, judged=False)])
 
     @app.callback(Output(ids.REGRESSION_FIGURE, "figure"), Output(ids.REGRESSION_TABLE, "children"), Input(ids.RUNS, "value"))
     def update(selected):

@@ -99,7 +99,8 @@ def covered(engine: str, version: str | None = None) -> bool:
 def process_started_ns(pid: int | str = "self") -> int:
     """When a process started, ns since the epoch: its start in clock ticks after boot
     (``/proc/PID/stat``) plus the boot time (``/proc/stat``); 0 where the system has no /proc.
-    Good to a clock tick (10 ms): the engine's start, for its uptime."""
+    Good to a second (the boot time's, as ``ps`` and psutil read it): the engine's start, for
+    its uptime."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as f:
             ticks = int(f.read().rpartition(")")[2].split()[19])  # field 22: starttime
