@@ -133,7 +133,7 @@ def test_sglang_sweep_fails_the_temperature_points_whose_acceptance_looks_like_g
     points = plan_engine("sglang", ["STANDALONE:3/1/4"], [0.0, 0.8], [2], ["0:32"])
     options = EngineOptions(model=sglang_model, python=sglang_env, launcher=LAUNCHER,
                             env={"TORCHDYNAMO_DISABLE": "1"})
-    results = run_engine_sweep(points, out, options, requests=8, progress=False)
+    results = run_engine_sweep(points, out, options, requests=16, progress=False)
     print(format_engine_sweep(results))
     assert all(r.status == "ok" for r in results), [(r.point.name, r.error) for r in results]
     named = by_name(results)
@@ -142,9 +142,12 @@ def test_sglang_sweep_fails_the_temperature_points_whose_acceptance_looks_like_g
     assert hot["gate"] == "fail", hot
     assert "silent_greedy" in hot["anomalies"], hot
     assert greedy["gate"] in ("pass", "inconclusive"), greedy
-    # its acceptance looks as healthy as greedy's (sampled first tokens lead elsewhere, so
-    # not equal): within a quarter of the greedy point's acceptance length
-    assert hot["acceptance_length"] >= 0.75 * greedy["acceptance_length"], (hot, greedy)
+    # its acceptance looks as healthy as greedy's: verify is greedy after a sampled first
+    # token, so each answer is a greedy one from another start and the two points differ only
+    # by which texts they hold (16 answers of about 11 steps each: their acceptance lengths'
+    # means part by 0.3 at one standard deviation; 8 answers once read 2.13 against 2.98).
+    # Within 40% of the greedy point's, over 4 standard deviations away
+    assert hot["acceptance_length"] >= 0.6 * greedy["acceptance_length"], (hot, greedy)
     section = stored_runs(out)[named["sglang-standalone-3-1-4-t0.8-c2-in0-out32"].run_id]
     assert section["run"]["engine"] == "sglang"
     assert any(isinstance(r, schema.VerifyStepRecord) for r in
