@@ -133,7 +133,8 @@ def seen_by_hooks(records: Iterable[Any]) -> dict[str, Any] | None:
     """The verify steps the hooks recorded against the engine's own counts read beside them
     (EngineCountsRecord: the latest of each process, summed), up to the time of the latest:
     what the hooks did not see (``not_seen``, None where the counts are equal; negative where
-    the hooks saw more). None without both."""
+    the hooks saw more). None without both, or without a step up to the engine's latest
+    counts."""
     records = list(records)
     latest: dict[tuple, schema.EngineCountsRecord] = {}
     for r in records:
@@ -150,7 +151,10 @@ def seen_by_hooks(records: Iterable[Any]) -> dict[str, Any] | None:
         sum(r.num_draft_tokens for r in latest.values()),
         sum(r.num_accepted for r in latest.values()),
         _trim(_add(r.accepted_per_pos for r in latest.values())))
-    hooks = view_counts("hooks", [r for r in steps if r.t_ns <= until])
+    seen = [r for r in steps if r.t_ns <= until]
+    if not seen:  # the engine's latest counts predate every step read (a window's first
+        return None  # moments): nothing of the hooks' to set against them yet
+    hooks = view_counts("hooks", seen)
     diff = {c: engine.get(c) - hooks.get(c) for c in COUNTS[:3]}
     return {"engine": sorted({r.engine for r in latest.values()}),
             "final": all(r.final for r in latest.values()),

@@ -214,3 +214,4 @@ def test_the_reference_decoders_aging_fault_is_flagged_and_its_clean_restart_is_
     assert not [t for t in run["trends"] if t["flagged"]], run["trends"]
     found = _anomalies(str(tmp_path / "restarted.jsonl"), "--clock-scale", "600")
     assert not [a for a in found if a["kind"] == "acceptance_drift"], found
+
