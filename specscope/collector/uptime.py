@@ -70,8 +70,9 @@ def format_uptime(runs: list[RunUptime]) -> str:
             lines.append(f"  {b.segment:>3} {b.uptime_h:>8.3f}{known or ' '} {b.served:>9} "
                          f"{b.drafts:>7} {al:>6} {b.rate:>6.3f}")
         if not u.judged.trends:
-            lines.append("  drift: too little to fit (two spans a segment after its warm-up, "
-                         "four degrees of freedom)")
+            lines.append("  drift: no trend fitted (it needs two spans a segment after its "
+                         "warm-up, four degrees of freedom, and a rate strictly between 0 and 1: "
+                         "every draft accepted, or none, leaves nothing to fall)")
         for t in u.judged.trends:
             where = "all positions" if t.position == ALL else f"position {t.position}"
             verdict = "FALLING (flagged)" if t.flagged else "not flagged"
