@@ -25,6 +25,7 @@ from .probe import (bench_ngram_clean, bench_ngram_shapes, bench_probe, bench_sh
                     bench_sglang_shapes, bench_verdicts)
 from .reliability import bench_reliability
 from .scrape import bench_scrape
+from .slots import bench_slots
 from .serving import bench_serve, bench_sglang, bench_vllm
 from .stops import bench_stops
 from .sweeps import bench_sweeps
@@ -42,7 +43,8 @@ BENCHES = {"dashboard": bench_dashboard, "serve": bench_serve, "hooks": bench_ho
            "shapes": bench_shapes, "ngram-shapes": bench_ngram_shapes,
            "ngram-clean": bench_ngram_clean, "sglang-shapes": bench_sglang_shapes, "stops": bench_stops,
            "probe-classes": bench_probe_classes, "probe-penalties": bench_probe_penalties,
-           "probe-min-p": bench_probe_min_p, "aging": bench_aging}
+           "probe-min-p": bench_probe_min_p, "aging": bench_aging,
+           "slots": bench_slots}
 
 
 def main() -> int:

@@ -268,3 +268,33 @@ def test_a_two_slot_log_imports_to_the_servers_own_counters(llama_server, smollm
     assert all(d >= MIN_DRAFTS for d, _ in slots.values()), slots  # both judged
     (section,) = build_report(records)["runs"]
     assert "slot_at_zero" not in {a["kind"] for a in section["anomalies"]}
+
+
+def test_one_slot_at_zero_is_named_from_the_log_within_a_minute(llama_server, smollm2_gguf_file, prompts,
+                                                                tmp_path):
+    """llama.cpp #27572's shape on the real server: two slots, slot 1's every draft spoiled by the
+    tests' patch (``slot_zero 1`` in its fault file; verify untouched, so the answers stay the
+    target's). Its ``-lv 5`` log imported names slot 1 at zero, and only it, from under a minute
+    of traffic; the clean two-slot run above is this test's control."""
+    fault = tmp_path / "fault"
+    fault.write_text("slot_zero 1\n")
+    srv = LlamaCppServer(model=smollm2_gguf_file, draft=smollm2_gguf_file, k=5, binary=llama_server,
+                         verbosity=5, slots=2, log=tmp_path / "server.log")
+    srv.start(env={"SPECSCOPE_LLAMACPP_FAULT_FILE": str(fault)})
+    try:
+        t0 = time.monotonic()
+        drive(srv.url, "smollm2", prompts[:8], concurrency=2, max_tokens=64, sampling=MIXED_SAMPLING)
+        traffic_s = time.monotonic() - t0
+    finally:
+        srv.stop()
+    from specscope.collector.slots import rank_counts
+
+    records = import_file(tmp_path / "server.log").records
+    slots = rank_counts(records)
+    print(f"per slot (draft tokens, accepted) after {traffic_s:.1f} s of traffic:", slots)
+    assert traffic_s < 60
+    (section,) = build_report(records)["runs"]
+    (zero,) = [a for a in section["anomalies"] if a["kind"] == "slot_at_zero"]
+    print(zero["message"])
+    assert zero["evidence"]["rank"] == "1", zero  # the import's ranks are llama.cpp's slots
+    assert zero["evidence"]["rate"] < 0.02 and zero["evidence"]["rest_rate"] > 0.2, zero
