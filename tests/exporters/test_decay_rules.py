@@ -112,3 +112,64 @@ def test_a_restart_the_counters_outlive_is_read_from_the_start_gauge(tmp_path):
     # without the gauge the same counters read as a fall (what the gauge is for)
     out = _promtool(tmp_path, _tests("{rules}", drafted, accepted, [(180, True)]))
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs Debian's prometheus package")
+def test_a_real_prometheus_over_two_backfilled_hours_raises_the_alert_for_the_decay_only(tmp_path):
+    """Two hours of two engines' counters (one decaying 10% an hour, one clean; clumped, noisy,
+    a sample a minute, the last half a minute ago) backfilled with ``promtool tsdb
+    create-blocks-from openmetrics`` into the store of a real Prometheus that loads the generated
+    rules: its first evaluations raise the alert for the decaying engine alone. The alert is
+    pending: ``for: 10m`` is ten minutes of the server's own clock, which the promtool tests
+    above step through."""
+    import time
+
+    from tests.metrics_pages import free_port, query, stop
+
+    minutes, now = 120, int(time.time()) - 30
+    engines = {"decay": _counters(minutes, lambda up: 0.6 * (1 - 0.1 * up), 10_000,
+                                  random.Random(2), 0.01),
+               "clean": _counters(minutes, lambda up: 0.6, 10_000, random.Random(3), 0.01)}
+    labels = {name: LABELS.replace('model="m"', f'model="{name}"') for name in engines}
+    om = []
+    for fam, i in (("specscope_draft_tokens", 0), ("specscope_accepted_tokens", 1)):
+        om.append(f"# TYPE {fam} counter")
+        for name, series in engines.items():
+            om += [f"{fam}_total{{{labels[name]}}} {v} {now - 60 * (minutes - t)}"
+                   for t, v in enumerate(series[i])]
+    om.append("# TYPE specscope_engine_start_time_seconds gauge")
+    for name in engines:  # both engines started before the two hours
+        om += [f"specscope_engine_start_time_seconds{{{labels[name]}}} {now - 60 * minutes - 600} "
+               f"{now - 60 * (minutes - t)}" for t in range(minutes + 1)]
+    (tmp_path / "history.om").write_text("\n".join(om + ["# EOF"]) + "\n")
+    out = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics",
+                          str(tmp_path / "history.om"), str(tmp_path / "tsdb")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (tmp_path / "rules.yml").write_text(alert_rules())
+    (tmp_path / "prometheus.yml").write_text(
+        f"global:\n  evaluation_interval: 1s\nrule_files: ['{tmp_path / 'rules.yml'}']\n")
+    port = free_port()
+    proc = subprocess.Popen([shutil.which("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        alerts: list = []
+        deadline = time.time() + 60
+        while time.time() < deadline and not alerts:
+            try:
+                alerts = query(port, 'ALERTS{alertname="SpecscopeAcceptanceDecay"}')
+            except OSError:
+                pass
+            time.sleep(0.5)
+        time.sleep(3)  # a few more evaluations: the clean engine must stay quiet
+        alerts = query(port, 'ALERTS{alertname="SpecscopeAcceptanceDecay"}')
+        z = {r["metric"]["model"]: float(r["value"][1])
+             for r in query(port, "specscope_acceptance_decay_z_30m")}
+    finally:
+        stop(proc)
+    print("z of the last half hour against the one before:", z, "alerts:",
+          [(a["metric"]["model"], a["metric"]["alertstate"]) for a in alerts])
+    assert [(a["metric"]["model"], a["metric"]["alertstate"]) for a in alerts] == [("decay", "pending")]
+    assert z["decay"] < -5 < z["clean"]
