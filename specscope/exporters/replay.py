@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from .. import schema
 from ..io.trace import Trace, iter_jsonl
 from ..schema import Problem
 
@@ -40,12 +41,12 @@ def _batches(paths: Sequence[str | os.PathLike], batch: int,
             store, files = _files(p, where)
             others = [r for f, _ in files if f[len(store.root):].strip("/").split("/")[0] != "verify"
                       for r in read_parquet(f)]
-            runs = [r for r in others if type(r).__name__ == "RunRecord"]
+            runs = [r for r in others if isinstance(r, schema.RunRecord)]
             if runs:
                 yield "records", runs
             for cols in iter_verify_columns(p, where):
                 yield "columns", cols
-            rest = [r for r in others if type(r).__name__ != "RunRecord"]
+            rest = [r for r in others if not isinstance(r, schema.RunRecord)]
             for i in range(0, len(rest), batch):
                 yield "records", rest[i:i + batch]
             continue

@@ -7,7 +7,7 @@ step and nothing per request entry but what numpy and ``str.join`` do in C.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -18,16 +18,34 @@ from ..io.columns import Strings, VerifyColumns, mode_coder
 from . import stats as _stats
 
 
+class StepMeta(NamedTuple):
+    """What the hot path keeps of one verify step besides its packed tensor: host values only,
+    copied where the engine could change them under us."""
+
+    step: int
+    t_ns: int
+    request_ids: tuple
+    temperature: Any  #: per entry (a numpy array or a tuple), or None
+    top_p: Any
+    top_k: Any
+    modes: Any  #: the mode used: one name for the step, a tuple per entry, or None
+    has_truth: bool
+    has_hist: bool
+    draft_depth: int  #: -1 where the hook was not told
+    depth_reason: str | None
+    lite: tuple[int, int] | None  #: (drafted, draft tokens) where only acceptance was packed
+
+
 def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
     """One VerifyColumns from a recorder's ready ring slots: a few array copies per step, nothing
     per request entry but what numpy does in C."""
-    metas = [m for _, _, _, m in ready]
+    metas: list[StepMeta] = [m for _, _, _, m in ready]
     sizes = [b for _, b, _, _ in ready]
     step_sizes = np.asarray(sizes, dtype=np.int64)
     n = int(step_sizes.sum())
     f64, i64 = np.float64, np.int64
     cat = np.concatenate
-    lites = [m[11] for m in metas]
+    lites = [m.lite for m in metas]
     per_step = np.asarray([lt if lt is not None else (0, 0) for lt in lites], dtype=i64)
     drafted = np.repeat(per_step[:, 0], sizes)
     draft_tokens = np.repeat(per_step[:, 1], sizes)
@@ -49,9 +67,9 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
                 full_at.append((at, b))
             at += b
         accepted = cat(parts)
-    temps = cat(_arrays([m[3] for m in metas], sizes, f64, 0.0))
-    top_p = cat(_arrays([m[4] for m in metas], sizes, f64, 1.0))
-    top_k = cat(_arrays([m[5] for m in metas], sizes, i64, 0))
+    temps = cat(_arrays([m.temperature for m in metas], sizes, f64, 0.0))
+    top_p = cat(_arrays([m.top_p for m in metas], sizes, f64, 1.0))
+    top_k = cat(_arrays([m.top_k for m in metas], sizes, i64, 0))
     names = list(schema.SAMPLING_MODES)
     configured = rec.run.verify_mode or schema.SPECULATIVE_SAMPLING
     code = mode_coder(names)
@@ -59,7 +77,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
     used = requested.copy()
     start = 0
     for m, b in zip(metas, sizes):
-        modes = m[6]
+        modes = m.modes
         if isinstance(modes, str) and modes:
             used[start:start + b] = code(modes)
         elif modes:
@@ -67,7 +85,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
                 if mode:
                     used[start + i] = code(mode)
         start += b
-    step_flags = np.fromiter(((_HAS_TRUTH if m[7] else 0) | (_HAS_HIST if m[8] else 0)
+    step_flags = np.fromiter(((_HAS_TRUTH if m.has_truth else 0) | (_HAS_HIST if m.has_hist else 0)
                               for m in metas), dtype=np.int8, count=len(metas))
     flags = np.repeat(step_flags, sizes)
     truth = (flags & _HAS_TRUTH) != 0
@@ -121,11 +139,11 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
     else:  # no statistics in this drain
         hist = verified = top1 = expected = var = None
         mismatches = np.empty(0, dtype=np.intp)
-    ids = list(itertools.chain.from_iterable(m[2] for m in metas))
+    ids = list(itertools.chain.from_iterable(m.request_ids for m in metas))
     cols = VerifyColumns(
         run_id=rec.run.run_id, config_id=rec.run.config_id, rank=rec.rank, node=rec.node,
         num_steps=len(metas),
-        t_ns=np.fromiter((m[1] for m in metas), dtype=i64, count=len(metas)),
+        t_ns=np.fromiter((m.t_ns for m in metas), dtype=i64, count=len(metas)),
         num_drafted=drafted, num_draft_tokens=draft_tokens, num_accepted=accepted,
         mode_requested=requested, mode_used=used,
         num_verified=verified, num_top1=top1, expected_top1=expected, var_top1=var,
@@ -134,12 +152,12 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         resid_pit=resid_pit, resid_var=resid_var,
         sharp_positions=sharp_n, sharp_llr=sharp_llr,
         seq=np.arange(len(metas), dtype=i64),
-        step=np.fromiter((m[0] for m in metas), dtype=i64, count=len(metas)),
+        step=np.fromiter((m.step for m in metas), dtype=i64, count=len(metas)),
         batch_size=step_sizes,
-        draft_depth=np.fromiter((m[9] for m in metas), dtype=i64, count=len(metas)),
+        draft_depth=np.fromiter((m.draft_depth for m in metas), dtype=i64, count=len(metas)),
         step_sizes=step_sizes,
         request_ids=Strings.of(ids), temperature=temps, top_p=top_p, top_k=top_k, flags=flags)
-    reasons = {i: m[10] for i, m in enumerate(metas) if m[10]}
+    reasons = {i: m.depth_reason for i, m in enumerate(metas) if m.depth_reason}
     if reasons:
         cols.depth_reasons = reasons
     if len(mismatches):
@@ -148,7 +166,7 @@ def columns(rec: Any, ready: list[tuple]) -> VerifyColumns:
         for i in mismatches.tolist():
             m = metas[seq[i]]
             rec._emit(schema.MismatchRecord(
-                run_id=rec.run.run_id, rank=rec.rank, node=rec.node, step=int(m[0]), t_ns=int(m[1]),
+                run_id=rec.run.run_id, rank=rec.rank, node=rec.node, step=int(m.step), t_ns=int(m.t_ns),
                 request_id=ids[i], position=int(stats[i, _stats.COL_MISMATCH_POS - base]),
                 margin=float(margin[i]),
                 num_mismatches=max(1, int(verified[i] - top1[i]))))

@@ -20,7 +20,7 @@ import torch
 from .. import schema
 from ..io.columns import VerifyColumns
 from . import stats as _stats
-from .drain import host_copy
+from .drain import StepMeta, host_copy
 from .drainside import BUSY_INTERVAL_S, HEALTH_BUSY_S, IDLE_S, DrainSide  # noqa: F401
 from .timing import PhaseTimer
 
@@ -248,11 +248,11 @@ class Recorder(DrainSide):
         except BaseException:
             self._free.append(idx)
             raise
-        meta = (step, self.clock_ns(), tuple(request_ids), host_copy(temperature),
-                host_copy(top_p), host_copy(top_k),
-                mode_used if isinstance(mode_used, (str, type(None))) else tuple(mode_used),
-                has_truth, has_hist, -1 if draft_depth is None else int(draft_depth),
-                depth_reason, lite)
+        meta = StepMeta(step, self.clock_ns(), tuple(request_ids), host_copy(temperature),
+                        host_copy(top_p), host_copy(top_k),
+                        mode_used if isinstance(mode_used, (str, type(None))) else tuple(mode_used),
+                        has_truth, has_hist, -1 if draft_depth is None else int(draft_depth),
+                        depth_reason, lite)
         self._pending.append((idx, batch, event, meta))
         waiting = len(self._pending)
         # the first step after a quiet spell wakes the drain at once (it sleeps its long
