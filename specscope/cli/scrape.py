@@ -50,7 +50,7 @@ def _cmd_scrape(args: argparse.Namespace) -> int:
         for key, a in collector.tick():
             if (key, a.kind) not in seen:
                 seen.add((key, a.kind))
-                print(f"anomaly {a.kind} ({a.severity}) in {a.run_id or key[-2] or 'run'}: "
+                print(f"anomaly {a.kind} ({a.severity}) in {a.run_id or key.model or 'run'}: "
                       f"{a.message}", file=sys.stderr)
 
     if args.metrics_port is not None:

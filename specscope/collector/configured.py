@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .. import schema
+from .truth import SamplingTruthDetector
 from .verdict import INCONCLUSIVE, Assessment
 
 FORCED_METHODS = {"synthetic"}
@@ -91,8 +92,6 @@ class ConfiguredVerification:
         self.run, self.inner = run, tuple(inner)
 
     def assess(self, stats: Any, run_id: str = "") -> list[Assessment]:
-        from .detectors import SamplingTruthDetector  # (detectors imports this module)
-
         kind, why = kind_of(self.run, stats)
         out: list[Assessment] = []
         for d in self.inner:

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from .. import schema
 from .columns import VerifyColumns, observe_columns
@@ -29,7 +29,30 @@ LABELS = ("algorithm", "num_steps", "topk", "num_draft_tokens", "backend", "mode
 #: a label set's key is LABELS' values and then the node; the node becomes a label on /metrics
 #: where the collector serves several nodes (``Snapshot.node_label``)
 NODE = "node"
-OTHER = ("other",) * (len(LABELS) - 1) + ("", "")
+
+
+class LabelKey(NamedTuple):
+    """A label set: ``LABELS``' values, then the node (a tuple, so it sorts and compares as one)."""
+
+    algorithm: str
+    num_steps: str
+    topk: str
+    num_draft_tokens: str
+    backend: str
+    model: str
+    rank: str
+    node: str = ""
+
+    def labels(self) -> dict[str, str]:
+        """``LABELS``' names and values, the node left out."""
+        return dict(zip(LABELS, self[:len(LABELS)]))
+
+    def config(self) -> tuple[str, ...]:
+        """The configuration a run record gives (algorithm to model): rank and node left out."""
+        return tuple(self[:6])
+
+
+OTHER = LabelKey("other", "other", "other", "other", "other", "other", "")
 
 
 @dataclass
@@ -37,25 +60,25 @@ class Snapshot:
     """A consistent copy of the collector's state at one moment, for exporters and views."""
 
     t_ns: int
-    totals: dict[tuple, SpecStats]  #: label values (LABELS order, then node) -> cumulative stats
-    windows: dict[tuple, list[tuple[int, SpecStats]]]  #: label values -> (bucket start ns, stats)
+    totals: dict[LabelKey, SpecStats]  #: label set -> cumulative stats
+    windows: dict[LabelKey, list[tuple[int, SpecStats]]]  #: label set -> (bucket start ns, stats)
     runs: dict[str, schema.RunRecord]
-    anomalies: list[tuple[tuple, schema.AnomalyRecord]]  #: active now
-    anomaly_counts: dict[tuple, int]  #: (label values, kind) -> times it started firing
+    anomalies: list[tuple[LabelKey, schema.AnomalyRecord]]  #: active now
+    anomaly_counts: dict[tuple[LabelKey, str], int]  #: (label set, kind) -> times it started firing
     health: dict[str, int] = field(default_factory=dict)  #: the collector's own counters
     processes: list[dict[str, Any]] = field(default_factory=list)  #: pid, role, cpu_s, rss
     #: label values -> check -> "pass" / "fail" / "inconclusive", as of the last tick
-    checks: dict[tuple, dict[str, str]] = field(default_factory=dict)
+    checks: dict[LabelKey, dict[str, str]] = field(default_factory=dict)
     window_s: float | None = None  #: the width of the windows' buckets
     #: label values -> how acceptance was obtained: "measured", "forced" (speed-only) or
     #: "lossy", by the run's configuration or the forced fingerprint
-    verification: dict[tuple, str] = field(default_factory=dict)
+    verification: dict[LabelKey, str] = field(default_factory=dict)
     #: whether exporters label series with the node: the collector serves several nodes (or
     #: was told to)
     node_label: bool = False
     #: label values -> the engine start (ns since the epoch) of the label set's latest run,
     #: where the run says it (restarts move it)
-    started: dict[tuple, int] = field(default_factory=dict)
+    started: dict[LabelKey, int] = field(default_factory=dict)
 
 
 class Collector:
@@ -76,8 +99,8 @@ class Collector:
         self.keep_samples = keep_samples
         self._lock = threading.Lock()
         self._runs: dict[str, schema.RunRecord] = {}
-        self._totals: dict[tuple, SpecStats] = {}
-        self._windows: dict[tuple, collections.OrderedDict[int, SpecStats]] = {}
+        self._totals: dict[LabelKey, SpecStats] = {}
+        self._windows: dict[LabelKey, collections.OrderedDict[int, SpecStats]] = {}
         self._active: set[tuple] = set()
         self._anomaly_counts: collections.Counter = collections.Counter()
         self.health: collections.Counter = collections.Counter()
@@ -92,8 +115,8 @@ class Collector:
         self.bounds = bounds
         self.tick_s = tick_s
         self.clock_ns = clock_ns
-        self._anomalies: list[tuple[tuple, schema.AnomalyRecord]] = []
-        self._checks: dict[tuple, dict[str, str]] = {}
+        self._anomalies: list[tuple[LabelKey, schema.AnomalyRecord]] = []
+        self._checks: dict[LabelKey, dict[str, str]] = {}
         self.num_ticks = 0
         self._tick_stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -172,7 +195,7 @@ class Collector:
             observe_columns(part, cols.select(buckets == b))
             self._merge_window(key, b * self.window_ns, part)
 
-    def _merge_window(self, key: tuple, t_ns: int, stats: SpecStats) -> None:
+    def _merge_window(self, key: LabelKey, t_ns: int, stats: SpecStats) -> None:
         window = self._window(key, t_ns)
         start = (t_ns // self.window_ns) * self.window_ns
         self._windows[key][start] = window.merge(stats)
@@ -182,13 +205,13 @@ class Collector:
         self._pids.setdefault(pid, role)
 
     # ------------------------------------------------------------------ keys, windows
-    def _key(self, run_id: str, rank: int, node: str = "") -> tuple:
+    def _key(self, run_id: str, rank: int, node: str = "") -> LabelKey:
         run = self._runs.get(run_id)
         if run is None:
-            values = ("unknown", "", "", "", "", "", str(rank), node)
+            values = LabelKey("unknown", "", "", "", "", "", str(rank), node)
         else:
-            values = (run.algorithm, str(run.num_steps), str(run.topk), str(run.num_verify_tokens),
-                      run.backend, run.model, str(rank), node)
+            values = LabelKey(run.algorithm, str(run.num_steps), str(run.topk),
+                              str(run.num_verify_tokens), run.backend, run.model, str(rank), node)
         if values not in self._totals and len(self._totals) >= self.max_label_sets:
             self.health["label_sets_overflowed"] += 1
             return OTHER
@@ -206,13 +229,13 @@ class Collector:
         self.health["hook_records_dropped"] += max(0, now[0] - before[0])
         self.health["hook_errors"] += max(0, now[1] - before[1])
 
-    def _stats_for(self, key: tuple) -> SpecStats:
+    def _stats_for(self, key: LabelKey) -> SpecStats:
         stats = self._totals.get(key)
         if stats is None:
             stats = self._totals[key] = SpecStats(keep_samples=self.keep_samples)
         return stats
 
-    def _window(self, key: tuple, t_ns: int) -> SpecStats:
+    def _window(self, key: LabelKey, t_ns: int) -> SpecStats:
         buckets = self._windows.setdefault(key, collections.OrderedDict())
         start = (t_ns // self.window_ns) * self.window_ns
         stats = buckets.get(start)
@@ -224,7 +247,7 @@ class Collector:
         return stats
 
     # ------------------------------------------------------------------ views
-    def tick(self) -> list[tuple[tuple, schema.AnomalyRecord]]:
+    def tick(self) -> list[tuple[LabelKey, schema.AnomalyRecord]]:
         """Run the detectors once over the current state and count anomalies that started.
 
         Called by the collector's own ticker (``start()``) at a fixed interval; tests and
@@ -251,7 +274,7 @@ class Collector:
             for a in self.trailing.check_windows(windows.get(key, [])):
                 active.append((key, a))
             if self.bounds is not None and windows.get(key):
-                k = int(key[1]) if key[1].isdigit() else None
+                k = int(key.num_steps) if key.num_steps.isdigit() else None
                 for a in self.bounds.check(self.bounds.recent(windows[key]), k=k):
                     active.append((key, a))
         with self._lock:
@@ -276,12 +299,12 @@ class Collector:
                     self.health["sink_errors"] += 1
         return active
 
-    def _run_of(self, key: tuple) -> schema.RunRecord | None:
+    def _run_of(self, key: LabelKey) -> schema.RunRecord | None:
         """The latest run whose configuration a label set names."""
         with self._lock:
             runs = list(self._runs.values())
         match = [r for r in runs if (r.algorithm, str(r.num_steps), str(r.topk),
-                                     str(r.num_verify_tokens), r.backend, r.model) == tuple(key[:6])]
+                                     str(r.num_verify_tokens), r.backend, r.model) == key.config()]
         return max(match, key=lambda r: r.started_ns) if match else None
 
     def start(self) -> "Collector":

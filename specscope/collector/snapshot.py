@@ -14,17 +14,15 @@ from .stats import SpecStats
 def snapshot_sections(snap: Any, max_windows: int = 240) -> list[tuple[str, str, Section]]:
     """``(run id, node, section)`` per label set of a ``Collector.snapshot()``, ordered by label
     set; the run id is ``RUN@NODE`` for one node's share ("" node: the run, pooled)."""
-    from .service import LABELS
-
     out = []
     for key, stats in sorted(snap.totals.items()):
-        labels = dict(zip(LABELS, key))
+        labels = key.labels()
         run = _run_for(labels, snap.runs.values())
         windows = _coarsen(snap.windows.get(key, []), max_windows, snap.window_s)
         anomalies = [a for k, a in snap.anomalies if k == key]
         sec = stats_section(stats, run, windows, anomalies=anomalies)
         rid = run.run_id if run else "/".join(f"{k}={v}" for k, v in labels.items() if v)
-        node = key[len(LABELS)] if snap.node_label and len(key) > len(LABELS) else ""
+        node = key.node if snap.node_label else ""
         out.append((f"{rid}@{node}" if node else rid, node, sec))
     return out
 

@@ -21,7 +21,7 @@ from .. import schema
 from ..io import promtext
 from ..collector.histogram import Histogram
 from ..collector.report import stats_section, window_figures
-from ..collector.service import LABELS
+from ..collector.service import LABELS, LabelKey
 from ..collector.stats import SpecStats, TruthStats
 from ..exporters.prometheus import METRICS, Metric
 from ..importers import metrics as engines
@@ -44,9 +44,9 @@ def parse_text(text: str) -> list[Sample]:
     return [(s.name, s.labels, s.value) for s in promtext.parse(text).samples]
 
 
-def _key(labels: Mapping[str, str]) -> tuple:
+def _key(labels: Mapping[str, str]) -> LabelKey:
     # a fleet's node collectors label their series with the node: a view per node then
-    return tuple(labels.get(k, "") for k in LABELS) + (labels.get("node", ""),)
+    return LabelKey._make([*(labels.get(k, "") for k in LABELS), labels.get("node", "")])
 
 
 def _read_field(s: SpecStats, m: Metric, labels: Any, v: float) -> None:
@@ -76,12 +76,12 @@ def _read_field(s: SpecStats, m: Metric, labels: Any, v: float) -> None:
 
 
 def stats_from_samples(samples: list[Sample], *, sum_ranks: bool = False
-                       ) -> tuple[dict[tuple, SpecStats], dict[tuple, list]]:
+                       ) -> tuple[dict[LabelKey, SpecStats], dict[LabelKey, list]]:
     """Cumulative SpecStats per label set, and the active anomalies per label set. An engine's
     data-parallel ranks are runs of their own, or one run per model with ``sum_ranks``."""
-    stats: dict[tuple, SpecStats] = defaultdict(lambda: SpecStats(keep_samples=False))
-    active: dict[tuple, list] = defaultdict(list)
-    buckets: dict[tuple, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    stats: dict[LabelKey, SpecStats] = defaultdict(lambda: SpecStats(keep_samples=False))
+    active: dict[LabelKey, list] = defaultdict(list)
+    buckets: dict[LabelKey, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     totals: dict[tuple, float] = {}  #: (run key, histogram) -> sum of observations
     engine_samples = []
     #: (engine, model, rank, histogram) -> upper bound -> cumulative count (instances summed),
@@ -120,7 +120,7 @@ def stats_from_samples(samples: list[Sample], *, sum_ranks: bool = False
         s.accepted_with_drafts = s.accepted_tokens if s.num_drafts else 0
     # an engine's own series: one run per engine (data-parallel rank, unless summed) and model,
     # its depth k the number of per-position counters it exports
-    gauged: dict[tuple, set] = defaultdict(set)  #: run key -> label sets with a gauge
+    gauged: dict[LabelKey, set] = defaultdict(set)  #: run key -> label sets with a gauge
     for labels, engine, rec in cumulative(engine_samples):
         k = len(rec.accepted_per_pos)
         model, rank = engines.where(engines.BY_NAME[engine], labels)
@@ -173,7 +173,7 @@ def _minus(a: SpecStats, b: SpecStats) -> SpecStats:
     return d
 
 
-def _views(history: list[tuple[float, dict[tuple, SpecStats], dict]], source: str) -> list[RunView]:
+def _views(history: list[tuple[float, dict[LabelKey, SpecStats], dict]], source: str) -> list[RunView]:
     if not history:
         return []
     _, last, active = history[-1]
@@ -183,12 +183,12 @@ def _views(history: list[tuple[float, dict[tuple, SpecStats], dict]], source: st
         for (t0, prev, _), (t1, cur, _) in zip(history, history[1:]):
             if key in cur:
                 windows.append(window_figures(t0, t1 - t0, _minus(cur[key], prev.get(key, SpecStats()))))
-        labels = dict(zip(LABELS, key))
+        labels = key.labels()
         kinds = active.get(key, [])
         anomalies = [schema.AnomalyRecord(run_id="", kind=k, severity="critical",
                                           message=f"{k} active (from {source})") for k in kinds]
         run = _run_of(labels)
-        node = key[len(LABELS)] if len(key) > len(LABELS) else ""
+        node = key.node
         views.append(RunView(f"{run.run_id}@{node}" if node else run.run_id,
                              stats_section(s, run, windows, anomalies=anomalies), source,
                              node=node))
