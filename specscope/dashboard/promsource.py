@@ -235,22 +235,27 @@ class Monotone:
         return out
 
 
-_HISTORY: dict[tuple[str, bool], list] = {}
-_MONOTONE: dict[str, Monotone] = {}
-_LOCK = threading.Lock()
+class MetricsPoller:
+    """The polls of one specscope or engine ``/metrics`` endpoint: each counter series made
+    monotone, and the last ``keep`` polls kept (apart for each ranks view) as the windows."""
 
+    def __init__(self, url: str, keep: int = 360) -> None:
+        self.url, self.keep = url, keep
+        self._monotone = Monotone()
+        self._history: dict[bool, list] = {}
+        self._lock = threading.Lock()
 
-def views_from_metrics(url: str, keep: int = 360, *, sum_ranks: bool = False) -> list[RunView]:
-    """Poll a specscope or engine ``/metrics`` endpoint; the polls so far become the windows."""
-    with urllib.request.urlopen(url, timeout=5) as r:
-        text = r.read().decode("utf-8", "replace")
-    with _LOCK:
-        samples = _MONOTONE.setdefault(url, Monotone())(parse_text(text))
-        stats, active = stats_from_samples(samples, sum_ranks=sum_ranks)
-        hist = _HISTORY.setdefault((url, sum_ranks), [])
-        hist.append((time.time(), stats, active))
-        del hist[:-keep]
-        return _views(list(hist), url)
+    def views(self, *, sum_ranks: bool = False) -> list[RunView]:
+        """Poll once; the polls so far become the windows."""
+        with urllib.request.urlopen(self.url, timeout=5) as r:
+            text = r.read().decode("utf-8", "replace")
+        with self._lock:
+            samples = self._monotone(parse_text(text))
+            stats, active = stats_from_samples(samples, sum_ranks=sum_ranks)
+            hist = self._history.setdefault(sum_ranks, [])
+            hist.append((time.time(), stats, active))
+            del hist[:-self.keep]
+            return _views(list(hist), self.url)
 
 
 def _query_range(base: str, query: str, start: float, end: float, step: float) -> list[dict]:
@@ -301,12 +306,15 @@ class MetricsSource:
     kind: str = "metrics"
     sum_ranks: bool = False  #: an engine's data-parallel ranks summed per model (the header's selector)
     minutes: float = 30.0  #: how far back a Prometheus server is asked (120 points over it)
+    poller: MetricsPoller | None = field(default=None, repr=False)  #: a /metrics endpoint's polls
 
     def runs(self) -> list[RunView]:
         try:
             if self.prometheus:
                 return views_from_prometheus(self.url, self.minutes, sum_ranks=self.sum_ranks)
-            return views_from_metrics(self.url, sum_ranks=self.sum_ranks)
+            if self.poller is None:
+                self.poller = MetricsPoller(self.url)
+            return self.poller.views(sum_ranks=self.sum_ranks)
         except OSError as exc:
             self.problems = [f"{self.url}: {exc}"]
             return []

@@ -62,12 +62,13 @@ def test_four_views_of_one_llamacpp_run_agree(llama_server, smollm2_gguf_file, p
     """Drafts, drafted, accepted and per-position counts: the scrape, the live dashboard's poll,
     the ``-lv 5`` log and the responses (chat, completions, native, stream) say the same, or
     nothing where a source cannot know (responses carry no steps and no positions)."""
-    from specscope.dashboard.promsource import views_from_metrics
+    from specscope.dashboard.promsource import MetricsPoller
 
     srv = LlamaCppServer(model=smollm2_gguf_file, draft=smollm2_gguf_file, k=3, binary=llama_server,
                          verbosity=5, log=tmp_path / "server.log")
     with srv:
-        views_from_metrics(srv.url + "/metrics")  # the dashboard's first poll, before any request
+        poller = MetricsPoller(srv.url + "/metrics")
+        poller.views()  # the dashboard's first poll, before any request
         stop = threading.Event()
         scraper = threading.Thread(target=scrape, args=([srv.url + "/metrics"], tmp_path / "scrape.jsonl"),
                                    kwargs={"interval_s": 1.0, "stop": stop})
@@ -76,7 +77,7 @@ def test_four_views_of_one_llamacpp_run_agree(llama_server, smollm2_gguf_file, p
         time.sleep(2.5)  # the last scrape
         stop.set()
         scraper.join()
-        (live,) = views_from_metrics(srv.url + "/metrics")
+        (live,) = poller.views()
     log = import_file(tmp_path / "server.log")
     assert not log.problems, log.problems[:3]
     responses = [import_file(path) for path in files.values()]
