@@ -453,6 +453,23 @@ RECORD_TYPES: dict[str, type] = {
     "benchmark": BenchmarkRecord,
 }
 KIND_OF = {cls: kind for kind, cls in RECORD_TYPES.items()}
+#: a record's own times, in the order ``time_ns`` reads them; never a run's ``started_ns`` (an
+#: engine's start, perhaps days before its records)
+TIME_FIELDS = ("t_ns", "t_start_ns", "t_finish_ns", "t_arrival_ns")
+
+
+def time_ns(record: Any, *, end: bool = False) -> int | None:
+    """A record's own time: its ``t_ns``, else a request's start (with ``end``: its finish, the
+    moment it was complete), else the other, else its arrival; None where it has none. Reads a
+    record or a row (a dict) alike."""
+    get = record.get if isinstance(record, dict) else (lambda f: getattr(record, f, None))
+    for f in (("t_ns", "t_finish_ns", "t_start_ns", "t_arrival_ns") if end else TIME_FIELDS):
+        v = get(f)
+        if v:
+            return int(v)
+    return None
+
+
 def mode_for(temperature: float, configured: str) -> str:
     """The mode a request asks for: greedy at temperature 0, else the configured sampler."""
     return GREEDY if temperature <= 0.0 else configured

@@ -151,8 +151,7 @@ class Collector:
                 node: str = own if own is not None else getattr(self._runs.get(run_id), "node", "")
                 stats = self._stats_for(self._key(run_id, getattr(r, "rank", 0), node))
                 stats.observe(r)
-                t_ns = getattr(r, "t_ns", None) or getattr(r, "t_finish_ns", None) \
-                    or getattr(r, "t_start_ns", None)
+                t_ns = schema.time_ns(r, end=True)
                 if t_ns:
                     self._window(self._key(run_id, getattr(r, "rank", 0), node), t_ns).observe(r)
                 run = self._runs.get(run_id)

@@ -26,11 +26,6 @@ class ReplayStats:
     problems: int = 0
 
 
-def _record_time(r: Any) -> int:
-    return (getattr(r, "t_ns", 0) or getattr(r, "t_finish_ns", 0)
-            or getattr(r, "t_start_ns", 0) or 0)
-
-
 def _batches(paths: Sequence[str | os.PathLike], batch: int,
              problems: list[Problem], where: Any = None) -> Iterator[tuple[str, Any]]:
     for p in paths:
@@ -80,7 +75,7 @@ def replay(paths: Sequence[str | os.PathLike], collector: Any, *, speed: float |
             continue
         if speed is not None:
             for r in item:  # pace record by record at the recorded rate
-                t = _record_time(r)
+                t = schema.time_ns(r, end=True)
                 if t:
                     t0 = t if t0 is None else t0
                     ahead = (t - t0) / 1e9 / speed - (time.perf_counter() - t_start)

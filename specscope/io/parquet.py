@@ -25,8 +25,7 @@ from ..schema import TraceError
 from .columns import (ACCEPT_ARRAYS, HAS_HIST, HAS_TRUTH, OPTIONAL_ARRAYS, PIT_ARRAYS,
                       RESID_ARRAYS, SHARP_ARRAYS, WIDTHS, VerifyColumns, expand)
 from .intervals import BATCHES
-from .store import (UNKNOWN, Store, Where, day, open_store, partition_path, partition_values,
-                    row_time)
+from .store import UNKNOWN, Store, Where, day, open_store, partition_path, partition_values
 
 _VERSION_KEY = b"specscope_schema_version"
 _STEP_FIELDS = ("run_id", "config_id", "rank", "step", "t_ns", "batch_size", "draft_depth",
@@ -101,7 +100,7 @@ def write_parquet(records: Iterable[Any], out_dir: str | os.PathLike,
             config = row.get("config_id", configs.get(run_id, ""))
             # in the path, not the data; a kind without a node takes its run's
             node = row.pop("node") if "node" in row else nodes.get(run_id, "")
-            folder = partition_path(kind, day(row_time(row)), config, run_id, node)
+            folder = partition_path(kind, day(schema.time_ns(row)), config, run_id, node)
             groups.setdefault(folder, []).append(row)
         for folder, part in groups.items():
             table = pa.Table.from_pylist(part)

@@ -35,12 +35,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .. import schema
+
 PARTITIONS = ("date", "config", "run", "node")  #: the hive partition keys, outermost first
 UNKNOWN = "_"  #: a partition value that is not known (a record without a node or configuration)
 ROW_GROUP = 1 << 15  #: rows per row group: what a reader holds in memory at once
-#: a record's own time; never a run's ``started_ns`` (an engine's start, perhaps days before
-#: its records: a run record follows its run, whatever the dates selected)
-_TIME_FIELDS = ("t_ns", "t_start_ns", "t_finish_ns", "t_arrival_ns")
 
 
 def safe(value: Any) -> str:
@@ -75,15 +74,6 @@ def day(t_ns: int | None) -> str:
     """The UTC date of a time in ns since the epoch (today where the time is unknown)."""
     t = t_ns if t_ns and t_ns > 0 else time.time_ns()
     return _dt.datetime.fromtimestamp(t / 1e9, tz=_dt.timezone.utc).strftime("%Y-%m-%d")
-
-
-def row_time(row: dict[str, Any]) -> int | None:
-    """A record row's own time: the first of its time fields that is set."""
-    for f in _TIME_FIELDS:
-        v = row.get(f)
-        if v:
-            return int(v)
-    return None
 
 
 @dataclass(frozen=True)
@@ -170,7 +160,7 @@ class Where:
         node = getattr(r, "node", None)
         parts = {"run": safe(run), "node": node_value(node if node is not None else getattr(rr, "node", "")),
                  "config": safe(getattr(r, "config_id", None) or getattr(rr, "config_id", ""))}
-        t = row_time({f: getattr(r, f, None) for f in _TIME_FIELDS})
+        t = schema.time_ns(r)  # (never a run's start: a run record follows its run)
         if t:
             parts["date"] = day(t)
         elif self.since or self.until:

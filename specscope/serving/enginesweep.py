@@ -31,7 +31,6 @@ from typing import Any, Callable, Iterable
 from .. import schema
 from ..collector import evalgate
 from ..collector.report import build_sections
-from ..io.store import _TIME_FIELDS, row_time
 from . import client as cl
 from .engines import Axis, EngineOptions, Speculation, engine_server, parse_speculation
 
@@ -112,7 +111,7 @@ class EnginePointResult:
 
 
 def _in_window(r: Any, t0: int, t1: int) -> bool:
-    t = row_time({f: getattr(r, f, None) for f in _TIME_FIELDS})
+    t = schema.time_ns(r)
     return t is not None and t0 <= t <= t1
 
 

@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 
+from specscope import schema
 from specscope.collector.service import Collector
 from specscope.io.trace import compact
 from specscope.exporters.prometheus import render
@@ -76,10 +77,9 @@ def test_parquet_replay_equals_jsonl_replay(live, tmp_path):
 
 def test_paced_replay_sleeps_at_recorded_pace(live):
     from specscope.io.trace import read_trace
-    from specscope.exporters.replay import _record_time
 
     trace, _ = live
-    times = [t for t in map(_record_time, read_trace(trace).records) if t]
+    times = [t for t in (schema.time_ns(r, end=True) for r in read_trace(trace).records) if t]
     span_s = (max(times) - min(times)) / 1e9
     slept = []  # a fake sleep: the replay asks to wait until each record's recorded offset
     replay([trace], Collector(), speed=2.0, progress=False, sleep=slept.append)
