@@ -470,6 +470,15 @@ def time_ns(record: Any, *, end: bool = False) -> int | None:
     return None
 
 
+def node_of(record: Any, runs: Mapping[str, Any]) -> str:
+    """The node a record was recorded on: its own, else (a kind without one, as an eval) its
+    run's in ``runs`` (run id -> run record), else ""."""
+    own = getattr(record, "node", None)
+    if own is not None:
+        return own
+    return getattr(runs.get(getattr(record, "run_id", "")), "node", "") or ""
+
+
 def mode_for(temperature: float, configured: str) -> str:
     """The mode a request asks for: greedy at temperature 0, else the configured sampler."""
     return GREEDY if temperature <= 0.0 else configured

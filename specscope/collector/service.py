@@ -147,8 +147,7 @@ class Collector:
                     self._observe_hook_health(r)
                     continue
                 run_id = getattr(r, "run_id", "")
-                own = getattr(r, "node", None)  # a kind without one (eval) is its run's
-                node: str = own if own is not None else getattr(self._runs.get(run_id), "node", "")
+                node = schema.node_of(r, self._runs)
                 stats = self._stats_for(self._key(run_id, getattr(r, "rank", 0), node))
                 stats.observe(r)
                 t_ns = schema.time_ns(r, end=True)

@@ -157,8 +157,7 @@ class Where:
         record without one of its own takes its run's) and the UTC day of its time."""
         run = getattr(r, "run_id", "")
         rr = runs.get(run)
-        node = getattr(r, "node", None)
-        parts = {"run": safe(run), "node": node_value(node if node is not None else getattr(rr, "node", "")),
+        parts = {"run": safe(run), "node": node_value(schema.node_of(r, runs)),
                  "config": safe(getattr(r, "config_id", None) or getattr(rr, "config_id", ""))}
         t = schema.time_ns(r)  # (never a run's start: a run record follows its run)
         if t:
