@@ -27,6 +27,7 @@ import json
 import os
 from typing import Any, Iterator
 
+from ..openai_wire import content_items
 from ..schema import Problem
 from ._common import ImportResult, run_record
 from ._requests import Req, check_request, pooled, to_record
@@ -130,9 +131,8 @@ def _token_logprobs(choice: dict) -> dict[str, Any]:
     """Output token ids and the top-1 minus top-2 log-probability per token (the logit margin:
     one normaliser) from a choice's chat ``logprobs.content``, where the server wrote tokens as
     ids (``return_tokens_as_token_ids``) and gave two or more ``top_logprobs``; {} otherwise."""
-    lp = choice.get("logprobs")
-    content = lp.get("content") if isinstance(lp, dict) else None
-    if not isinstance(content, list) or not content:
+    content = content_items(choice)
+    if not content:
         return {}
     ids, margins, seconds = [], [], []
     for item in content:

@@ -34,6 +34,7 @@ from typing import Any, Iterator
 
 import httpx
 
+from ..openai_wire import MINUS_INF, token_logprobs
 from .checks import TEMPERATURE_FIRST, TRUNCATION_FIRST, Position, Semantics
 from .ngram import NgramSettings, replay
 from .workload import default_temperature
@@ -225,31 +226,13 @@ def positions_of(response: dict[str, Any], request: str, sampling: dict[str, Any
     """The committed tokens of one response with their log-probabilities (unknown where the
     engine returned none, or llama.cpp's 0.0 without alternatives); a request that left its
     temperature out was sampled at ``default_temperature`` (the engine's)."""
-    choice = (response.get("choices") or [{}])[0]
-    lp = choice.get("logprobs") or {}
     t, p, k = (float(sampling.get("temperature", default_temperature)),
                float(sampling.get("top_p", 1.0)),
                int(sampling.get("top_k", 0) or 0))
     rows: list[tuple[str, float | None, tuple]] = []
-    if isinstance(lp.get("content"), list):
-        for e in lp["content"]:
-            top = tuple((str(a.get("token")), _float(a["logprob"])) for a in e.get("top_logprobs") or []
-                        if a.get("logprob") is not None)
-            rows.append((str(e.get("token")), _lp(e.get("logprob"), top), top))
-    elif isinstance((response.get("meta_info") or {}).get("output_token_logprobs"), list):
-        # SGLang's native /generate with return_logprob: [logprob, token id, text] per token and
-        # per position a list of them as the top alternatives; tokens compared by id
-        meta = response["meta_info"]
-        tops = meta.get("output_top_logprobs") or []
-        for i, e in enumerate(meta["output_token_logprobs"]):
-            alts = tops[i] if i < len(tops) and isinstance(tops[i], list) else []
-            top = tuple((str(a[1]), _float(a[0])) for a in alts if a and a[0] is not None)
-            rows.append((str(e[1]), _lp(e[0], top), top))
-    elif isinstance(lp.get("tokens"), list):
-        for tok, v, alts in zip(lp["tokens"], lp.get("token_logprobs") or [], lp.get("top_logprobs") or []):
-            top = tuple(sorted(((str(a), _float(b)) for a, b in (alts or {}).items()),
-                               key=lambda x: -x[1]))
-            rows.append((str(tok), _lp(v, top), top))
+    for e in token_logprobs(response):  # (SGLang's native tokens are named by id)
+        top = tuple((a, _float(b)) for a, b in e.top)
+        rows.append((e.token, _lp(e.logprob, top), top))
     out = []
     for i, (tok, v, top) in enumerate(rows):
         top = tuple(sorted(top, key=lambda x: -x[1]))
@@ -259,8 +242,6 @@ def positions_of(response: dict[str, Any], request: str, sampling: dict[str, Any
     return out
 
 
-#: vLLM writes a log-probability of -inf (a token its processed distribution cut) as this
-MINUS_INF = -9999.0
 
 
 def _float(value: Any) -> float:

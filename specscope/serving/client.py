@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import schema
+from ..openai_wire import content_items
 
 
 @dataclass
@@ -54,11 +55,6 @@ def token_id(text: str | None) -> int:
     return zlib.crc32((text or "").encode("utf-8", "surrogatepass"))
 
 
-def _logprob_items(choice: dict[str, Any]) -> list[dict[str, Any]]:
-    lp = choice.get("logprobs") or {}
-    return list(lp.get("content") or []) if isinstance(lp, dict) else []
-
-
 async def _one(client: Any, url: str, model: str, answer: Answer, body: dict[str, Any]) -> None:
     async with client.stream("POST", url + "/v1/chat/completions", json=body,
                              headers={"X-Request-ID": answer.request_id}) as r:
@@ -78,7 +74,7 @@ async def _one(client: Any, url: str, model: str, answer: Answer, body: dict[str
                 answer.timings = chunk["timings"]
             for c in chunk.get("choices", []):
                 delta = (c.get("delta") or {}).get("content") or ""
-                items = _logprob_items(c)
+                items = content_items(c)
                 if delta or items:
                     answer.chunk_times_ns.append(now)
                 parts.append(delta)
