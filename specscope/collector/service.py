@@ -25,14 +25,10 @@ from .detectors import (DEFAULT_DETECTORS, AcceptanceLengthBoundsDetector,
                         AcceptanceRegressionDetector, detectors_for, evaluate)
 from .stats import SpecStats, token_times
 
-LABELS = ("algorithm", "num_steps", "topk", "num_draft_tokens", "backend", "model", "rank")
-#: a label set's key is LABELS' values and then the node; the node becomes a label on /metrics
-#: where the collector serves several nodes (``Snapshot.node_label``)
-NODE = "node"
-
-
 class LabelKey(NamedTuple):
-    """A label set: ``LABELS``' values, then the node (a tuple, so it sorts and compares as one)."""
+    """A label set: ``LABELS``' values, then the node (a tuple, so it sorts and compares as one);
+    the node becomes a label on /metrics where the collector serves several nodes
+    (``Snapshot.node_label``)."""
 
     algorithm: str
     num_steps: str
@@ -52,6 +48,8 @@ class LabelKey(NamedTuple):
         return tuple(self[:6])
 
 
+LABELS: tuple[str, ...] = LabelKey._fields[:-1]  #: the label names of a set (the node apart)
+NODE = "node"
 OTHER = LabelKey("other", "other", "other", "other", "other", "other", "")
 
 

@@ -308,12 +308,15 @@ class MetricsSource:
     minutes: float = 30.0  #: how far back a Prometheus server is asked (120 points over it)
     poller: MetricsPoller | None = field(default=None, repr=False)  #: a /metrics endpoint's polls
 
+    def __post_init__(self) -> None:
+        if not self.prometheus and self.poller is None:  # (made once: callbacks run in threads)
+            self.poller = MetricsPoller(self.url)
+
     def runs(self) -> list[RunView]:
         try:
             if self.prometheus:
                 return views_from_prometheus(self.url, self.minutes, sum_ranks=self.sum_ranks)
-            if self.poller is None:
-                self.poller = MetricsPoller(self.url)
+            assert self.poller is not None
             return self.poller.views(sum_ranks=self.sum_ranks)
         except OSError as exc:
             self.problems = [f"{self.url}: {exc}"]

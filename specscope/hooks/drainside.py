@@ -84,7 +84,7 @@ class DrainSide:
                     event.synchronize()
                 ready.append(self._pending.popleft())
             if ready:  # for telling the engine idle
-                self._last_ns = ready[-1][3][1]
+                self._last_ns = ready[-1][3].t_ns
             try:
                 cols = [_drain.columns(self, part)
                         for part in _drain.parts(ready, self.max_columns_entries)]

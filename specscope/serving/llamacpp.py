@@ -88,7 +88,8 @@ class LlamaCppServer(ServerProcess):
 
     def start(self, timeout_s: float = 120.0, env: dict[str, str] | None = None,
               new_session: bool = True) -> "LlamaCppServer":
-        super().start(timeout_s, env=env, new_session=new_session)
+        """Start the server; ``env``: more environment for it, over this process's."""
+        super().start(timeout_s, env={**os.environ, **env} if env else None, new_session=new_session)
         return self
 
     def __enter__(self) -> "LlamaCppServer":
