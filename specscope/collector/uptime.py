@@ -79,6 +79,10 @@ def format_uptime(runs: list[RunUptime]) -> str:
             lines.append(f"  drift {t.klass or '(no class)'} {where}: "
                          f"{t.relative_per_h:+.1%}/h of its starting rate, t {t.t:.1f} on {t.df} df, "
                          f"p {t.p_value:.2g} against {t.judged} cells: {verdict}")
+    if not runs:
+        lines.append("no run has acceptance at known times, so nothing is shown or judged here: "
+                     "an import of a llama.cpp log or of saved responses carries no clock (scrape "
+                     "the server's /metrics for acceptance over uptime)")
     return "\n".join(lines)
 
 

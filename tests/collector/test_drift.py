@@ -215,3 +215,14 @@ def test_the_reference_decoders_aging_fault_is_flagged_and_its_clean_restart_is_
     found = _anomalies(str(tmp_path / "restarted.jsonl"), "--clock-scale", "600")
     assert not [a for a in found if a["kind"] == "acceptance_drift"], found
 
+
+
+def test_untimed_records_get_a_reason_not_an_empty_table():
+    """A log import with no clock (llama.cpp's, saved responses): the uptime view says why it
+    shows nothing, rather than printing its legend alone."""
+    from specscope.collector.uptime import format_uptime, uptime_runs
+
+    untimed = [schema.SpecCountsRecord(run_id="r", rank=0, t_ns=0, num_drafts=10,
+                                       num_draft_tokens=30, num_accepted=12)]
+    assert uptime_runs(untimed) == []
+    assert "carries no clock" in format_uptime(uptime_runs(untimed))
