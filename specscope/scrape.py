@@ -26,7 +26,6 @@ import ssl
 import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 from .importers._common import run_record
 from .importers import metrics as engines
 from .importers.promtext import Series, run_names
-from .io import promtext
+from .io import fetch, promtext
 from .io.trace import open_writer
 
 
@@ -132,16 +131,6 @@ def endpoint_names(urls: Sequence[str]) -> list[str]:
     return out
 
 
-def _fetch(url: str, timeout_s: float, max_bytes: int, headers: dict[str, str],
-           context: ssl.SSLContext | None) -> str:
-    req = urllib.request.Request(url, headers={"Accept": "text/plain", **headers})
-    with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
-        body = resp.read(max_bytes + 1)
-    if len(body) > max_bytes:
-        raise ValueError(f"page larger than the cap of {max_bytes} bytes (--max-bytes)")
-    return body.decode("utf-8", errors="replace")
-
-
 def scrape(urls: Sequence[str | Endpoint], out: str | Path, *, interval_s: float = 5.0,
            duration_s: float | None = None, rounds: int | None = None, timeout_s: float = 3.0,
            max_bytes: int = 8 << 20, headers: dict[str, str] | None = None,
@@ -166,6 +155,7 @@ def scrape(urls: Sequence[str | Endpoint], out: str | Path, *, interval_s: float
         if not verify_tls:
             context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     stop = stop or threading.Event()
+    http = fetch.client(verify=context if context is not None else False, timeout_s=timeout_s)
     writer = open_writer(out)
     start, n_round, n_records = time.monotonic(), 0, 0
     try:
@@ -174,7 +164,7 @@ def scrape(urls: Sequence[str | Endpoint], out: str | Path, *, interval_s: float
                 t_round = time.monotonic()
                 t_ns = time.time_ns()
                 pages = list(pool.map(lambda ep: _one(ep, timeout_s, max_bytes, headers or {},
-                                                      context), endpoints))
+                                                      http), endpoints))
                 batch: list[Any] = []
                 for ep, page in zip(endpoints, pages):
                     if page is None:
@@ -193,14 +183,16 @@ def scrape(urls: Sequence[str | Endpoint], out: str | Path, *, interval_s: float
                 stop.wait(max(0.0, interval_s - (time.monotonic() - t_round)))
     finally:
         writer.close()
+        http.close()
     return ScrapeResult(endpoints, n_round, n_records)
 
 
 def _one(ep: Endpoint, timeout_s: float, max_bytes: int, headers: dict[str, str],
-         context: ssl.SSLContext | None) -> str | None:
+         http: Any) -> str | None:
     ep.scrapes += 1
     try:
-        return _fetch(ep.url, timeout_s, max_bytes, headers, context)
+        return fetch.get_text(ep.url, timeout_s=timeout_s, max_bytes=max_bytes,
+                              headers={"Accept": "text/plain", **headers}, client=http)
     except Exception as exc:  # one endpoint's failure never stops the others
         ep.failures += 1
         ep.last_error = f"{type(exc).__name__}: {exc}"

@@ -8,16 +8,15 @@ them). Latency percentiles come from the exported histograms' buckets.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import urllib.parse
-import urllib.request
 from collections import defaultdict
 from typing import Any, Mapping
 from dataclasses import dataclass, field
 
 from .. import schema
+from ..io import fetch
 from ..io import promtext
 from ..collector.histogram import Histogram
 from ..collector.report import stats_section, window_figures
@@ -247,8 +246,7 @@ class MetricsPoller:
 
     def views(self, *, sum_ranks: bool = False) -> list[RunView]:
         """Poll once; the polls so far become the windows."""
-        with urllib.request.urlopen(self.url, timeout=5) as r:
-            text = r.read().decode("utf-8", "replace")
+        text = fetch.get_text(self.url, timeout_s=5)
         with self._lock:
             samples = self._monotone(parse_text(text))
             stats, active = stats_from_samples(samples, sum_ranks=sum_ranks)
@@ -260,8 +258,7 @@ class MetricsPoller:
 
 def _query_range(base: str, query: str, start: float, end: float, step: float) -> list[dict]:
     qs = urllib.parse.urlencode({"query": query, "start": start, "end": end, "step": step})
-    with urllib.request.urlopen(f"{base.rstrip('/')}/api/v1/query_range?{qs}", timeout=10) as r:
-        body = json.loads(r.read())
+    body = fetch.get_json(f"{base.rstrip('/')}/api/v1/query_range?{qs}", timeout_s=10)
     if body.get("status") != "success":
         raise OSError(f"Prometheus query failed: {body.get('error', body)}")
     return body["data"]["result"]

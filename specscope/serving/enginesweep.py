@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable
 from .. import schema
 from ..collector import evalgate
 from ..collector.report import build_sections
+from ..io import fetch
 from . import client as cl
 from .engines import Axis, EngineOptions, Speculation, engine_server, parse_speculation
 
@@ -273,7 +274,7 @@ def _serve(todo: list[EnginePoint], out: Path, options: EngineOptions, *, reques
                                    error=f"server did not start: {exc}\n{_last_words(srv)}")
     clock["start_s"] = time.perf_counter() - clock["start_s"]
     try:
-        model = _served_model(srv.url) if failed is None else ""
+        model = fetch.served_model(srv.url) if failed is None else ""
         if failed is None:  # warm-up, outside every window
             t = time.perf_counter()
             cl.send(srv.url, model, _prompts(1, 0), run_id="warmup", temperature=0.0,
@@ -370,14 +371,6 @@ def _stored_reference(out: Path, run_id: str) -> tuple[list[Any], list[Any]] | N
 
     got = _reference_of(read_trace(str(out), Where(runs=(run_id,))).records, run_id)
     return got if got[0] else None
-
-
-def _served_model(url: str) -> str:
-    import urllib.request
-
-    with urllib.request.urlopen(url + "/v1/models", timeout=10) as r:
-        data = json.load(r).get("data") or [{}]
-    return str(data[0].get("id", ""))
 
 
 def _point_records(w: Window, engine_recs: list[Any], model: str, ok: bool, error: str,

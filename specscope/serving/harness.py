@@ -11,9 +11,10 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..io import fetch
 
 AIPERF_VERSION = "0.13.0"
 #: starts on a fresh port after the chosen one was taken before the server could bind it
@@ -103,12 +104,9 @@ class ServerProcess:
                 self.stop()
                 raise RuntimeError(f"{name} exited with {self.proc.returncode}"
                                    + (f"; see {self.log}" if self.log else ""))
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.3)
+            if fetch.healthy(self.url + "/health", timeout_s=2):
+                return self
+            time.sleep(0.3)
         self.stop()
         raise TimeoutError(f"{name} did not answer /health within {timeout_s:.0f} s"
                            + (f"; see {self.log}" if self.log else ""))

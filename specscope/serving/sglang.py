@@ -175,10 +175,7 @@ class SglangServer(ServerProcess):
 def generate(url: str, text: str, sampling: dict[str, Any], *, timeout_s: float = 600.0,
              **extra: Any) -> dict[str, Any]:
     """One request to SGLang's native ``/generate``; returns its JSON (``meta_info`` included)."""
-    import urllib.request
+    from ..io import fetch
 
-    body = json.dumps({"text": text, "sampling_params": sampling, **extra}).encode()
-    req = urllib.request.Request(url + "/generate", data=body,
-                                 headers={"content-type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout_s) as r:
-        return json.load(r)
+    return fetch.post_json(url + "/generate", {"text": text, "sampling_params": sampling, **extra},
+                           timeout_s=timeout_s)

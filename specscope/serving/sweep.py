@@ -26,6 +26,7 @@ from ..collector import evalgate
 from ..collector.evalgate import check_why
 from ..collector.report import build_sections
 from ..io.trace import TraceWriter, read_trace
+from ..io import fetch
 from .harness import ServerProcess
 
 FILLER = ("The following notes are background material and can be ignored when answering. ")
@@ -224,7 +225,7 @@ def run_point(point: Point, out_dir: Path, *, model: str, draft: str, tokenizer:
     args += [a for k, v in point.labels().items() for a in ("--label", f"{k}={v}")]
     prompts = _prompts(requests, point.input_len)
     with ServerProcess(args, raw, log=raw.with_suffix(".log")) as srv:
-        served = json.loads(_get(srv.url + "/v1/models"))["data"][0]["id"]
+        served = fetch.served_model(srv.url)
         results, wall = asyncio.run(_drive(srv.url, served, prompts, point, run_id))
     records = read_trace(raw).records
     sent = {res["request_id"]: res["prompt"] for res in results}
@@ -257,13 +258,6 @@ def run_point(point: Point, out_dir: Path, *, model: str, draft: str, tokenizer:
         waiting=[f"{c['check']}: {check_why(c)}" for c in sec.gate_checks
                  if c["state"] == "inconclusive"])
     return result
-
-
-def _get(url: str) -> str:
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return r.read().decode()
 
 
 def _reference_copy(path: Path, ref_run: str, run_id: str) -> list[Any]:

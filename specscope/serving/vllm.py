@@ -118,7 +118,8 @@ def drive(url: str, model: str, prompts: list[str], *, sampling=MIXED_SAMPLING,
     ``sampling[i % len(sampling)]`` (and seed ``seed + i``); returns the responses in prompt
     order, each as the server sent it. ``extra``: more request fields (``ignore_eos``, ...)."""
     import concurrent.futures
-    import urllib.request
+
+    from ..io import fetch
 
     def one(i: int) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
@@ -127,10 +128,7 @@ def drive(url: str, model: str, prompts: list[str], *, sampling=MIXED_SAMPLING,
         if seed is not None:
             body["seed"] = seed + i
         body.update(extra or {})
-        req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                     headers={"content-type": "application/json"})
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            return json.load(r)
+        return fetch.post_json(url + "/v1/chat/completions", body, timeout_s=timeout_s)
 
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
         return list(pool.map(one, range(len(prompts))))
