@@ -15,7 +15,8 @@ FLOORS: dict[str, int] = {
     "exact": 0,  #: exact tails and sample sizes of the checks, pure math (hooks and collector)
     "pit": 1,  #: the whole-distribution test's sequential bound, pure math (hooks and collector)
     "sharp": 1,  #: the sharpness test's likelihood-ratio decision, pure math (hooks, collector, probe)
-    "sampling": 0,  #: the sampling class: one code, one name, one parser (hooks, collector, probe)
+    "registry": 0,  #: the engines specscope knows, in one place (every per-engine table reads it)
+    "sampling": 1,  #: the sampling class: one code, one name, one parser (hooks, collector, probe)
     "openai_wire": 0,  #: an OpenAI-compatible response's log-probabilities, read once
     "io": 1,
     "hooks": 2,

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import registry
+
 GREEDY = 0
 SAMPLED, TOP_P, TOP_K, MIN_P = 1, 2, 4, 8
 #: the truncations, in the order their names are written
@@ -22,9 +24,9 @@ _TRUNCATIONS = ((TOP_P, "top-p"), (TOP_K, "top-k"), (MIN_P, "min-p"))
 #: every code a parser can return
 CODES = (GREEDY,) + tuple(SAMPLED | t for t in range(0, 16, 2))
 
-#: SGLang's "top_k off" after it normalises a request (``sampling_params.TOP_K_ALL``: the whole
-#: vocabulary); it also stores temperature 0 as top_k 1 (its greedy) with temperature 1.0
-TOP_K_ALL = 1 << 30
+#: SGLang's "top_k off" after it normalises a request (the whole vocabulary); it also stores
+#: temperature 0 as top_k 1 (its greedy) with temperature 1.0
+TOP_K_ALL = registry.TOP_K_ALL
 
 #: what an engine applies where a request leaves a parameter out: (temperature, top_p, top_k,
 #: min_p). "" is specscope's own records (top_k 0 and top_p 1.0 are off). vLLM's
@@ -34,9 +36,7 @@ TOP_K_ALL = 1 << 30
 #: 0.05, temperature 0.8 (``llama-server --help``); 0, 1.0 and 0.0 turn each off.
 DEFAULTS: dict[str, tuple[float, float, int, float]] = {
     "": (1.0, 1.0, 0, 0.0),
-    "vllm": (1.0, 1.0, 0, 0.0),
-    "sglang": (1.0, 1.0, TOP_K_ALL, 0.0),
-    "llamacpp": (0.8, 0.95, 40, 0.05),
+    **{e.name: e.sampling_defaults for e in registry.ENGINES if e.sampling_defaults is not None},
 }
 
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import registry
 from ..importers import metrics as M
 from ..importers.metrics import EngineMetrics
 from .decay_rules import decay_rules
 
-TITLE = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "llamacpp": "llama.cpp"}
+TITLE = {e.name: e.title for e in registry.ENGINES}
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from typing import Any, Iterator
 
 import httpx
 
+from .. import registry
 from ..openai_wire import MINUS_INF, token_logprobs
 from .checks import TEMPERATURE_FIRST, TRUNCATION_FIRST, Position, Semantics
 from .ngram import NgramSettings, replay
@@ -41,12 +42,7 @@ from .workload import default_temperature
 
 #: per engine: what it needs to return log-probabilities, for the error that says it
 ENABLE = {
-    "vllm": "vLLM returns them unless started with --max-logprobs 0 (raise --max-logprobs for "
-            "more alternatives; --logprobs-mode says raw or processed)",
-    "sglang": "SGLang returns them for OpenAI requests with logprobs/top_logprobs (native "
-              "/generate: return_logprob with top_logprobs_num)",
-    "llamacpp": "llama-server returns them for requests with logprobs/top_logprobs (n_probs on "
-                "/completion); under speculation only for the first token (upstream #27972)",
+    **{e.name: e.logprobs_enable for e in registry.ENGINES if e.logprobs_enable},
     "unknown": "start the server with log-probabilities enabled (vLLM: --max-logprobs; llama.cpp "
                "and SGLang: per request, logprobs/top_logprobs)",
 }
@@ -95,9 +91,7 @@ def _detect(http: httpx.Client, url: str, model: str | None) -> tuple[str, str]:
         raise ProbeError(f"{url}: no OpenAI-compatible /v1/models ({exc})") from None
     data = models.get("data") or [{}]
     owner = str(data[0].get("owned_by", "")).lower()
-    engine = ("vllm" if "vllm" in owner else "sglang" if "sglang" in owner else
-              "llamacpp" if "llama" in owner else "specscope" if owner == "specscope" else
-              "unknown")
+    engine = registry.served(owner) or ("specscope" if owner == "specscope" else "unknown")
     if engine == "unknown":
         try:
             if "default_generation_settings" in _get(http, url.rstrip("/") + "/props"):
@@ -108,15 +102,12 @@ def _detect(http: httpx.Client, url: str, model: str | None) -> tuple[str, str]:
 
 
 #: what each engine's log-probabilities are unless told otherwise (``logprobs_mode``)
-DEFAULT_LOGPROBS = {"sglang": "tempered"}
-#: engines whose log-probabilities are penalised whatever the mode (SGLang computes them from
-#: logits its penalisers have changed in place; SGLANG_RETURN_ORIGINAL_LOGPROB only skips the
-#: temperature: on 0.5.21 every committed token of a penalised greedy request is their top-1,
-#: with speculation and without)
-PENALISED_LOGPROBS = ("sglang",)
+DEFAULT_LOGPROBS = {e.name: e.logprobs_default for e in registry.ENGINES
+                    if e.logprobs_default != "raw"}
+#: engines whose log-probabilities are penalised whatever the mode (``registry``: why)
+PENALISED_LOGPROBS = tuple(e.name for e in registry.ENGINES if e.logprobs_penalised)
 #: engines whose penalties count more than the answer so far: the probe cannot score them
-PENALTY_WINDOW = {"llamacpp": "llama.cpp counts penalties over its last repeat_last_n (64) "
-                  "tokens, the prompt's included, which the probe does not see"}
+PENALTY_WINDOW = {e.name: e.penalty_window for e in registry.ENGINES if e.penalty_window}
 
 
 def semantics(engine: str, logprobs_mode: str | None = None) -> Semantics:
@@ -126,7 +117,8 @@ def semantics(engine: str, logprobs_mode: str | None = None) -> Semantics:
     sem = Semantics(engine=engine, processed=mode.startswith("processed"),
                     tempered=mode == "tempered",
                     penalised=mode.startswith("processed") or engine in PENALISED_LOGPROBS,
-                    order=TRUNCATION_FIRST if engine == "llamacpp" else TEMPERATURE_FIRST)
+                    order=TRUNCATION_FIRST if engine in registry.BY_NAME and
+                    registry.BY_NAME[engine].truncation_first else TEMPERATURE_FIRST)
     if engine == "llamacpp":
         sem.notes.append("llama.cpp: pre-sampling probabilities (post_sampling_probs off); its "
                          "sampler applies top-k and top-p before temperature; the probe turns "
@@ -184,7 +176,7 @@ class Answer:
 
 #: engines that return token ids when asked (vLLM's ``return_token_ids`` and
 #: ``return_tokens_as_token_ids``; specscope's reference engine the latter)
-TOKEN_IDS = ("vllm", "specscope")
+TOKEN_IDS = tuple(e.name for e in registry.ENGINES if e.token_ids) + ("specscope",)
 
 
 def body(plan: Any, engine: str, cls: str, prompt: str, sampling: dict[str, Any], model: str,
@@ -194,8 +186,9 @@ def body(plan: Any, engine: str, cls: str, prompt: str, sampling: dict[str, Any]
     if "prompt_ids" in fields:  # the rescore class: token ids scored as a prompt (vLLM's
         return "/v1/completions", {"model": model, "max_tokens": 1, "seed": seed,  # extension)
                                    "prompt": fields.pop("prompt_ids"), **fields, **plan.extra}
-    if engine == "llamacpp":  # its defaults truncate (top-k 40, top-p 0.95, min-p 0.05):
-        fields.setdefault("top_k", 0)  # off unless the class asks
+    known = registry.BY_NAME.get(engine)
+    if known is not None and known.truncates_by_default:  # (llama.cpp: top-k 40, top-p 0.95,
+        fields.setdefault("top_k", 0)  # min-p 0.05) each off unless the class asks
         fields.setdefault("top_p", 1.0)
         fields.setdefault("min_p", 0.0)
     if plan.endpoint == "generate":  # SGLang's native API

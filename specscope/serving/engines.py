@@ -23,15 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import registry
 from .harness import ServerProcess
 
-ENGINES = ("vllm", "sglang", "llamacpp")
+#: the engines whose servers specscope starts (those the registry gives a speculation syntax)
+ENGINES = tuple(e.name for e in registry.ENGINES if e.spec_syntax)
 #: what each engine's server takes as its speculation setting, for errors and --help
-SPEC_SYNTAX = {
-    "vllm": 'a --speculative-config JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4}\'',
-    "sglang": "METHOD:STEPS/TOPK/DRAFT_TOKENS (STANDALONE:3/1/4) or NGRAM:DRAFT_TOKENS",
-    "llamacpp": "TYPE:DEPTH (draft-simple:3, ngram-simple:4)",
-}
+SPEC_SYNTAX = {e.name: e.spec_syntax for e in registry.ENGINES if e.spec_syntax}
 
 
 @dataclass(frozen=True)
@@ -208,6 +206,8 @@ def engine_server(engine: str, spec: Speculation, flags: list[str], folder: Path
                             python=options.python, launcher=options.launcher, work_dir=folder,
                             wrap=options.hooks, log=folder / "server.log", env=env,
                             extra_args=list(flags))
+    if engine != "llamacpp":
+        raise ValueError(f"engine {engine!r}: no server harness (one of {', '.join(ENGINES)})")
     from .llamacpp import LlamaCppServer
 
     spec_type = "none" if spec.off else spec.get("spec_type")

@@ -60,10 +60,14 @@ class EngineMetrics:
             + tuple(self.gauges) + tuple(self.samples) + tuple(self.info)
 
 
-def _all():
-    from . import llamacpp, sglang, trtllm, vllm
+def _all() -> tuple[EngineMetrics, ...]:
+    """Each registered engine's mapping, from its module here (named as the engine)."""
+    import importlib
 
-    return (vllm.METRICS, sglang.METRICS, trtllm.METRICS, llamacpp.METRICS)
+    from ... import registry
+
+    return tuple(importlib.import_module(f"{__name__}.{e.name}").METRICS
+                 for e in registry.ENGINES)
 
 
 ENGINES: tuple[EngineMetrics, ...] = _all()
