@@ -85,7 +85,7 @@ def _banner(views: Sequence[RunView]) -> Any:
     found = anomalies(views)
     if not views:
         return html.Div("no runs yet", className="banner ok")
-    gates = [html.Li([html.B(v.view.gate_text), f" eval gate of {v.label}"]) for v in views
+    gates = [html.Li([html.B(v.section.gate_text), f" eval gate of {v.label}"]) for v in views
              if v.gate in ("fail", "inconclusive")]
     if not found and not gates:
         passed = sum(v.gate == "pass" for v in views)

@@ -33,9 +33,9 @@ class RunView:
     """One run as the pages see it."""
 
     run_id: str
-    #: a report section as ``report --json`` writes it; given a ``Section``, its JSON form is
-    #: kept here and the ``Section`` is ``view``
-    section: Any
+    #: the run's report section, typed: what the figures read (given a section's JSON form, as
+    #: ``report --json`` writes it, it is parsed once)
+    section: Section
     source: str = ""  #: the trace path or the live source's name
     records: list[Any] | None = None  #: the run's records (and its reference's), when kept
     phases: dict[str, Any] | None = None  #: phase breakdown (collector.phases), when recorded
@@ -43,14 +43,8 @@ class RunView:
     node: str = ""  #: the node of a run's share on one node ("" = the run, pooled across nodes)
 
     def __post_init__(self) -> None:
-        if isinstance(self.section, Section):
-            self.__dict__["view"] = self.section  # the cached ``view``
-            self.section = self.section.as_dict()
-
-    @functools.cached_property
-    def view(self) -> Section:
-        """The section, typed: what the figures read."""
-        return Section.from_dict(self.section)
+        if not isinstance(self.section, Section):
+            self.section = Section.from_dict(self.section)
 
     @functools.cached_property
     def breakdown(self) -> Breakdown | None:
@@ -59,7 +53,7 @@ class RunView:
 
     @property
     def run(self) -> schema.RunRecord | None:
-        return self.view.run
+        return self.section.run
 
     @property
     def label(self) -> str:
@@ -68,7 +62,7 @@ class RunView:
             return f"{self.run_id} (?)"
         fault = f" [fault {r.fault}]" if r.fault else ""
         kind = {"forced": " [forced: speed-only]", "lossy": " [lossy verification]"}.get(
-            self.view.verification, "")
+            self.section.verification, "")
         if self.node:  # a run's share on one node: "nightly@gpu-05" reads as the run on gpu-05
             base = self.run_id.removesuffix(f"@{self.node}")
             return f"{base} ({r.config_id}{fault}{kind}) on node {self.node}"
@@ -76,7 +70,7 @@ class RunView:
 
     @property
     def gate(self) -> str | None:
-        return self.view.gate
+        return self.section.gate
 
     def sample(self):
         """Per-request arrays for bootstrap comparisons (None when records were not kept)."""

@@ -76,7 +76,7 @@ def test_live_throughput_breaks_its_line_where_the_run_idled():
     collector = Collector(window_s=1.0, num_windows=1000)
     collector.observe(_waves(gap_s=30))
     (view,) = snapshot_views(collector.snapshot(), "live")
-    xs, ys, rate = idle_gaps([w for w in view.view.windows if w.window_s])
+    xs, ys, rate = idle_gaps([w for w in view.section.windows if w.window_s])
     assert ys.count(None) == 1  # one idle stretch between the two waves, drawn as a break
     assert all(y > 0 for y in ys if y is not None)  # never a zero for the idle time
     # the legend's rate: tokens over its busy windows only (5 one-second windows a wave)

@@ -20,10 +20,10 @@ def test_trace_source_reads_runs_with_their_gates_and_anomalies(dash_traces):
     assert set(views) == {"clean-s3", "faulted-s2"}  # references are not runs of their own
     assert views["faulted-s2"].gate == "fail"
     # 16 requests: every check that could fail passed; output quality may need more requests
-    clean = views["clean-s3"].section["eval"]["gate"]
+    clean = views["clean-s3"].section.as_dict()["eval"]["gate"]
     assert clean["verdict"] in ("pass", "inconclusive")
     assert not [c for c in clean["checks"] if c["state"] == "fail"]
-    assert [a["kind"] for a in views["faulted-s2"].section["anomalies"]] == ["silent_greedy"]
+    assert [a["kind"] for a in views["faulted-s2"].section.as_dict()["anomalies"]] == ["silent_greedy"]
     assert views["clean-s3"].phases["committed_tokens"] > 0  # the phase timer was on
     sample = views["clean-s3"].sample()
     assert sample.tokens.size == 16 and sample.reference is not None
@@ -81,7 +81,7 @@ def test_a_directory_of_shards_is_one_run(tmp_path, dash_traces):
     os.symlink(outside, shards / "link.jsonl")
     views = [v for v in TraceSource([shards]).runs() if v.run_id == "clean-s3"]
     assert len(views) == 1
-    shown, expected = views[0].view.totals, whole.view.totals
+    shown, expected = views[0].section.totals, whole.section.totals
     assert shown == expected and shown.num_requests > 0 and shown.num_verify_steps > 0
 
 
@@ -102,20 +102,20 @@ def test_live_and_metrics_sources_agree_with_the_collector(dash_traces):
     finally:
         server.close()
     assert len(live) == len(polled) == 1
-    lt, pt = live[0].section["totals"], polled[0].section["totals"]
+    lt, pt = live[0].section.as_dict()["totals"], polled[0].section.as_dict()["totals"]
     for key in ("accepted_tokens", "draft_tokens", "num_drafts", "per_position_acceptance"):
         assert lt[key] == pt[key], key
     assert live[0].run.fault == "silent_greedy"
-    assert {a["kind"] for a in live[0].section["anomalies"]} >= {"silent_greedy"}
-    assert {a["kind"] for a in polled[0].section["anomalies"]} >= {"silent_greedy"}
+    assert {a["kind"] for a in live[0].section.as_dict()["anomalies"]} >= {"silent_greedy"}
+    assert {a["kind"] for a in polled[0].section.as_dict()["anomalies"]} >= {"silent_greedy"}
     # two polls make one window: the increase between them
-    win = polled[0].section["windows"]
+    win = polled[0].section.as_dict()["windows"]
     assert len(win) == 1 and win[0]["accepted_tokens"] == pt["accepted_tokens"] - \
-        first[0].section["totals"]["accepted_tokens"]
-    assert polled[0].section["latency"]["ttft_s"]["from_buckets"]
+        first[0].section.as_dict()["totals"]["accepted_tokens"]
+    assert polled[0].section.as_dict()["latency"]["ttft_s"]["from_buckets"]
     # the mean from the exported sum, as the collector's own histogram has it
-    assert polled[0].section["latency"]["ttft_s"]["mean"] == pytest.approx(
-        live[0].section["latency"]["ttft_s"]["mean"])
+    assert polled[0].section.as_dict()["latency"]["ttft_s"]["mean"] == pytest.approx(
+        live[0].section.as_dict()["latency"]["ttft_s"]["mean"])
 
 
 def test_dashboard_reads_an_engines_own_metrics_page(samples):
@@ -132,11 +132,11 @@ def test_dashboard_reads_an_engines_own_metrics_page(samples):
     assert len(views) == 1
     v = views[0]
     assert v.run.algorithm == "vllm" and v.run.num_steps == 3 and v.run.model == "MiniMaxAI/MiniMax-M2.5"
-    t = v.section["totals"]
+    t = v.section.as_dict()["totals"]
     assert (t["num_drafts"], t["draft_tokens"], t["accepted_tokens"]) == (2 * 43680, 2 * 131040, 2 * 58695)
     assert t["mean_acceptance_length"] == pytest.approx(1 + 58695 / 43680)
     assert [round(x, 3) for x in t["per_position_acceptance"]] == [0.665, 0.42, 0.259]
-    win = v.section["windows"]
+    win = v.section.as_dict()["windows"]
     assert len(win) == 1 and win[0]["accepted_tokens"] == 58695
     # latency from vLLM's own histograms: TTFT, and its inter-token latency as the per-chunk
     # gap (under speculation a chunk is a verify step), never as per-token ITL
@@ -145,7 +145,7 @@ def test_dashboard_reads_an_engines_own_metrics_page(samples):
                  if ln.startswith(family + "_count") or ln.startswith(family + "_sum")}
         return lines[family + "_count"], lines[family + "_sum"]
 
-    lat = v.section["latency"]
+    lat = v.section.as_dict()["latency"]
     n, total = count_and_sum("vllm:time_to_first_token_seconds")
     assert lat["ttft_s"]["from_buckets"] and lat["ttft_s"]["n"] == n
     assert lat["ttft_s"]["mean"] == pytest.approx(total / n)

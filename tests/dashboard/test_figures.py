@@ -146,10 +146,10 @@ def test_accuracy_page_lists_every_selected_runs_gate_with_its_checks():
     gate = {"verdict": "fail", "checks": [
         {"check": "sampling truth (speculative-sampling)", "state": "fail", "value": 0.984},
         {"check": "greedy exact match vs target-only", "state": "pass", "value": 1.0}]}
-    views = [SimpleNamespace(label="faulted", section={"eval": {"gate": gate}},
-                             view=SimpleNamespace(gate_text="FAIL")),
-             SimpleNamespace(label="target-only", section={"eval": {}},
-                             view=SimpleNamespace(gate_text="N/A"))]
+    from specscope.collector.section import Section
+
+    views = [SimpleNamespace(label="faulted", section=Section.from_dict({"eval": {"gate": gate}})),
+             SimpleNamespace(label="target-only", section=Section.from_dict({"eval": {}}))]
     ctx = SimpleNamespace(views=lambda selected: views)
     rows = gate_rows(ctx, None)
     assert [r["run"] for r in rows] == ["faulted", "target-only"]
@@ -180,8 +180,8 @@ def test_profile_draws_target_only_beside_speculative_runs(tiny, tmp_path):
         own = [dataclasses.replace(r, labels={}) if r is run else r for r in records
                if getattr(r, "run_id", "") == run.run_id]
         (sec,) = build_report(own)["runs"]
-        views.append(SimpleNamespace(run_id=run.run_id, label=run.run_id, section=sec,
-                                     view=Section.from_dict(sec), breakdown=None))
+        views.append(SimpleNamespace(run_id=run.run_id, label=run.run_id,
+                                     section=Section.from_dict(sec), breakdown=None))
     fig = profile_figure(views)
     assert len({x for bar in fig.data for x in bar.x}) == 2  # both runs drawn
     rows = profile_rows(views)

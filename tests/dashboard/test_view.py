@@ -14,14 +14,14 @@ from specscope.collector.section import Section
 def test_a_section_types_the_same_from_python_and_from_report_json(dash_traces):
     views = {v.run_id: v for v in TraceSource([dash_traces]).runs()}
     for v in views.values():
-        typed = v.view
-        from_json = Section.from_dict(json.loads(json.dumps(v.section)))
+        typed = v.section
+        from_json = Section.from_dict(json.loads(json.dumps(v.section.as_dict())))
         assert from_json == typed  # histogram keys and infinities come back as written
-        assert typed.totals.num_drafts == v.section["totals"]["num_drafts"]
+        assert typed.totals.num_drafts == v.section.as_dict()["totals"]["num_drafts"]
         assert typed.totals.accept_length_histogram  # keys are ints, not JSON's strings
         assert all(isinstance(k, int) for k in typed.totals.accept_length_histogram)
         assert typed.run is not None and typed.run.run_id == v.run_id
-    faulted = views["faulted-s2"].view
+    faulted = views["faulted-s2"].section
     assert faulted.gate == "fail" and [a.kind for a in faulted.anomalies] == ["silent_greedy"]
     (truth,) = [t for t in faulted.sampling_truth if t.observed_top1_rate is not None]
     assert truth.flagged and truth.observed_top1_rate == pytest.approx(1.0)

@@ -98,7 +98,7 @@ def test_four_views_of_one_llamacpp_run_agree(llama_server, smollm2_gguf_file, p
     # every request is in the log with its steps counted from its per-step lines
     requests = [r for r in log.records if isinstance(r, schema.RequestRecord)]
     assert len(requests) == 13 and sum(r.num_verify_steps for r in requests) == logged.num_drafts
-    t = live.section["totals"]
+    t = live.section.as_dict()["totals"]
     assert (t["num_drafts"], t["draft_tokens"], t["accepted_tokens"]) == \
         (scraped.num_drafts, scraped.draft_tokens, scraped.accepted_tokens)
     assert t["per_position_acceptance"] == pytest.approx(

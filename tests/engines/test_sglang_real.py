@@ -232,7 +232,7 @@ def logged_as_traced(srv) -> None:
     agreement = views_agree({"trace": whole, "log": import_file(srv.log).records})
     print(format_views(agreement))
     assert agreement.ok and agreement.views[1].num_drafts, format_views(agreement)
-    (shown,) = [v.view.totals for v in TraceSource([srv.trace_dir]).runs() if not v.node]
+    (shown,) = [v.section.totals for v in TraceSource([srv.trace_dir]).runs() if not v.node]
     traced = agreement.views[0]
     assert (shown.num_drafts, shown.draft_tokens, shown.accepted_tokens) == (
         traced.num_drafts, traced.draft_tokens, traced.accepted_tokens), shown

@@ -95,7 +95,7 @@ def test_promql_acceptance_equals_trace_totals(tmp_path):
         # the speculative configuration (both instances summed) and the no-speculation reference
         assert sorted(v.run.num_steps for v in views) == [0, 3]
         (spec,) = [v for v in views if v.run.num_steps == 3]
-        totals = spec.section["totals"]
+        totals = spec.section.as_dict()["totals"]
         assert totals["accepted_tokens"] == expected.accepted_tokens
         assert totals["mean_acceptance_length"] == pytest.approx(expected.mean_acceptance_length)
         assert totals["per_position_acceptance"] == pytest.approx(expected.per_position_acceptance)
@@ -120,7 +120,7 @@ def test_dashboard_reads_engine_series_through_prometheus(tmp_path, samples):
     assert n == 2 and len(views) == 1
     v = views[0]
     assert v.run.algorithm == "vllm" and v.run.num_steps == 3 and v.run.model == "MiniMaxAI/MiniMax-M2.5"
-    t = v.section["totals"]
+    t = v.section.as_dict()["totals"]
     # each instance's counters are whole multiples of the page's; their sum keeps its ratios
     assert t["num_drafts"] % 43680 == 0 and t["num_drafts"] >= 2 * 43680
     assert t["mean_acceptance_length"] == pytest.approx(1 + 58695 / 43680)
@@ -164,7 +164,7 @@ def test_every_engines_board_and_rules_return_data_and_the_dashboard_agrees(tmp_
             empty += [f"{engine}: {q}" for q in queries if not _query(prom_port, q)]
         views = views_from_prometheus(f"http://127.0.0.1:{prom_port}", minutes=2)
     assert n == 4 and not empty, empty
-    by_engine = {view.run.algorithm: view.section["totals"] for view in views}
+    by_engine = {view.run.algorithm: view.section.as_dict()["totals"] for view in views}
     assert set(by_engine) == {"vllm", "sglang", "trtllm", "llamacpp"}
     assert by_engine["vllm"]["mean_acceptance_length"] == pytest.approx(1 + 58695 / 43680)
     assert by_engine["sglang"]["mean_acceptance_length"] == pytest.approx(generated / verify)

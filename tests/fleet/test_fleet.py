@@ -132,7 +132,7 @@ def test_the_dashboards_node_selector_shows_each_nodes_share(fleet):
     source = TraceSource([fleet])
     views = {v.run_id: v for v in source.runs()}
     assert {"nightly-a", "nightly-b", *(f"nightly-a@{n}" for n in NODES)} <= set(views)
-    truth = {rid: {t["state"] for t in v.section["sampling_truth"]} for rid, v in views.items()}
+    truth = {rid: {t["state"] for t in v.section.as_dict()["sampling_truth"]} for rid, v in views.items()}
     assert truth[f"nightly-a@{FAULTY}"] == {"fail"} and truth["nightly-a@gpu-04"] == {"pass"}
     assert views[f"nightly-a@{FAULTY}"].label == f"nightly-a (eagle-s3-k1-d4) on node {FAULTY}"
     app = create_app(source, n_boot=50)

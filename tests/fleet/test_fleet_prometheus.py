@@ -113,7 +113,7 @@ def test_central_prometheus_totals_equal_the_nodes_traces(tmp_path, prometheus_r
         # the dashboard's Prometheus source gives one view per node, each the node's own
         from specscope.dashboard.promsource import views_from_prometheus
 
-        views = {v.node: v.section["totals"] for v in
+        views = {v.node: v.section.as_dict()["totals"] for v in
                  views_from_prometheus(f"http://127.0.0.1:{central}", minutes=5)}
         assert {n: t["accepted_tokens"] for n, t in views.items()} == per_node
         assert {n: t["num_drafts"] for n, t in views.items()} == {n: s.num_drafts for n, s in want.items()}

@@ -130,6 +130,6 @@ def test_an_hf_trace_opens_in_the_dashboard_and_the_report(pair, run_record, tmp
     (view,) = TraceSource([tmp_path / "hf.jsonl"]).runs()
     report = build_report(read_trace(tmp_path / "hf.jsonl").records)
     assert view.run_id == run_record.run_id
-    assert view.section["totals"] == report["runs"][0]["totals"]
-    assert view.section["totals"]["num_requests"] == 1 and view.phases["steps"] > 0
+    assert view.section.as_dict()["totals"] == report["runs"][0]["totals"]
+    assert view.section.as_dict()["totals"]["num_requests"] == 1 and view.phases["steps"] > 0
     assert "acceptance length" in format_report(report)

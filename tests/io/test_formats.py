@@ -60,7 +60,7 @@ def test_compare_and_dashboard_read_parquet_traces(recorded):
     src = TraceSource([recorded["a.parquet"], recorded["b.parquet"]])
     runs = src.runs()
     assert not src.problems and len(runs) >= 2
-    assert all(v.section["totals"]["draft_tokens"] > 0 for v in runs
+    assert all(v.section.as_dict()["totals"]["draft_tokens"] > 0 for v in runs
                if v.run.labels.get("role") != "reference")
 
 

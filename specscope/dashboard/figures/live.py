@@ -1,4 +1,4 @@
-"""Live overview and sampling-truth figures (from ``RunView.view``, a typed ``Section``)."""
+"""Live overview and sampling-truth figures (from ``RunView.section``, a typed ``Section``)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from . import COLORS, empty, short, styled
 def acceptance_over_time(views: Sequence[Any]) -> go.Figure:
     """Acceptance length (bonus included) and acceptance rate per window, one line per run;
     an engine's own reported figures (its gauges) dashed beside them."""
-    if not any(v.view.windows for v in views):
+    if not any(v.section.windows for v in views):
         return empty("no verify steps yet")
     fig = go.Figure()
     for i, v in enumerate(views):
-        w = [x for x in v.view.windows if x.num_drafts]
-        t = since_first(w, v.view.windows)
+        w = [x for x in v.section.windows if x.num_drafts]
+        t = since_first(w, v.section.windows)
         c = COLORS[i % len(COLORS)]
         fig.add_scatter(x=t, y=[x.mean_acceptance_length for x in w], mode="lines+markers",
                         name=short(v.label), line={"color": c}, legendgroup=v.run_id)
@@ -26,10 +26,10 @@ def acceptance_over_time(views: Sequence[Any]) -> go.Figure:
                         name=short(v.label), line={"color": c}, legendgroup=v.run_id,
                         showlegend=False, xaxis="x2", yaxis="y2")
         # the engine's own figures (SGLang's gauges), dashed: its definition, not pooled
-        r = [x for x in v.view.windows if x.reported_mean_acceptance_length is not None
+        r = [x for x in v.section.windows if x.reported_mean_acceptance_length is not None
              or x.reported_acceptance_rate is not None]
         if r:
-            tr = since_first(r, v.view.windows)
+            tr = since_first(r, v.section.windows)
             style = {"color": c, "dash": "dash"}
             fig.add_scatter(x=tr, y=[x.reported_mean_acceptance_length for x in r],
                             mode="lines+markers", name=short(v.label, 40) + " (gauge)",
@@ -39,11 +39,11 @@ def acceptance_over_time(views: Sequence[Any]) -> go.Figure:
                             legendgroup=v.run_id, showlegend=False, xaxis="x2", yaxis="y2")
     # stacked panels sharing time, laid out by hand (make_subplots costs ~11 ms a call); the
     # draft depth k under them where the runs give it (a speculation policy moves it)
-    depth = any(x.mean_draft_depth is not None for v in views for x in v.view.windows)
+    depth = any(x.mean_draft_depth is not None for v in views for x in v.section.windows)
     if depth:
         for i, v in enumerate(views):
-            w = [x for x in v.view.windows if x.mean_draft_depth is not None]
-            fig.add_scatter(x=since_first(w, v.view.windows), y=[x.mean_draft_depth for x in w], mode="lines+markers",
+            w = [x for x in v.section.windows if x.mean_draft_depth is not None]
+            fig.add_scatter(x=since_first(w, v.section.windows), y=[x.mean_draft_depth for x in w], mode="lines+markers",
                             name=short(v.label), line={"color": COLORS[i % len(COLORS)], "shape": "hv"},
                             legendgroup=v.run_id, showlegend=False, xaxis="x3", yaxis="y3",
                             customdata=[x.off_steps for x in w],
@@ -68,11 +68,11 @@ def acceptance_over_time(views: Sequence[Any]) -> go.Figure:
 
 def throughput_over_time(views: Sequence[Any]) -> go.Figure:
     """Committed tokens per second (accepted + bonus, from verify steps) per window."""
-    if not any(v.view.windows for v in views):
+    if not any(v.section.windows for v in views):
         return empty("no verify steps yet")
     fig = go.Figure()
     for i, v in enumerate(views):
-        xs, ys, busy = idle_gaps([x for x in v.view.windows if x.window_s])
+        xs, ys, busy = idle_gaps([x for x in v.section.windows if x.window_s])
         name = short(v.label) + (f" ({busy:.1f} tok/s busy)" if busy is not None else "")
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name, connectgaps=False,
                                  line={"color": COLORS[i % len(COLORS)]}))
@@ -100,11 +100,11 @@ def idle_gaps(windows: Sequence[Any]) -> tuple[list[float | None], list[float | 
 
 def per_position(views: Sequence[Any]) -> go.Figure:
     """Per-position acceptance: share of request-steps drafting position i that accepted it."""
-    if not any(v.view.totals.per_position_acceptance for v in views):
+    if not any(v.section.totals.per_position_acceptance for v in views):
         return empty("no drafted positions")
     fig = go.Figure()
     for i, v in enumerate(views):
-        pp = v.view.totals.per_position_acceptance
+        pp = v.section.totals.per_position_acceptance
         fig.add_trace(go.Scatter(x=list(range(1, len(pp) + 1)), y=list(pp), mode="lines+markers",
                                  name=short(v.label), line={"color": COLORS[i % len(COLORS)]}))
     fig.update_xaxes(title_text="draft position", dtick=1)
@@ -114,11 +114,11 @@ def per_position(views: Sequence[Any]) -> go.Figure:
 
 def accept_length_hist(views: Sequence[Any]) -> go.Figure:
     """Tokens committed per request-step (bonus included): share of request-steps."""
-    if not any(v.view.totals.accept_length_histogram for v in views):
+    if not any(v.section.totals.accept_length_histogram for v in views):
         return empty("no accept-length histogram (this source exports none)")
     fig = go.Figure()
     for i, v in enumerate(views):
-        h = v.view.totals.accept_length_histogram
+        h = v.section.totals.accept_length_histogram
         total = sum(h.values()) or 1
         ks = sorted(h)
         fig.add_trace(go.Bar(x=ks, y=[h[k] / total for k in ks], name=short(v.label),
@@ -133,14 +133,14 @@ def latency_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
     """TTFT / TPOT / ITL (per chunk and per token) / E2E percentiles in ms, one row per run."""
     rows = []
     for v in views:
-        lat = v.view.latency
+        lat = v.section.latency
         row: dict[str, Any] = {"run": v.label}
         for k, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_chunk_s", "ITL/chunk"),
                         ("itl_token_s", "ITL/token"), ("e2e_s", "E2E")):
             for q in ("p50", "p90", "p99"):
                 val = getattr(lat[k], q) if k in lat else None
                 row[f"{name} {q}"] = None if val is None else round(val * 1e3, 2)
-        row["requests"] = v.view.totals.num_requests
+        row["requests"] = v.section.totals.num_requests
         rows.append(row)
     return rows
 
@@ -149,7 +149,7 @@ def anomalies(views: Sequence[Any]) -> list[dict[str, Any]]:
     """Active anomalies with their evidence, worst first."""
     out = []
     for v in views:
-        for a in v.view.anomalies:
+        for a in v.section.anomalies:
             out.append({"run": v.label, "kind": a.kind, "severity": a.severity,
                         "message": a.message, "evidence": dict(a.evidence)})
     return sorted(out, key=lambda a: (a["severity"] != "critical", a["run"]))
@@ -158,7 +158,7 @@ def anomalies(views: Sequence[Any]) -> list[dict[str, Any]]:
 def truth_figure(views: Sequence[Any]) -> go.Figure:
     """Observed rate of committed == target argmax vs its expectation under the requested
     sampling, with the band honest sampling stays inside 95% of the time."""
-    rows = [(v, t) for v in views for t in v.view.sampling_truth
+    rows = [(v, t) for v in views for t in v.section.sampling_truth
             if t.observed_top1_rate is not None]
     if not rows:
         return empty("no sampling-truth statistics (greedy only, or statistics off)")
@@ -182,7 +182,7 @@ def modes_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
     """Requested vs effectively used sampling mode, request-steps."""
     rows = []
     for v in views:
-        for t in v.view.sampling_truth:
+        for t in v.section.sampling_truth:
             used = t.modes_used
             total = sum(used.values()) or 1
             rows.append({"run": v.label, "requested": t.mode_requested,
@@ -198,7 +198,7 @@ def probe_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
     """The selected runs that are ``specscope probe`` rounds: endpoint, verdict, what failed."""
     rows = []
     for v in views:
-        pr = v.view.probe
+        pr = v.section.probe
         if not pr:
             continue
         rows.append({"run": v.label, "endpoint": pr.get("url"),
@@ -211,12 +211,12 @@ def probe_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
 def fallbacks_over_time(views: Sequence[Any]) -> go.Figure:
     series = []
     for v in views:
-        w = v.view.windows
+        w = v.section.windows
         for reason in sorted({r for x in w for r in x.fallbacks}):
             series.append((f"{short(v.run_id, 28)} · {reason}", since_first(w),
                            [x.fallbacks.get(reason, 0) for x in w]))
     if not series:
-        totals = {r: n for v in views for r, n in v.view.fallbacks.items()}
+        totals = {r: n for v in views for r, n in v.section.fallbacks.items()}
         return empty(f"fallbacks: {totals}" if totals else "no fallback events")
     fig = go.Figure()
     for i, (name, x, y) in enumerate(series):

@@ -103,8 +103,8 @@ def uptime_figure(runs: Sequence[tuple[str, Any]]) -> go.Figure:
 def profile_figure(views: Sequence[Any]) -> go.Figure:
     """Mean time per step by phase, stacked, one bar per run: per verify step, and for a
     target-only run per decode step (beside them: what a speculative step costs over one)."""
-    rows = [(v, v.view.phases, v.view.totals.num_verify_steps
-             or (v.view.phases["decode"].n if "decode" in v.view.phases else 0)) for v in views]
+    rows = [(v, v.section.phases, v.section.totals.num_verify_steps
+             or (v.section.phases["decode"].n if "decode" in v.section.phases else 0)) for v in views]
     rows = [r for r in rows if r[1] and r[2]]
     if not rows:
         return empty("no phase timings in these runs (record with the phase timer on)")
@@ -133,7 +133,7 @@ def profile_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
                         "idle gaps (s)": _r(b.idle_gap_s, 3),
                         "phase time (s)": _r(b.total_phase_s, 3)})
             continue
-        ph, t = v.view.phases, v.view.totals
+        ph, t = v.section.phases, v.section.totals
         total = sum(p.total_s or 0.0 for name, p in ph.items() if name != "prefill")
         committed = (t.accepted_tokens or 0) + t.num_drafts or t.output_tokens  # target-only
         if not total or not committed:

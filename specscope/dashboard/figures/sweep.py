@@ -18,7 +18,7 @@ def sweep_points(views: Sequence[Any]) -> list[dict[str, Any]]:
     points = []
     for v in views:
         run = v.run
-        for b in v.view.benchmarks:
+        for b in v.section.benchmarks:
             m, cfg = b.metrics, b.config
             x = next((m[k] for k in X_KEYS if m.get(k) is not None), None)
             y = next((m[k] for k in Y_KEYS if m.get(k) is not None), None)

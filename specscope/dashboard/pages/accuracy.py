@@ -46,7 +46,7 @@ def layout() -> html.Div:
 def scores(ctx, selected) -> dict[str, dict[str, float]]:
     out = {k: dict(v) for k, v in ctx.accuracy.items()}
     for v in ctx.views(selected):
-        rates = v.view.eval_rates
+        rates = v.section.eval_rates
         col = out.setdefault(v.label, {})
         for name, bench in (("correct", "prompt set: correct"),
                             ("exact_match", "prompt set: greedy exact match")):
@@ -63,9 +63,9 @@ def gate_rows(ctx, selected) -> list[dict[str, str]]:
     """One row per selected run: its gate's verdict and every check with its state and value."""
     rows = []
     for v in ctx.views(selected):
-        gate = (v.section.get("eval") or {}).get("gate") or {}
-        checks = gate.get("checks") or []
-        rows.append({"run": v.label, "gate": v.view.gate_text if gate else "no checks",
+        checks = v.section.gate_checks
+        rows.append({"run": v.label,
+                     "gate": v.section.gate_text if v.section.gate is not None else "no checks",
                      "checks": "; ".join(
                          f"{c['check']}: {str(c.get('state', '')).upper()}"
                          + (f" ({c['value']:.3f})" if isinstance(c.get("value"), float) else "")

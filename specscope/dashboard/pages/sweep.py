@@ -52,23 +52,23 @@ def register(app, ctx) -> None:
         points = fig.sweep_points(everything)
         rows = [{k: (round(v, 2) if isinstance(v, float) else v) for k, v in p.items()}
                 for p in points]
-        chosen = [v for v in ctx.views(selected) if v.view.phases and v.run and v.run.num_steps]
+        chosen = [v for v in ctx.views(selected) if v.section.phases and v.run and v.run.num_steps]
         if not chosen:
             empty = fig.advisor_figure({"rows": []})
             return (fig.pareto_figure(points), render_table(rows), empty, render_table([]),
                     "Select a speculative run with phase timings.")
         # the base is a healthy run: no seeded fault, no active anomaly, its gate not failed
         healthy = [v for v in chosen if not v.run.fault and v.gate != "fail"
-                   and not v.view.anomalies]
+                   and not v.section.anomalies]
         base = (healthy or chosen)[0]
         # runs of the same model, drafter and workload at other depths, and without
         # speculation (k = 0): another drafter (prompt lookup beside a draft model) has
         # acceptance and costs of its own
-        same = [v.view for v in everything if v.run and v.run.model == base.run.model
+        same = [v.section for v in everything if v.run and v.run.model == base.run.model
                 and (not v.run.num_steps or (v.run.topk == 1 and _drafter(v) == _drafter(base)))
-                and v.view.phases
+                and v.section.phases
                 and not v.run.fault and _workload(v) == _workload(base)]
-        advice = advise(base.view, same)
+        advice = advise(base.section, same)
         arows = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
                  for r in advice["rows"]]
         err = ("no measured run at another depth to check against" if not advice["num_measured"]
