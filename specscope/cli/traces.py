@@ -75,7 +75,7 @@ def _report_streamed(args: argparse.Namespace, where) -> int:
     collector's column path (what the dashboard shows for a big trace)."""
     from pathlib import Path
 
-    from ..collector.report import report_dict
+    from ..collector.report import report_dict, report_json
     from ..collector.text import format_sections
     from ..exporters.replay import replay_sections
     from ..io.trace import split_selection
@@ -89,9 +89,9 @@ def _report_streamed(args: argparse.Namespace, where) -> int:
                          "figures per configuration, rank and node from counters; per-request "
                          "figures and the eval gate left out")
     if len(sections) == 1:
-        report["totals"] = sections[0].as_dict()["totals"]
+        report["totals"] = sections[0].totals.as_dict()
     if args.json:
-        print(json.dumps(report, indent=1, default=str))
+        print(report_json(report), end="")
     else:
         print(f"(streamed: {report['streamed']})")
         print(format_sections(sections))
@@ -159,7 +159,7 @@ def _cmd_regress(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from ..collector.report import build_report
+    from ..collector.report import build_report, report_json
     from ..collector.text import format_report
     from ..io.trace import read_trace
 
@@ -183,7 +183,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     report = build_report(trace.records, window_s=args.window, problems=trace.problems,
                           baseline=baseline)
     if args.json:
-        print(json.dumps(report, indent=1, default=str))
+        print(report_json(report), end="")
     else:
         print(format_report(report))
     for p in trace.problems[:20]:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from .detectors import DRAFT_CHECK, TRUTH_CHECK, detectors_for, evaluate
 from ..exact import PASS_ALPHA, _z, decide_rate, one_sided_excess
 from .stats import SpecStats
-from .verdict import (FAIL, INCONCLUSIVE, PASS, Assessment, combine, state_text,
+from .verdict import (FAIL, INCONCLUSIVE, PASS, Assessment, GateCheck, combine, state_text,
                       why_text)
 
 
@@ -68,16 +68,16 @@ def exact_match_check(hits: int, n: int, config: GateConfig = GateConfig()) -> d
     share of greedy outputs that differ from target-only is ruled out at ``detect_excess`` (13
     identical requests at the defaults); INCONCLUSIVE between."""
     em = hits / n
-    check = {"check": "greedy exact match vs target-only", "value": em,
-             "threshold": config.min_exact_match, "unit": "requests",
-             "rules_out": f"rules out greedy outputs differing from target-only decoding in "
-                          f"{config.detect_excess:.0%} or more of requests"}
+    check = GateCheck("greedy exact match vs target-only", FAIL, value=em,
+                      threshold=config.min_exact_match, unit="requests",
+                      rules_out=f"rules out greedy outputs differing from target-only decoding "
+                                f"in {config.detect_excess:.0%} or more of requests")
     if em < config.min_exact_match:
-        return {**check, "state": FAIL}
+        return check.as_dict()
     d = decide_rate(hits, n, 1.0, 1.0 - config.detect_excess, pass_alpha=config.pass_alpha)
     if d.state == PASS:
-        return {**check, "state": PASS}
-    return {**check, "state": INCONCLUSIVE, "need": d.need, "lean": "honest"}
+        return replace(check, state=PASS).as_dict()
+    return replace(check, state=INCONCLUSIVE, need=d.need, lean="honest").as_dict()
 
 
 def rise_check(hits: int, n: int, ref_hits: int, ref_n: int, config: GateConfig = GateConfig()
@@ -184,8 +184,8 @@ def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence
     unmatched = (greedy_found and not any(a.check.endswith("(greedy)") for a in truth)) or \
         (sampled_found and not any(not a.check.endswith("(greedy)") for a in truth))
     if unmatched:
-        checks.append({"check": "sampling truth", "state": FAIL,
-                       "value": sorted(found & set(_TRUTH_KINDS))})
+        checks.append(GateCheck("sampling truth", FAIL,
+                                value=sorted(found & set(_TRUTH_KINDS))).as_dict())
     sampled = any(m != "greedy" and t.num_verified for m, t in stats.truth.items())
     if sampled:  # greedy verification never reads the draft's probabilities
         checks += [a.to_check(FAIL if "draft_prob_collapse" in found else None)
@@ -202,28 +202,29 @@ def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence
                 continue
             _, p = one_sided_excess(hits, n, ref_hits, ref_n)
             state, need, upper = rise_check(int(hits), int(n), int(ref_hits), int(ref_n), config)
-            checks.append({"check": f"{name} rate vs reference", "value": hits / n,
-                           "reference": ref_hits / ref_n, "p_value": p, "state": state,
-                           "need": need, "unit": "requests", "bound": upper,
-                           "lean": ("fault" if hits / n - ref_hits / ref_n >= config.detect_excess
-                                    else "honest") if state == INCONCLUSIVE else None,
-                           "rules_out": f"rules out a rise of {config.detect_excess:.0%} or more "
-                                        "over the reference",
-                           "reason": f"a reference of {ref_n} requests cannot rule out a rise of "
-                                     f"{config.detect_excess:.0%}"})
+            checks.append(GateCheck(
+                f"{name} rate vs reference", state, need, "requests",
+                reason=f"a reference of {ref_n} requests cannot rule out a rise of "
+                       f"{config.detect_excess:.0%}",
+                p_value=p, lean=("fault" if hits / n - ref_hits / ref_n >= config.detect_excess
+                                 else "honest") if state == INCONCLUSIVE else None,
+                rules_out=f"rules out a rise of {config.detect_excess:.0%} or more over the "
+                          "reference",
+                bound=upper, value=hits / n, reference=ref_hits / ref_n).as_dict())
     return {"verdict": combine(c["state"] for c in checks), "checks": checks}
 
 
-def check_text(c: dict[str, Any]) -> str:
+def check_text(c: GateCheck | Mapping[str, Any]) -> str:
     """``PASS (rules out ...)``, ``FAIL`` or ``INCONCLUSIVE (leans ...; need ~N more
-    positions)`` for one gate check."""
-    return state_text(c["state"], c.get("need"), c.get("unit", "positions"), c.get("reason"),
-                      c.get("lean"), c.get("rules_out"))
+    positions)`` for one gate check (typed, or as ``report --json`` lists it)."""
+    c = c if isinstance(c, GateCheck) else GateCheck.from_dict(c)
+    return state_text(c.state, c.need, c.unit, c.reason, c.lean, c.rules_out)
 
 
-def check_why(c: Mapping[str, Any]) -> str:
+def check_why(c: GateCheck | Mapping[str, Any]) -> str:
     """Why an INCONCLUSIVE gate check has not decided."""
-    return why_text(c.get("need"), c.get("unit", "positions"), c.get("reason"), c.get("lean"))
+    c = c if isinstance(c, GateCheck) else GateCheck.from_dict(c)
+    return why_text(c.need, c.unit, c.reason, c.lean)
 
 
 def gate_text(gate: dict[str, Any]) -> str:

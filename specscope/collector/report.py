@@ -6,13 +6,14 @@ Never imports torch or dash. Unknown figures are None (null), never invented.
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import replace
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from .. import schema
-from ..io import codec
 from .detectors import (DRAFT_CHECK, TRUTH_CHECK, AcceptanceRegressionDetector, DriftDetector,
                         QualityDetector, SamplingTruthDetector, SlotDetector, detectors_for,
                         evaluate)
@@ -21,7 +22,9 @@ from .evalgate import eval_gate
 from ..exact import PER_REQUEST_ALPHA
 from . import busy as _busy
 from .configured import kind_of
-from .section import Section
+from .evalgate import gate_text
+from .section import (Anomaly, Benchmark, DraftHealth, EngineSeen, FlaggedRequest, GateCheck,
+                      Percentiles, ProbeSummary, Section, Totals, Truth, Window)
 from .stats import SpecStats, TruthStats, token_times
 from .views import seen_by_hooks
 from .verdict import Assessment
@@ -47,17 +50,24 @@ DEFINITIONS = {
 }
 
 
-def _pct(values: Sequence[float]) -> dict[str, float | None]:
+def _pct(values: Sequence[float], total_s: float | None = None) -> Percentiles:
     if not values:
-        return {"n": 0, "mean": None, "p50": None, "p90": None, "p99": None}
+        return Percentiles(total_s=total_s)
     a = np.asarray(values, dtype=float)
     p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {"n": int(a.size), "mean": float(a.mean()), "p50": float(p50), "p90": float(p90),
-            "p99": float(p99)}
+    return Percentiles(int(a.size), float(a.mean()), float(p50), float(p90), float(p99),
+                       total_s=total_s)
+
+
+def _from_buckets(h: Any, total_s: float | None = None) -> Percentiles:
+    n = sum(h.counts)
+    return Percentiles(n, h.total / n, h.quantile(0.5), h.quantile(0.9), h.quantile(0.99),
+                       from_buckets=True, total_s=total_s)
 
 
 def spec_figures(s: SpecStats) -> dict[str, Any]:
-    """The acceptance keys shared by ``totals`` and each window."""
+    """The acceptance figures shared by ``totals`` and each window (``AcceptanceFigures``'
+    fields, by name)."""
     return {
         #: drafts and drafted tokens include those a source gave without an accepted count
         #: (those enter no rate or length); null where no source gave them
@@ -83,26 +93,33 @@ def spec_figures(s: SpecStats) -> dict[str, Any]:
 _WINDOWED = (schema.VerifyStepRecord, schema.SpecCountsRecord, schema.FallbackRecord)
 
 
-def window_figures(t_s: float | None, window_s: float | None, s: SpecStats) -> dict[str, Any]:
+def window_figures(t_s: float | None, window_s: float | None, s: SpecStats,
+                   index: int | None = None) -> Window:
     """One window: acceptance figures, committed tokens (accepted + bonus) and fallbacks.
-    ``t_s`` None: the source gave no time; the window is one of its lines, in file order."""
-    return {"time": t_s, "window_s": window_s, **spec_figures(s),
-            #: one token per request-step that drafted nothing (speculation off)
-            "committed_tokens": s.accepted_tokens + s.num_drafts + s.undrafted_request_steps,
-            "fallbacks": dict(s.fallbacks),
-            #: mean k of the window's steps (0 for a step with speculation off); null: not given
-            "mean_draft_depth": s.mean_draft_depth, "off_steps": s.depth_steps.get(0, 0)}
+    ``t_s`` None: the source gave no time; the window is line ``index`` of it, in file order."""
+    return Window(time=t_s, window_s=window_s, **_acceptance(s),
+                  #: one token per request-step that drafted nothing (speculation off)
+                  committed_tokens=s.accepted_tokens + s.num_drafts + s.undrafted_request_steps,
+                  fallbacks=dict(s.fallbacks),
+                  #: mean k of the window's steps (0 for a step with speculation off)
+                  mean_draft_depth=s.mean_draft_depth, off_steps=s.depth_steps.get(0, 0),
+                  index=index)
+
+
+def _acceptance(s: SpecStats) -> dict[str, Any]:
+    f = spec_figures(s)
+    return {**f, "per_position_acceptance": tuple(f["per_position_acceptance"] or ())}
 
 
 def _windows(records: Sequence[Any], window_s: float | None,
-             target_only: bool = False) -> list[dict[str, Any]]:
+             target_only: bool = False) -> list[Window]:
     timed: list[tuple[int, Any]] = [(r.t_ns, r) for r in records
                                     if isinstance(r, _WINDOWED) and r.t_ns]
     if not timed and target_only:  # no verify steps: each emitted token is one decode step
         timed = [(t, n) for r in records if isinstance(r, schema.RequestRecord)
                  for t, n in token_times(r)]
     if not timed:  # a source without times (a log captured from stdout): its own lines, in order
-        return [{**window_figures(None, None, SpecStats().observe_all([r])), "index": i}
+        return [window_figures(None, None, SpecStats().observe_all([r]), i)
                 for i, r in enumerate(x for x in records if isinstance(x, schema.SpecCountsRecord))]
     t0, t1 = min(t for t, _ in timed), max(t for t, _ in timed)
     if window_s is None:
@@ -118,7 +135,7 @@ def _windows(records: Sequence[Any], window_s: float | None,
     return [window_figures((t0 + k * width) / 1e9, window_s, buckets[k]) for k in sorted(buckets)]
 
 
-def _truth(s: SpecStats, checks: Sequence[Assessment]) -> list[dict[str, Any]]:
+def _truth(s: SpecStats, checks: Sequence[Assessment]) -> list[Truth]:
     by_mode = {a.evidence["mode_requested"]: a for a in checks if a.check.startswith(TRUTH_CHECK)}
     out = []
     # a truncating class ("speculative-sampling+top-p") is its mode's share: the modes used are
@@ -133,55 +150,51 @@ def _truth(s: SpecStats, checks: Sequence[Assessment]) -> list[dict[str, Any]]:
         t = s.truth.get(mode)
         z = t.z if t else None
         a = by_mode.get(mode)
-        out.append({
-            #: PASS / FAIL / INCONCLUSIVE (too few positions to fail); None under greedy
-            "state": a.state if a else None, "state_text": a.why if a else None,
-            "p_value": a.evidence["p_value"] if a else None,
-            "positions_needed": a.evidence["positions_needed"] if a else None,
-            #: the 99% bounds of the argmax share (a PASS needs both within 5 points of expected)
-            "bounds_99": ([a.evidence.get("lower_bound"), a.evidence.get("bound")]
-                          if a and a.evidence.get("bound") is not None else None),
-            "mode_requested": mode, "modes_used": used,
-            "num_positions": t.num_verified if t else 0,
-            "observed_top1_rate": t.observed_rate if t else None,
-            "expected_top1_rate": t.expected_rate if t else None,
+        ev = a.evidence if a else {}
+        out.append(Truth(
+            mode_requested=mode, modes_used=used, num_positions=t.num_verified if t else 0,
+            observed_top1_rate=t.observed_rate if t else None,
+            expected_top1_rate=t.expected_rate if t else None,
             #: where honest sampling puts the observed rate 95% of the time (expected +- 1.96 sd)
-            "expected_band_95": _band(t),
-            "z": (z if z is None or math.isfinite(z) else ("inf" if z > 0 else "-inf")),
+            expected_band_95=_band(t), z=z,
+            #: PASS / FAIL / INCONCLUSIVE (too few positions to fail); None under greedy
+            state=a.state if a else None, state_text=a.why if a else None,
+            p_value=ev["p_value"] if a else None,
+            #: the 99% bounds of the argmax share (a PASS needs both within 5 points of expected)
+            bounds_99=((ev.get("lower_bound"), ev.get("bound"))
+                       if ev.get("bound") is not None else None),
             #: the whole-distribution test (``specscope.pit``): the committed tokens' mean
             #: mid-rank PIT (honest sampling: 0.5; lower is sharper, higher flatter) and the
             #: positions it covers; None where the entries carry no PIT
-            "pit_mean": a.evidence.get("pit_mean") if a else None,
-            "pit_positions": (t.pit_positions or None) if t else None,
+            pit_mean=ev.get("pit_mean"), pit_positions=(t.pit_positions or None) if t else None,
             #: the acceptance rule: accepted share of the draft tokens verify tested against
             #: the share min(1, p/q) gives them, over that many; None where not computed
-            "accept_observed_rate": a.evidence.get("accept_observed_rate") if a else None,
-            "accept_expected_rate": a.evidence.get("accept_expected_rate") if a else None,
-            "accept_trials": (t.accept_trials or None) if t else None,
+            accept_observed_rate=ev.get("accept_observed_rate"),
+            accept_expected_rate=ev.get("accept_expected_rate"),
+            accept_trials=(t.accept_trials or None) if t else None,
             #: the residual rule: the mean PIT of the tokens committed in place of rejected
             #: drafts, in the residual max(p - q, 0) (honest: 0.5), over that many rejections
-            "resid_mean": a.evidence.get("resid_mean") if a else None,
-            "resid_positions": (t.resid_positions or None) if t else None,
-        })
+            resid_mean=ev.get("resid_mean"),
+            resid_positions=(t.resid_positions or None) if t else None,
+            positions_needed=ev["positions_needed"] if a else None))
     return out
 
 
-def _band(t: Any) -> list[float] | None:
+def _band(t: Any) -> tuple[float, float] | None:
     """Where honest sampling puts the observed rate 95% of the time (expected +- 1.96 sd)."""
     if not t or not t.num_verified or t.expected_rate is None:
         return None
     half = 1.96 * math.sqrt(t.var_top1) / t.num_verified
-    return [t.expected_rate - half, t.expected_rate + half]
+    return (t.expected_rate - half, t.expected_rate + half)
 
 
-def _draft_health(s: SpecStats, checks: Sequence[Assessment]) -> dict[str, Any]:
+def _draft_health(s: SpecStats, checks: Sequence[Assessment]) -> DraftHealth:
     n = sum(s.draft_hist)
     a = next((c for c in checks if c.check == DRAFT_CHECK), None)
-    return {"num_positions": n, "histogram": list(s.draft_hist),
-            "share_at_exactly_one": s.draft_hist[-1] / n if n else None,
-            "honest_share_at_one": a.evidence["honest_share_at_one"] if a else None,
-            "state": a.state if a else None, "state_text": a.why if a else None,
-            "p_value": a.evidence["p_value"] if a else None}
+    return DraftHealth(n, tuple(s.draft_hist), s.draft_hist[-1] / n if n else None,
+                       a.evidence["honest_share_at_one"] if a else None,
+                       a.state if a else None, a.why if a else None,
+                       a.evidence["p_value"] if a else None)
 
 
 def _request_summary(per_request: Sequence[schema.AnomalyRecord], pooled: set[str],
@@ -240,83 +253,64 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
 
         found = diverge(records, reference, run_id=run.run_id)
         divergence = found[0].summary() if found and found[0].pairs else None
-    section = _section_dict(s, run, _windows(records, window_s, target_only),
-                            reference=ref_stats, baseline=baseline, health=health,
-                            per_request=per_request, divergence=divergence)
-    if run is not None and run.labels.get("source_format") == "probe":
-        section["probe"] = probe_section(run, records)
-    section["engine_counts"] = seen_by_hooks(records)
+    section = _section(s, run, _windows(records, window_s, target_only), reference=ref_stats,
+                       baseline=baseline, health=health, per_request=per_request,
+                       divergence=divergence)
+    more = []
     ranks = rank_counts(records)  # one rank (llama.cpp: one slot) at zero against the others
     if len(ranks) > 1:
-        section["anomalies"] = list(section["anomalies"]) + [
-            _anomaly(a) for a in SlotDetector().check_ranks(ranks, run.run_id if run else "")]
+        more += SlotDetector().check_ranks(ranks, run.run_id if run else "")
     if run is not None:  # acceptance that ages with uptime, restarts each a new level
-        section["anomalies"] = list(section["anomalies"]) + [
-            _anomaly(a) for a in DriftDetector().check(records, run.run_id)]
-    return Section.from_dict(section)
+        more += DriftDetector().check(records, run.run_id)
+    seen = seen_by_hooks(records)
+    return replace(section, anomalies=section.anomalies + tuple(Anomaly.of(a) for a in more),
+                   probe=(probe_section(run, records) if run is not None
+                          and run.labels.get("source_format") == "probe" else None),
+                   engine_counts=EngineSeen.from_dict(seen) if seen else None)
 
 
-def _anomaly(a: schema.AnomalyRecord) -> dict[str, Any]:
-    """A finding as the report lists it: its own ``kind`` ("silent_greedy", ...)."""
-    d = codec.to_dict(a)
-    d["kind"] = d.pop(codec.FIELD_KIND)
-    return d
-
-
-def probe_section(run: schema.RunRecord, records: Sequence[Any]) -> dict[str, Any]:
+def probe_section(run: schema.RunRecord, records: Sequence[Any]) -> ProbeSummary:
     """A ``specscope probe`` trace: its verdict, the endpoint, and each failing check as the
     probe recorded it (its anomalies)."""
     found = [r for r in records if isinstance(r, schema.AnomalyRecord)]
-    return {"url": run.labels.get("probe_url"), "verdict": run.labels.get("probe_verdict"),
-            "logprobs": run.labels.get("logprobs"),
-            "failed": [{"check": a.kind, "message": a.message} for a in found]}
+    return ProbeSummary(run.labels.get("probe_url"), run.labels.get("probe_verdict"),
+                        run.labels.get("logprobs"), tuple((a.kind, a.message) for a in found))
 
 
-def _latency(s: SpecStats, name: str) -> dict[str, Any]:
+def _latency(s: SpecStats, name: str) -> Percentiles:
     """Exact percentiles from raw samples; else interpolated within histogram buckets
     (a long-running collector keeps only the histograms), marked ``from_buckets``."""
     if getattr(s, name) or name not in s.hists:
         return _pct(getattr(s, name))
     h = s.hists[name]
-    n = sum(h.counts)
-    if not n:
-        return _pct([])
-    return {"n": n, "mean": h.total / n,
-            "p50": h.quantile(0.5), "p90": h.quantile(0.9), "p99": h.quantile(0.99),
-            "from_buckets": True}
+    return _from_buckets(h) if sum(h.counts) else _pct([])
 
 
-def _phases(s: SpecStats) -> dict[str, Any]:
+def _phases(s: SpecStats) -> dict[str, Percentiles]:
     """Per phase: percentiles and total; from the histograms where samples were not kept."""
     if s.phase_ns:
-        return {name: {**_pct([v / 1e9 for v in ns]), "total_s": sum(ns) / 1e9}
+        return {name: _pct([v / 1e9 for v in ns], total_s=sum(ns) / 1e9)
                 for name, ns in sorted(s.phase_ns.items())}
-    out = {}
-    for key, h in sorted(s.hists.items()):
-        n = sum(h.counts)
-        if key.startswith("phase:") and n:
-            out[key[6:]] = {"n": n, "mean": h.total / n, "p50": h.quantile(0.5),
-                            "p90": h.quantile(0.9), "p99": h.quantile(0.99), "total_s": h.total,
-                            "from_buckets": True}
-    return out
+    return {key[6:]: _from_buckets(h, total_s=h.total) for key, h in sorted(s.hists.items())
+            if key.startswith("phase:") and any(h.counts)}
 
 
-def stats_section(s: SpecStats, run: schema.RunRecord | None, windows: list[dict[str, Any]], *,
+def stats_section(s: SpecStats, run: schema.RunRecord | None, windows: Sequence[Window], *,
                   anomalies: Sequence[schema.AnomalyRecord] | None = None) -> Section:
     """One run's section from its pooled stats (records or a collector's aggregates alike).
 
     ``anomalies`` None runs the detectors on ``s``; otherwise the given (live) ones are shown.
     """
-    return Section.from_dict(_section_dict(s, run, windows, anomalies=anomalies))
+    return _section(s, run, windows, anomalies=anomalies)
 
 
-def _section_dict(s: SpecStats, run: schema.RunRecord | None, windows: list[dict[str, Any]], *,
-                  reference: SpecStats | None = None, baseline: SpecStats | None = None,
-                  anomalies: Sequence[schema.AnomalyRecord] | None = None,
-                  health: Sequence[schema.HookHealthRecord] = (),
-                  per_request: Sequence[schema.AnomalyRecord] = (),
-                  divergence: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A section's JSON form; ``per_request``: the findings of the per-request tests."""
+def _section(s: SpecStats, run: schema.RunRecord | None, windows: Sequence[Window], *,
+             reference: SpecStats | None = None, baseline: SpecStats | None = None,
+             anomalies: Sequence[schema.AnomalyRecord] | None = None,
+             health: Sequence[schema.HookHealthRecord] = (),
+             per_request: Sequence[schema.AnomalyRecord] = (),
+             divergence: dict[str, Any] | None = None) -> Section:
+    """A run's section, built from its stats; ``per_request``: the per-request tests' findings."""
     run_id = run.run_id if run else ""
     checks, raised = evaluate(s, run_id, detectors_for(run))
     if anomalies is None:
@@ -331,46 +325,45 @@ def _section_dict(s: SpecStats, run: schema.RunRecord | None, windows: list[dict
               if s.t_first_ns is not None and s.t_last_ns is not None else None)
     busy_s = _busy.seconds(s.busy) if s.busy else None
     elapsed_s = busy_s or span_s
-    return {
-        "run": codec.to_dict(run) if run else None,
+    gate = eval_gate(s, reference, anomalies, run=run, assessments=checks, divergence=divergence)
+    return Section(
+        run=run,
         #: "measured", "forced" (acceptance is a setting: a speed-only run) or "lossy"
         #: (verification not per-token by configuration), and why (collector/configured.py)
-        "verification": {"kind": kind or "measured", "why": kind_why or None},
-        "totals": {**spec_figures(s),
-                   "accept_length_histogram": {str(k): v for k, v in sorted(s.accept_len_hist.items())},
-                   "num_verify_steps": s.num_steps, "num_requests": s.num_requests,
-                   "output_tokens": s.output_tokens,
-                   #: output tokens over the run's busy time (some request in flight), else
-                   #: over its span: runs that take turns are not charged for their idle time
-                   "output_tokens_per_s": (s.output_tokens / elapsed_s)
-                   if elapsed_s and s.num_requests else None,
-                   "busy_s": busy_s, "span_s": span_s,
-                   "num_clamped": s.num_clamped,
-                   #: steps by the draft depth k they ran with (0: speculation off, as a
-                   #: policy chose), steps where the policy changed k, times it went off
-                   "steps_by_depth": {str(k): v for k, v in sorted(s.depth_steps.items())},
-                   "depth_changes": s.depth_changes, "off_periods": s.off_periods},
-        "windows": windows,
-        "sampling_truth": _truth(s, checks),
-        "requests_flagged": [a.evidence for a in per_request],
-        "fallbacks": dict(s.fallbacks),
-        "draft_health": _draft_health(s, checks),
-        "latency": {k: _latency(s, k) for k in ("ttft_s", "tpot_s", "itl_chunk_s", "itl_token_s",
-                                                "e2e_s")},
-        "phases": _phases(s),
-        "eval": {"rates": {k: s.eval_rate(k) for k in sorted(s.evals)},
-                 "reference_rates": ({k: reference.eval_rate(k) for k in sorted(reference.evals)}
-                                     if reference else None),
-                 "gate": eval_gate(s, reference, anomalies, run=run, assessments=checks,
-                                   divergence=divergence),
-                 "divergence": divergence},
-        "engine_gauges": {k: v[0] / v[1] for k, v in sorted(s.gauges.items()) if v[1]},
-        "benchmarks": [{"source": b.source, "metrics": dict(b.metrics), "config": dict(b.config)}
-                       for b in s.benchmarks],
+        verification=kind or "measured", verification_why=kind_why or None,
+        totals=Totals(
+            **_acceptance(s), accept_length_histogram=dict(sorted(s.accept_len_hist.items())),
+            num_verify_steps=s.num_steps, num_requests=s.num_requests,
+            output_tokens=s.output_tokens,
+            #: output tokens over the run's busy time (some request in flight), else over its
+            #: span: runs that take turns are not charged for their idle time
+            output_tokens_per_s=(s.output_tokens / elapsed_s)
+            if elapsed_s and s.num_requests else None,
+            busy_s=busy_s, span_s=span_s, num_clamped=s.num_clamped,
+            #: steps by the draft depth k they ran with (0: speculation off, as a policy
+            #: chose), steps where the policy changed k, times it went off
+            steps_by_depth={str(k): v for k, v in sorted(s.depth_steps.items())},
+            depth_changes=s.depth_changes, off_periods=s.off_periods),
+        windows=tuple(windows),
+        sampling_truth=tuple(_truth(s, checks)),
+        requests_flagged=tuple(FlaggedRequest.from_dict(a.evidence) for a in per_request),
+        fallbacks=dict(s.fallbacks),
+        draft_health=_draft_health(s, checks),
+        latency={k: _latency(s, k) for k in ("ttft_s", "tpot_s", "itl_chunk_s", "itl_token_s",
+                                             "e2e_s")},
+        phases=_phases(s),
+        eval_rates={k: s.eval_rate(k) for k in sorted(s.evals)},
+        eval_reference_rates=({k: reference.eval_rate(k) for k in sorted(reference.evals)}
+                              if reference else None),
+        gate=gate["verdict"], gate_text=gate_text(gate),
+        gate_checks=tuple(GateCheck.from_dict(c) for c in gate["checks"]),
+        eval_divergence=divergence,
+        engine_gauges={k: v[0] / v[1] for k, v in sorted(s.gauges.items()) if v[1]},
+        benchmarks=tuple(Benchmark(b.source, dict(b.metrics), dict(b.config))
+                         for b in s.benchmarks),
         #: each finding with its own ``kind`` ("silent_greedy", ...), not the record tag
-        "anomalies": [_anomaly(a) for a in anomalies],
-        "hooks": [codec.to_dict(h) for h in health],
-    }
+        anomalies=tuple(Anomaly.of(a) for a in anomalies),
+        hooks=tuple(health))
 
 
 def measured_stats(records: Iterable[Any]) -> SpecStats:
@@ -405,10 +398,10 @@ def build_sections(records: Iterable[Any], *, window_s: float | None = None,
     top = _run_section(pooled, None, None, window_s) if len(sections) != 1 else sections[0]
     if len(sections) > 1:  # over several runs only counts pool: a source's own figures (an
         # SGLang gauge, a V0 total) belong to their run and label set, never averaged across
-        unreported = {"reported_mean_acceptance_length": None, "reported_acceptance_rate": None}
-        d = top.as_dict()
-        top = Section.from_dict({**d, "totals": {**d["totals"], **unreported},
-                                 "windows": [{**w, **unreported} for w in d["windows"]]})
+        top = replace(top, totals=replace(top.totals, reported_mean_acceptance_length=None,
+                                          reported_acceptance_rate=None),
+                      windows=tuple(replace(w, reported_mean_acceptance_length=None,
+                                            reported_acceptance_rate=None) for w in top.windows))
     return top, sections
 
 
@@ -420,11 +413,16 @@ def report_dict(top: Section | None, sections: Sequence[Section],
         "schema_version": schema.SCHEMA_VERSION,
         "definitions": DEFINITIONS,
         **extra,
-        "totals": top.as_dict()["totals"] if top is not None else None,
-        "windows": top.as_dict()["windows"] if top is not None else [],
+        "totals": top.totals.as_dict() if top is not None else None,
+        "windows": [w.as_dict() for w in top.windows] if top is not None else [],
         "runs": [s.as_dict() for s in sections],
         "problems": [str(p) for p in problems],
     }
+
+
+def report_json(report: dict[str, Any]) -> str:
+    """The text ``report --json`` prints of a ``report_dict`` (one newline at the end)."""
+    return json.dumps(report, indent=1, default=str) + "\n"
 
 
 def build_report(records: Iterable[Any], *, window_s: float | None = None,

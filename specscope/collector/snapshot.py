@@ -7,7 +7,7 @@ from typing import Any, Iterable
 
 from .. import schema
 from .report import stats_section, window_figures
-from .section import Section
+from .section import Section, Window
 from .stats import SpecStats
 
 
@@ -36,7 +36,7 @@ def _run_for(labels: dict[str, str], runs: Iterable[schema.RunRecord]) -> schema
 
 
 def _coarsen(windows: list[tuple[int, SpecStats]], max_windows: int,
-             width_s: float | None = None) -> list[dict[str, Any]]:
+             width_s: float | None = None) -> list[Window]:
     """At most about ``max_windows`` windows, each ``group`` buckets of ``width_s`` wide by
     time. A run that idled (between its waves) has no buckets there, and none are made up."""
     if not windows:

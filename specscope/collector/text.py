@@ -60,9 +60,9 @@ def _section_lines(sec: Section) -> list[str]:
                  f"tok/s {_f(t.output_tokens_per_s, '.1f')}")
     if sec.probe:
         pr = sec.probe
-        lines.append(f"  black-box probe of {pr['url']}: {str(pr['verdict']).upper()} "
-                     f"({pr['logprobs']} log-probabilities)")
-        lines += [f"    [FAIL] {f['check']}: {f['message']}" for f in pr["failed"]]
+        lines.append(f"  black-box probe of {pr.url}: {str(pr.verdict).upper()} "
+                     f"({pr.logprobs} log-probabilities)")
+        lines += [f"    [FAIL] {check}: {message}" for check, message in pr.failed]
     lines.append("  sampling truth (committed == target argmax):")
     for row in sec.sampling_truth:
         p = f"  p {fmt_p(row.p_value)}" if row.p_value is not None else ""
@@ -81,9 +81,10 @@ def _section_lines(sec: Section) -> list[str]:
                      + (f"  {row.state_text}" if row.state_text else ""))
     flagged = sec.requests_flagged
     for r in flagged[:5]:
-        lines.append(f"    request {r['request_id']}: observed {_f(r['observed_top1_rate'])} "
-                     f"expected {_f(r['expected_top1_rate'])} p {fmt_p(r['p_value'])} "
-                     f"n {r['num_positions']}  FAIL")
+        lines.append(f"    request {r.request_id}: observed {_f(r.observed_top1_rate)} "
+                     f"expected {_f(r.expected_top1_rate)} "
+                     f"p {fmt_p(r.p_value) if r.p_value is not None else 'n/a'} "
+                     f"n {r.num_positions}  FAIL")
     if len(flagged) > 5:
         lines.append(f"    ... and {len(flagged) - 5} more request(s) failing on their own "
                      "(report --json lists them all)")
@@ -119,9 +120,9 @@ def _section_lines(sec: Section) -> list[str]:
         lines.append(f"  reference (no speculation) {ref}")
     lines.append(f"  EVAL GATE          {sec.gate_text}")
     for c in sec.gate_checks:
-        value = c["value"] if isinstance(c["value"], (str, list)) else _f(c["value"])
-        why = f" ({c['reason']})" if c.get("reason") and c["check"].startswith("greedy exact") else ""
-        lines.append(f"    [{check_text(dict(c))}] {c['check']}: {value}{why}")
+        value = c.value if isinstance(c.value, (str, list)) else _f(c.value)
+        why = f" ({c.reason})" if c.reason and c.check.startswith("greedy exact") else ""
+        lines.append(f"    [{check_text(c)}] {c.check}: {value}{why}")
     for a in sec.anomalies:
         lines.append(f"  ANOMALY {a.kind} ({a.severity}): {a.message}")
     for h in sec.hooks:
@@ -131,8 +132,8 @@ def _section_lines(sec: Section) -> list[str]:
                      + ("" if h.final else
                         " (as of its last snapshot: the process stopped without closing)"))
     if sec.engine_counts:
-        lines.append(f"  {'SEEN' if sec.engine_counts['not_seen'] is None else 'NOT SEEN'}: "
-                     + format_seen(dict(sec.engine_counts)))
+        lines.append(f"  {'SEEN' if sec.engine_counts.not_seen is None else 'NOT SEEN'}: "
+                     + format_seen(sec.engine_counts.as_dict()))
     return lines
 
 

@@ -41,12 +41,48 @@ class Assessment:
         """The check as a gate lists it (``forced``: a state found elsewhere, e.g. per request)."""
         ev = self.evidence
         state = forced or self.state
-        return {"check": self.check, "state": state, "need": self.need if state == INCONCLUSIVE
-                else None, "unit": self.unit, "reason": ev.get("reason"),
-                "p_value": ev.get("p_value"), "lean": ev.get("lean") if state == INCONCLUSIVE
-                else None, "rules_out": ev.get("rules_out") if state == PASS else None,
-                "bound": ev.get("bound"),
-                "value": ev.get("observed_top1_rate", ev.get("share_at_exactly_one"))}
+        return GateCheck(self.check, state, self.need if state == INCONCLUSIVE else None,
+                         self.unit, ev.get("reason"), ev.get("p_value"),
+                         ev.get("lean") if state == INCONCLUSIVE else None,
+                         ev.get("rules_out") if state == PASS else None, ev.get("bound"),
+                         ev.get("observed_top1_rate", ev.get("share_at_exactly_one"))).as_dict()
+
+
+@dataclass(frozen=True)
+class GateCheck:
+    """One check of an eval gate as ``report --json`` lists it: every key always written (null
+    where it does not apply), ``reference`` and ``threshold`` only by the checks that have one."""
+
+    check: str  #: what was tested, e.g. "sampling truth (top-p)"
+    state: str  #: PASS, FAIL or INCONCLUSIVE
+    need: int | None = None  #: INCONCLUSIVE: about how many more ``unit`` would settle it
+    unit: str = "positions"
+    reason: str | None = None  #: why no sample size can settle it, or how it was decided
+    p_value: float | None = None
+    lean: str | None = None  #: INCONCLUSIVE: "fault" or "honest"
+    rules_out: str | None = None  #: PASS: the fault and size the data exclude
+    bound: float | None = None
+    value: Any = None  #: the observed figure (a rate; a list of anomaly kinds)
+    reference: float | None = None  #: the reference run's figure, where compared with one
+    threshold: float | None = None  #: the figure below which it fails, where fixed
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"check": self.check, "state": self.state, "need": self.need, "unit": self.unit,
+               "reason": self.reason, "p_value": self.p_value, "lean": self.lean,
+               "rules_out": self.rules_out, "bound": self.bound,
+               "value": list(self.value) if isinstance(self.value, tuple) else self.value}
+        if self.reference is not None:
+            out["reference"] = self.reference
+        if self.threshold is not None:
+            out["threshold"] = self.threshold
+        return out
+
+    @classmethod
+    def from_dict(cls, c: Any) -> GateCheck:
+        """A check from its JSON form (keys a newer writer added are ignored)."""
+        return cls(c["check"], c["state"], c.get("need"), c.get("unit") or "positions",
+                   c.get("reason"), c.get("p_value"), c.get("lean"), c.get("rules_out"),
+                   c.get("bound"), c.get("value"), c.get("reference"), c.get("threshold"))
 
 
 LEANS = {"fault": "leans toward the fault", "honest": "leans honest"}

@@ -450,11 +450,11 @@ def _gate(w: Window, recs: list[Any], refs: dict[str, tuple[list[Any], list[Any]
         "acceptance_length": sec.totals.mean_acceptance_length,
         "acceptance_rate": sec.totals.acceptance_rate,
         "gate": verdict, "probe": probe_verdict,
-        "failed": [c["check"] for c in sec.gate_checks if c["state"] == "fail"]
+        "failed": [c.check for c in sec.gate_checks if c.state == "fail"]
         + ([f"probe {probe_verdict}"] if probe_verdict in ("fail", "error") else []),
         "anomalies": sorted({a.kind for a in sec.anomalies}),
-        "waiting": [f"{c['check']}: {evalgate.check_why(c)}" for c in sec.gate_checks
-                    if c["state"] == "inconclusive"]}
+        "waiting": [f"{c.check}: {evalgate.check_why(c)}" for c in sec.gate_checks
+                    if c.state == "inconclusive"]}
     # the point's gate as the sweep decided it (the report's eval gate and the probe's verdict)
     # on its run, where the dashboard's sweep page reads it
     recs = [dataclasses.replace(r, labels={**r.labels, "sweep_gate": verdict or "",

@@ -254,9 +254,9 @@ def run_point(point: Point, out_dir: Path, *, model: str, draft: str, tokenizer:
         tok_s=bench["output_throughput_tok_s"],
         tok_s_user=bench["interactivity_tok_s_user_median"],
         gate=sec.gate, anomalies=[a.kind for a in sec.anomalies],
-        failed=[c["check"] for c in sec.gate_checks if c["state"] == "fail"],
-        waiting=[f"{c['check']}: {check_why(c)}" for c in sec.gate_checks
-                 if c["state"] == "inconclusive"])
+        failed=[c.check for c in sec.gate_checks if c.state == "fail"],
+        waiting=[f"{c.check}: {check_why(c)}" for c in sec.gate_checks
+                 if c.state == "inconclusive"])
     return result
 
 

@@ -28,6 +28,6 @@ def test_a_probe_trace_reads_in_report_and_on_the_truth_page(tmp_path):
     assert sec["totals"]["accepted_tokens"] is None or sec["totals"]["draft_tokens"] in (None, 30)
 
     class V:
-        label, view = "probe-1", Section.from_dict(sec)
+        label, section = "probe-1", Section.from_dict(sec)
     (row,) = probe_rows([V()])
     assert row["verdict"] == "FAIL" and "300 of 300" in row["failed"]

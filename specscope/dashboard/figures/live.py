@@ -201,10 +201,9 @@ def probe_rows(views: Sequence[Any]) -> list[dict[str, Any]]:
         pr = v.section.probe
         if not pr:
             continue
-        rows.append({"run": v.label, "endpoint": pr.get("url"),
-                     "log-probabilities": pr.get("logprobs"),
-                     "verdict": str(pr.get("verdict") or "n/a").upper(),
-                     "failed": "; ".join(f["message"] for f in pr.get("failed") or ()) or "none"})
+        rows.append({"run": v.label, "endpoint": pr.url, "log-probabilities": pr.logprobs,
+                     "verdict": str(pr.verdict or "n/a").upper(),
+                     "failed": "; ".join(message for _, message in pr.failed) or "none"})
     return rows
 
 

@@ -67,8 +67,8 @@ def gate_rows(ctx, selected) -> list[dict[str, str]]:
         rows.append({"run": v.label,
                      "gate": v.section.gate_text if v.section.gate is not None else "no checks",
                      "checks": "; ".join(
-                         f"{c['check']}: {str(c.get('state', '')).upper()}"
-                         + (f" ({c['value']:.3f})" if isinstance(c.get("value"), float) else "")
+                         f"{c.check}: {str(c.state).upper()}"
+                         + (f" ({c.value:.3f})" if isinstance(c.value, float) else "")
                          for c in checks) or "—"})
     return rows
 
