@@ -1,7 +1,8 @@
 """The engines specscope knows, in one place: each part's table about an engine (its sampling
-defaults, its title in rule files, its log importer's format, its server harness's speculation
-syntax, how the probe reads its log-probabilities and tells it from ``/v1/models``) is read
-from here. Stdlib only, imports nothing of specscope.
+defaults, its title in rule files and the ``--engine`` choices, its log importer's format, its
+server harness's speculation syntax, how the probe reads its log-probabilities, tells it from
+``/v1/models`` and which classes it sends) is read from here. Stdlib only, imports nothing of
+specscope.
 
 Adding an engine is the checklist in ``docs/architecture.md`` ("Adding an engine"): one entry
 here, its metric families in ``importers/metrics/<name>.py``, its log importer (if it has one)
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 class Engine:
     """One inference engine: what every part needs to know about it."""
 
-    name: str  #: the run's ``algorithm`` label and every table's key ("vllm", ...)
+    name: str  #: every table's key ("vllm", ...); the runs' ``algorithm`` when read from its metrics
     title: str  #: as people write it ("vLLM"): rule files, dashboards, messages
     #: what a request that leaves a parameter out gets: (temperature, top_p, top_k, min_p);
     #: None where specscope never classifies its requests (no hooks, no probe semantics)
@@ -41,6 +42,11 @@ class Engine:
     token_ids: bool = False
     #: whether its sampler truncates (top-k, top-p, min-p) before it applies the temperature
     truncation_first: bool = False
+    #: whether a seeded request's draws repeat (the probe's seed class is sent only then)
+    seeds_repeat: bool = False
+    #: whether its OpenAI server takes ``min_tokens`` and ``stop_token_ids`` (the probe's stops
+    #: class sends them only then: a server that ignores them would read as a fault)
+    takes_stop_fields: bool = False
 
     @property
     def truncates_by_default(self) -> bool:
@@ -61,7 +67,7 @@ ENGINES: tuple[Engine, ...] = (
         logprobs_enable="vLLM returns them unless started with --max-logprobs 0 (raise "
                         "--max-logprobs for more alternatives; --logprobs-mode says raw or "
                         "processed)",
-        token_ids=True),
+        token_ids=True, seeds_repeat=True, takes_stop_fields=True),
     Engine(
         "sglang", "SGLang", (1.0, 1.0, TOP_K_ALL, 0.0), owned_by="sglang",
         log_format="sglang-log",
@@ -71,7 +77,10 @@ ENGINES: tuple[Engine, ...] = (
         # SGLang computes them from logits its penalisers have changed in place;
         # SGLANG_RETURN_ORIGINAL_LOGPROB only skips the temperature: on 0.5.21 every committed
         # token of a penalised greedy request is its top-1, with speculation and without
-        logprobs_default="tempered", logprobs_penalised=True),
+        logprobs_default="tempered", logprobs_penalised=True,
+        # it follows a request's seed only when started with --enable-deterministic-inference
+        # (otherwise every request samples from a fixed seed, 42 on the device's generator)
+        seeds_repeat=False, takes_stop_fields=True),
     # read from its /prometheus/metrics page, its iteration stats and its per-request
     # perf_metrics; specscope starts no TensorRT-LLM server and does not probe it
     Engine("trtllm", "TensorRT-LLM"),
@@ -83,7 +92,8 @@ ENGINES: tuple[Engine, ...] = (
                         "(upstream #27972)",
         penalty_window="llama.cpp counts penalties over its last repeat_last_n (64) tokens, the "
                        "prompt's included, which the probe does not see",
-        truncation_first=True),
+        # a per-slot sampler seed; its server ignores min_tokens and stop_token_ids
+        truncation_first=True, seeds_repeat=True, takes_stop_fields=False),
 )
 
 BY_NAME: dict[str, Engine] = {e.name: e for e in ENGINES}

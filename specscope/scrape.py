@@ -155,7 +155,7 @@ def scrape(urls: Sequence[str | Endpoint], out: str | Path, *, interval_s: float
         if not verify_tls:
             context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     stop = stop or threading.Event()
-    http = fetch.client(verify=context if context is not None else False, timeout_s=timeout_s)
+    http = fetch.client(verify=context if context is not None else True, timeout_s=timeout_s)
     writer = open_writer(out)
     start, n_round, n_records = time.monotonic(), 0, 0
     try:
@@ -192,10 +192,12 @@ def _one(ep: Endpoint, timeout_s: float, max_bytes: int, headers: dict[str, str]
     ep.scrapes += 1
     try:
         return fetch.get_text(ep.url, timeout_s=timeout_s, max_bytes=max_bytes,
-                              headers={"Accept": "text/plain", **headers}, client=http)
+                              headers={"Accept": "text/plain", "Accept-Encoding": "identity",
+                                       **headers}, client=http)
     except Exception as exc:  # one endpoint's failure never stops the others
         ep.failures += 1
-        ep.last_error = f"{type(exc).__name__}: {exc}"
+        ep.last_error = (exc.why + (" (--max-bytes)" if "larger than the cap" in exc.why else "")
+                         if isinstance(exc, fetch.FetchError) else f"{type(exc).__name__}: {exc}")
         return None
 
 

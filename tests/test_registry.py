@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from specscope import registry, sampling
-from specscope.exporters import engine_rules
+from specscope.cli import build_parser
+from specscope.exporters import engine_rules, rules
 from specscope.importers import FORMATS, PARSERS
 from specscope.importers import metrics
 from specscope.probe import client as probe_client
+from specscope.probe import seed, stops
 from specscope.serving import engines as serving
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +25,8 @@ NAMES = [e.name for e in registry.ENGINES]
 def test_each_engine_is_in_every_table_it_claims(name, tmp_path):
     e = registry.engine(name)
     assert engine_rules.TITLE[name] == e.title
+    assert name in rules.ENGINES and rules.alert_rules(name)  # `specscope rules --engine NAME`
+    assert _choices("rules", "--engine") >= {name}
     m = metrics.BY_NAME[name]  # its Prometheus families, from importers/metrics/<name>.py
     assert m.engine == name and m.families
     assert (ROOT / "docs" / "engines" / f"{name}.md").is_file()
@@ -36,8 +40,12 @@ def test_each_engine_is_in_every_table_it_claims(name, tmp_path):
         assert registry.served(f"some-{e.owned_by.upper()}-build") == name
         assert probe_client.ENABLE[name] == e.logprobs_enable
         assert probe_client.semantics(name) is not None
+        assert name in _choices("probe", "--engine")
+        assert (name in seed.PROMISED_BY) == e.seeds_repeat
+        assert (name in stops.HELD_ENGINES) == e.takes_stop_fields
     if e.spec_syntax:  # specscope starts its server: a harness, its speculation parsed
         assert name in serving.ENGINES and serving.SPEC_SYNTAX[name] == e.spec_syntax
+        assert name in _choices("sweep", "--engine")
         off = serving.parse_speculation(name, "off")
         srv = serving.engine_server(name, off, [], tmp_path, "run-1",
                                     serving.EngineOptions(model=tmp_path / "model"))
@@ -59,3 +67,12 @@ def test_no_table_names_an_engine_the_registry_does_not():
                               Path("/nonexistent"), "r", serving.EngineOptions(model=Path("m")))
     with pytest.raises(KeyError, match="known: vllm"):
         registry.engine("tensorrt")
+
+
+def _choices(command: str, flag: str) -> set[str]:
+    """The choices ``specscope COMMAND FLAG`` takes (from the real parser)."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.choices and command in a.choices)
+    action = next(a for a in sub.choices[command]._actions if flag in a.option_strings)
+    return set(action.choices)
+

@@ -243,7 +243,7 @@ def register(sub) -> None:
     sv.set_defaults(func=_cmd_serve)
 
     ru = sub.add_parser("rules", help="write Prometheus alerting and recording rules")
-    engines = ["specscope", "vllm", "sglang", "trtllm", "llamacpp", "probe", "fleet"]
+    from ..exporters.rules import ENGINES as engines
     ru.add_argument("--engine", default="specscope", choices=engines,
                     help="the series the rules read: specscope's exporter (also what `scrape "
                     "--metrics-port` serves for any engine), an engine's own, `probe "

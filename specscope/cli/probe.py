@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from .. import registry
+
 DESCRIPTION = """\
 Check verify through an OpenAI-compatible endpoint, installing nothing in the engine.
 
@@ -240,7 +242,8 @@ def register(sub) -> None:
                        description=DESCRIPTION)
     p.add_argument("url", help="the server's base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", help="the model name to send (default: the first of /v1/models)")
-    p.add_argument("--engine", choices=("vllm", "sglang", "llamacpp", "specscope", "unknown"),
+    p.add_argument("--engine", choices=(*(e.name for e in registry.ENGINES if e.owned_by),
+                                        "specscope", "unknown"),
                    help="how to read its log-probabilities and which parameters it takes "
                    "(default: from /v1/models' owned_by; specscope: the reference engine, "
                    "`specscope serve-engine`)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from .. import registry
 from .spec import FAULTS, add_model_flags, spec_config
 
 
@@ -160,7 +161,7 @@ def register(sub) -> None:
         "specscope sweep --engine vllm --spec '{\"method\": \"ngram\", "
         "\"num_speculative_tokens\": 4}' --axis max-num-seqs=8,32 -o sweep/")
     sw.add_argument("--engine", default="reference",
-                    choices=("reference", "vllm", "sglang", "llamacpp"),
+                    choices=("reference", *(e.name for e in registry.ENGINES if e.spec_syntax)),
                     help="what serves each point (default: the reference engine, serve-engine)")
     sw.add_argument("--model", default=None,
                     help="tiny | smollm2 | PATH (default: tiny for the reference engine, smollm2 "

@@ -6,6 +6,7 @@ Stdlib only: the YAML is written as text. Every metric named here is one the exp
 
 from __future__ import annotations
 
+from .. import registry
 from .decay_rules import decay_rules
 
 BY = "algorithm, num_steps, topk, num_draft_tokens, backend, model"
@@ -124,7 +125,9 @@ groups:
           description: "An engine that fails a request it should serve is a finding, never a pass: see the probe's trace for the class, the request and the engine's error text."
 """
 
-ENGINES = ("specscope", "vllm", "sglang", "trtllm", "llamacpp", "probe", "fleet")
+#: the series a rule file reads: specscope's exporter, each registered engine's own, the
+#: probe's exporter, a fleet's node collectors
+ENGINES = ("specscope", *(e.name for e in registry.ENGINES), "probe", "fleet")
 
 
 def alert_rules(engine: str = "specscope") -> str:

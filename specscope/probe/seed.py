@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from .. import registry
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
 from ..exact import PASS_ALPHA
 from .checks import Position, Semantics, p_max_bound
@@ -51,7 +52,7 @@ SEED_BASE = 4242
 #: per-slot sampler seed, the reference engine's); SGLang follows a seed only when started with
 #: --enable-deterministic-inference (otherwise every request samples from a fixed seed, 42 on the
 #: device's generator), so the class is not sent there: a parting would be its documented choice
-PROMISED_BY = ("vllm", "llamacpp", "specscope")
+PROMISED_BY = tuple(e.name for e in registry.ENGINES if e.seeds_repeat) + ("specscope",)
 
 
 def not_sent(engine: str) -> str:

@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from .. import registry
 from ..collector.verdict import FAIL, INCONCLUSIVE, PASS, Assessment
 from ..exact import PASS_ALPHA
 
@@ -55,7 +56,7 @@ MIN_EXTRA = 3
 #: engine). Others are not sent them: a server that ignores an unknown field (llama.cpp's does,
 #: and so may a proxy in front of any engine) would end where it would have anyway, which reads
 #: as a fault
-HELD_ENGINES = ("vllm", "sglang", "specscope")
+HELD_ENGINES = tuple(e.name for e in registry.ENGINES if e.takes_stop_fields) + ("specscope",)
 
 
 def not_sent(engine: str, field: str) -> str | None:

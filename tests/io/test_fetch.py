@@ -76,3 +76,36 @@ def test_every_failure_is_one_oserror_naming_the_url(url):
     with fetch.client(timeout_s=2) as http:  # a reused client reads the same
         assert len(fetch.get_text(url + "/big", max_bytes=5000, client=http)) == 5000
         assert not http.is_closed
+
+
+def test_redirects_are_followed_and_an_error_keeps_the_servers_words(url):
+    class Hop(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path == "/old":
+                self.send_response(302)
+                self.send_header("Location", url + "/v1/models")
+                self.send_header("content-length", "0")
+                self.end_headers()
+            else:
+                body = b'{"error": {"message": "model not loaded"}}'
+                self.send_response(404)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        do_POST = do_GET
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Hop)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        hop = f"http://127.0.0.1:{srv.server_address[1]}"
+        assert fetch.get_json(hop + "/old")["data"][0]["id"] == "m-1"
+        with pytest.raises(fetch.FetchError) as err:
+            fetch.post_json(hop + "/v1/chat/completions", {"model": "x"})
+        assert err.value.why.startswith("HTTP 404 Not Found") and "model not loaded" in err.value.why
+    finally:
+        srv.shutdown()
+        srv.server_close()
