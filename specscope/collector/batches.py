@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 from .. import schema
 from .explain import batch_class
-from .shares import Share, shares
+from .shares import Share, shares, verdict_line
 from .stats import SpecStats
 from .verdict import FAIL, INCONCLUSIVE, PASS, Assessment
 
@@ -129,14 +129,9 @@ def class_dict(c: BatchClass) -> dict[str, Any]:
 
 def verdict(classes: list[BatchClass], run_id: str) -> str:
     """One line per run: the classes where a check fails, named, or that none does."""
-    mine = [c for c in classes if c.run_id == run_id]
-    bad = [(c, a) for c in mine for a in c.failed]
-    if not bad:
-        states = {a.state for c in mine for a in c.checks}
-        word = "PASS" if states == {PASS} else "no class FAILs" if mine else "no verify steps"
-        return f"{run_id}: {word} across {len(mine)} batch-size classes"
-    named = "; ".join(f"batch {c.label}: {a.check} FAIL" for c, a in bad)
-    return f"{run_id}: FAIL in {named}"
+    return verdict_line([c for c in classes if c.run_id == run_id], run_id, kind="class",
+                        name="batch", none_word="no verify steps", over="batch-size classes",
+                        where="in")
 
 
 def _check_text(a: Any) -> str:

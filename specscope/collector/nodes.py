@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from .. import schema
 from .batches import LEGEND, al_rate
-from .shares import Share, shares
+from .shares import Share, shares, verdict_line
 from .verdict import PASS
 
 UNKNOWN = "(unknown)"
@@ -66,14 +66,8 @@ def _word(s: NodeShare) -> str | None:
 
 def verdict(shares: list[NodeShare], run_id: str) -> str:
     """One line per run: the nodes where a check fails, named, or that none does."""
-    mine = [s for s in shares if s.run_id == run_id]
-    bad = [(s, a) for s in mine for a in s.failed]
-    if not bad:
-        states = {a.state for s in mine for a in s.checks}
-        word = "PASS" if states == {PASS} else "no node FAILs" if mine else "no records"
-        return f"{run_id}: {word} across {len(mine)} node(s)"
-    named = "; ".join(f"node {s.label}: {a.check} FAIL" for s, a in bad)
-    return f"{run_id}: FAIL on {named}"
+    return verdict_line([s for s in shares if s.run_id == run_id], run_id, kind="node",
+                        name="node", none_word="no records", over="node(s)", where="on")
 
 
 def format_shares(shares: list[NodeShare]) -> str:

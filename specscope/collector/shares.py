@@ -10,7 +10,7 @@ from typing import Any, Callable, Hashable, Iterable
 from .. import schema
 from .detectors import detectors_for, evaluate
 from .stats import SpecStats
-from .verdict import FAIL
+from .verdict import FAIL, PASS
 
 
 def split_by(records: Iterable[Any], key: Callable[[Any], Hashable | None]) -> dict[Any, list[Any]]:
@@ -36,6 +36,20 @@ class Share:
     @property
     def failed(self) -> list[Any]:
         return [c for c in self.checks if c.state == FAIL]
+
+
+def verdict_line(mine: list[Any], run_id: str, *, kind: str, name: str, none_word: str,
+                 over: str, where: str) -> str:
+    """One line for a run's shares (each with a ``label``): the shares where a check fails,
+    named (``"NAME LABEL: CHECK FAIL"`` after ``"FAIL WHERE"``); else PASS where every check
+    passed, "no KIND FAILs", or ``none_word`` where the run has no share ("across N OVER")."""
+    bad = [(s, a) for s in mine for a in s.failed]
+    if not bad:
+        states = {a.state for s in mine for a in s.checks}
+        word = "PASS" if states == {PASS} else f"no {kind} FAILs" if mine else none_word
+        return f"{run_id}: {word} across {len(mine)} {over}"
+    named = "; ".join(f"{name} {s.label}: {a.check} FAIL" for s, a in bad)
+    return f"{run_id}: FAIL {where} {named}"
 
 
 def shares(records: Iterable[Any], key: Callable[[Any], Hashable | None], *,

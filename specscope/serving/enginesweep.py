@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable
 from .. import schema
 from ..collector import evalgate
 from ..collector.report import build_sections
+from .points import GateOutcome
 from ..io import fetch
 from . import client as cl
 from .engines import Axis, EngineOptions, Speculation, engine_server, parse_speculation
@@ -255,7 +256,7 @@ def _serve(todo: list[EnginePoint], out: Path, options: EngineOptions, *, reques
     failed point and those before it are returned; the caller starts a fresh server for the
     rest)."""
     from ..io.parquet import write_parquet
-    from .sweep import _prompts
+    from . import points
 
     first = todo[0]
     slug = f"server-{first.engine}-{first.spec.name}{first.flags_name}-{time.time_ns() // 10**6}"
@@ -277,13 +278,13 @@ def _serve(todo: list[EnginePoint], out: Path, options: EngineOptions, *, reques
         model = fetch.served_model(srv.url) if failed is None else ""
         if failed is None:  # warm-up, outside every window
             t = time.perf_counter()
-            cl.send(srv.url, model, _prompts(1, 0), run_id="warmup", temperature=0.0,
+            cl.send(srv.url, model, points.prompts(1, 0), run_id="warmup", temperature=0.0,
                     concurrency=1, max_tokens=8, logprobs=False)
             clock["warmup_s"] = time.perf_counter() - t
         for p in todo if failed is None else ():
             bar.set_description(f"{p.name} ({requests} req x {rounds})")
             run_id = f"sweep-{p.name}"
-            prompts = _prompts(requests, p.input_len)
+            prompts = points.prompts(requests, p.input_len)
             t0, walls, answers, counts = time.time_ns(), [], [], []
             for r in range(rounds):
                 got, wall = cl.send(srv.url, model, prompts, run_id=f"{run_id}/r{r}" if r else run_id,
@@ -437,24 +438,17 @@ def _gate(w: Window, recs: list[Any], refs: dict[str, tuple[list[Any], list[Any]
     recs = recs + extra
     _, sections = build_sections(recs)
     sec = next(s for s in sections if s.run is not None and s.run.run_id == w.run_id)
-    verdict = sec.gate
     probe_verdict = probed[0] if probed is not None else None
-    if probe_verdict in ("fail", "error"):
-        verdict = "fail"
-    elif probe_verdict == "inconclusive" and verdict == "pass":
-        verdict = "inconclusive"
+    outcome = GateOutcome.of(sec, probe_verdict)
+    verdict = outcome.verdict
     figures = {
         "tok_s": metrics["output_throughput_tok_s"], "tok_s_ci": metrics.get("tok_s_ci95"),
         **{k: metrics[k] for k in ("ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99",
                                    "interactivity_tok_s_user_median")},
         "acceptance_length": sec.totals.mean_acceptance_length,
         "acceptance_rate": sec.totals.acceptance_rate,
-        "gate": verdict, "probe": probe_verdict,
-        "failed": [c.check for c in sec.gate_checks if c.state == "fail"]
-        + ([f"probe {probe_verdict}"] if probe_verdict in ("fail", "error") else []),
-        "anomalies": sorted({a.kind for a in sec.anomalies}),
-        "waiting": [f"{c.check}: {evalgate.check_why(c)}" for c in sec.gate_checks
-                    if c.state == "inconclusive"]}
+        "gate": verdict, "probe": probe_verdict, "failed": list(outcome.failed),
+        "anomalies": list(outcome.anomalies), "waiting": list(outcome.waiting)}
     # the point's gate as the sweep decided it (the report's eval gate and the probe's verdict)
     # on its run, where the dashboard's sweep page reads it
     recs = [dataclasses.replace(r, labels={**r.labels, "sweep_gate": verdict or "",

@@ -23,14 +23,12 @@ from typing import Any, Iterable
 
 from .. import schema
 from ..collector import evalgate
-from ..collector.evalgate import check_why
 from ..collector.report import build_sections
 from ..io.trace import TraceWriter, read_trace
 from ..io import fetch
+from . import points
 from .harness import ServerProcess
-
-FILLER = ("The following notes are background material and can be ignored when answering. ")
-
+from .points import GateOutcome
 
 @dataclass(frozen=True)
 class Setting:
@@ -123,22 +121,6 @@ class PointResult:
     figures: dict[str, Any] = field(default_factory=dict)
 
 
-def _prompts(n: int, input_len: int) -> list[dict[str, Any]]:
-    from ..engine.workload import load_prompts
-
-    base = load_prompts()
-    out = []
-    for i in range(n):
-        p = dict(base[i % len(base)])
-        if input_len:  # about 4 characters per token
-            reps = max(0, input_len * 4 // len(FILLER))
-            p["text"] = FILLER * reps + p["prompt"]
-        else:
-            p["text"] = p["prompt"]
-        out.append(p)
-    return out
-
-
 async def _drive(url: str, model: str, prompts: list[dict], point: Point,
                  run_id: str) -> tuple[list[dict], float]:
     """Send every prompt (streaming chat) with at most ``concurrency`` in flight."""
@@ -223,7 +205,7 @@ def run_point(point: Point, out_dir: Path, *, model: str, draft: str, tokenizer:
     args += ["--tokenizer", tokenizer] if tokenizer else []
     args += ["--fault", point.fault] if point.fault else []
     args += [a for k, v in point.labels().items() for a in ("--label", f"{k}={v}")]
-    prompts = _prompts(requests, point.input_len)
+    prompts = points.prompts(requests, point.input_len)
     with ServerProcess(args, raw, log=raw.with_suffix(".log")) as srv:
         served = fetch.served_model(srv.url)
         results, wall = asyncio.run(_drive(srv.url, served, prompts, point, run_id))
@@ -252,11 +234,7 @@ def run_point(point: Point, out_dir: Path, *, model: str, draft: str, tokenizer:
     result.figures.update(
         acceptance_length=sec.totals.mean_acceptance_length,
         tok_s=bench["output_throughput_tok_s"],
-        tok_s_user=bench["interactivity_tok_s_user_median"],
-        gate=sec.gate, anomalies=[a.kind for a in sec.anomalies],
-        failed=[c.check for c in sec.gate_checks if c.state == "fail"],
-        waiting=[f"{c.check}: {check_why(c)}" for c in sec.gate_checks
-                 if c.state == "inconclusive"])
+        tok_s_user=bench["interactivity_tok_s_user_median"], **GateOutcome.of(sec).figures())
     return result
 
 
