@@ -19,10 +19,9 @@ def _sweep_rows(label: str, engine: str, specs: list[str], options, rounds: int)
         results = run_engine_sweep(points, Path(tmp) / "sweep", options, requests=8,
                                    rounds=rounds, progress=False)
         total = time.perf_counter() - t0
-    fg = [r.figures for r in results]
-    part = {k: sum(f.get(k) or 0.0 for f in fg) for k in
-            ("window_s", "own_s", "server_start_s", "server_warmup_s", "server_probe_s",
-             "server_stop_s")}
+    from specscope.serving.enginesweep import TIMING
+
+    part = {k: sum(r.timing.get(k) or 0.0 for r in results) for k in TIMING}
     rest = total - sum(part.values())  # planning, the progress bar, the index
     own = part["own_s"] + max(rest, 0.0)
     rows = [Row(f"{label} sweep, {len(points)} points x {rounds} rounds (8 req x 32 tok, conc 2, "
@@ -33,7 +32,7 @@ def _sweep_rows(label: str, engine: str, specs: list[str], options, rounds: int)
                 f"warm-ups {part['server_warmup_s']:.0f} s, probe {part['server_probe_s']:.0f} s, "
                 f"stops {part['server_stop_s']:.0f} s", "<= 5% of the sweep",
                 "met" if own / total <= 0.05 else "not met", "one run")]
-    base = {(r.point.temperature, r.point.concurrency): r.figures.get("tok_s")
+    base = {(r.point.temperature, r.point.concurrency): r.figures.tok_s
             for r in results if r.point.spec.off and r.status == "ok"}
     for r in results:
         f = r.figures
@@ -41,18 +40,18 @@ def _sweep_rows(label: str, engine: str, specs: list[str], options, rounds: int)
             rows.append(Row(f"{label} sweep point {r.point.name}", "failed", r.error[:80], "",
                             "gate PASS before trusting", "failed", ""))
             continue
-        ci = f.get("tok_s_ci")
-        tok = f"{f['tok_s']:.1f} tok/s" + (f" (95% CI {ci[0]:.1f} to {ci[1]:.1f})" if ci else "")
+        ci, tok_s = f.tok_s_ci, f.tok_s or 0.0
+        tok = f"{tok_s:.1f} tok/s" + (f" (95% CI {ci[0]:.1f} to {ci[1]:.1f})" if ci else "")
         ref = base.get((r.point.temperature, r.point.concurrency))
-        al, acc = f.get("acceptance_length"), f.get("acceptance_rate")
+        al, acc = f.acceptance_length, f.acceptance_rate
         accept = ("AL " + (f"{al:.2f}" if al is not None else "n/a") + ", acc "
                   + (f"{acc:.2f}" if acc is not None else "n/a"))
-        gate = "reference" if r.point.spec.off else (f.get("gate") or "n/a").upper() + (
-            " (" + "; ".join(f["failed"]) + ")" if f.get("failed") else "")
+        gate = "reference" if r.point.spec.off else (f.gate.verdict or "n/a").upper() + (
+            " (" + "; ".join(f.gate.failed) + ")" if f.gate.failed else "")
         rows.append(Row(f"{label} sweep point {r.point.name}: tok/s over {rounds} rounds, "
                         "acceptance (AL incl. the bonus token; acc pooled), gate", tok,
                         f"target-only {ref:.1f} tok/s" if ref else "",
-                        f"{f['tok_s'] / ref:.2f}x" if ref else "", "gate PASS before trusting",
+                        f"{tok_s / ref:.2f}x" if ref else "", "gate PASS before trusting",
                         gate, accept))
     return rows
 

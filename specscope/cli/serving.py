@@ -82,7 +82,7 @@ def _engine_sweep(args: argparse.Namespace) -> int:
                                rounds=args.rounds, seed=args.seed, resume=args.resume,
                                probe=args.probe, progress=not args.quiet)
     print(format_engine_sweep(results))
-    bad = [r for r in results if r.status != "ok" or r.figures.get("gate") == "fail"]
+    bad = [r for r in results if r.status != "ok" or r.figures.gate.verdict == "fail"]
     print(f"{len(results)} points in {args.output} (a store: config= per point; sweep.json); "
           f"{len(bad)} failed to run or failed their gate")
     return 1 if bad else 0

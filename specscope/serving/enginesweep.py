@@ -31,10 +31,14 @@ from typing import Any, Callable, Iterable
 from .. import schema
 from ..collector import evalgate
 from ..collector.report import build_sections
-from .points import GateOutcome
+from .points import GateOutcome, PointFigures
 from ..io import fetch
 from . import client as cl
 from .engines import Axis, EngineOptions, Speculation, engine_server, parse_speculation
+
+#: the timing keys a point's sweep.json row carries beside its figures
+TIMING = ("window_s", "own_s", "server_start_s", "server_warmup_s", "server_probe_s",
+          "server_stop_s")
 
 
 @dataclass(frozen=True)
@@ -108,8 +112,12 @@ class EnginePointResult:
     point: EnginePoint
     run_id: str
     status: str  #: "ok" or "failed"
-    figures: dict[str, Any] = field(default_factory=dict)
+    figures: PointFigures = field(default_factory=PointFigures)
     error: str = ""
+    #: where the point's time went, seconds: ``window_s`` serving it, ``own_s`` the sweep's
+    #: own work (reading, gating, writing); its server's ``server_start_s``, ``_warmup_s``,
+    #: ``_probe_s``, ``_stop_s`` on the first point a server served
+    timing: dict[str, float] = field(default_factory=dict)
 
 
 def _in_window(r: Any, t0: int, t1: int) -> bool:
@@ -215,7 +223,9 @@ def run_engine_sweep(points: list[EnginePoint], out_dir: str | Path, options: En
         for p in group:
             if p.name in done:
                 e = done[p.name]
-                results[p.name] = EnginePointResult(p, e["run_id"], e["status"], e, e.get("error", ""))
+                results[p.name] = EnginePointResult(
+                    p, e["run_id"], e["status"], PointFigures.from_dict(e), e.get("error", ""),
+                    {k: float(v) for k, v in e.items() if k in TIMING and v is not None})
                 if p.spec.off and e["status"] == "ok":
                     stored = _stored_reference(out, e["run_id"])
                     if stored is not None:
@@ -242,7 +252,7 @@ def run_engine_sweep(points: list[EnginePoint], out_dir: str | Path, options: En
 def _write_index(path: Path, results: list[EnginePointResult]) -> None:
     rows = [{"point": r.point.name, "run_id": r.run_id, "status": r.status,
              **({"error": r.error} if r.error else {}),
-             **{k: v for k, v in r.figures.items() if k not in ("point", "run_id", "status", "error")}}
+             **r.figures.as_dict(), **r.timing}
             for r in results]
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(rows, indent=1))
@@ -320,17 +330,17 @@ def _serve(todo: list[EnginePoint], out: Path, options: EngineOptions, *, reques
         ok = failed is None or w.point != failed.point
         recs = _point_records(w, engine_recs, model, ok, failed.error if not ok and failed else "",
                               options.dtype)
-        figures: dict[str, Any] = {}
+        figures = PointFigures()
         if ok:
             recs, figures = _gate(w, recs, refs, probed, options.dtype)
         if ok and w.point.spec.off:
             refs[_ref_key(w.point)] = _reference_of(recs, w.run_id)
         write_parquet(recs, out)
         # the sweep's own time on this point (reading, gating, writing) beside the serving
-        figures.update(window_s=sum(w.wall_s), own_s=time.perf_counter() - t,
-                       **({f"server_{k}": v for k, v in clock.items()} if i == 0 else {}))
+        timing = {"window_s": sum(w.wall_s), "own_s": time.perf_counter() - t,
+                  **({f"server_{k}": v for k, v in clock.items()} if i == 0 else {})}
         res = EnginePointResult(w.point, w.run_id, "ok" if ok else "failed", figures,
-                                "" if ok or failed is None else failed.error)
+                                "" if ok or failed is None else failed.error, timing)
         results.append(res)
         written(res)
     if failed is not None and not any(r.point == failed.point for r in results):
@@ -410,7 +420,7 @@ def _point_records(w: Window, engine_recs: list[Any], model: str, ok: bool, erro
 
 
 def _gate(w: Window, recs: list[Any], refs: dict[str, tuple[list[Any], list[Any]]],
-          probed: Any, dtype: str = "") -> tuple[list[Any], dict[str, Any]]:
+          probed: Any, dtype: str = "") -> tuple[list[Any], PointFigures]:
     """The point's benchmark and evals, the reference's copy, and its figures from the report."""
     ref = None if w.point.spec.off else refs.get(_ref_key(w.point))
     ref_text = {_index(q.request_id): q.output_text for q in ref[0]} if ref else None
@@ -441,14 +451,15 @@ def _gate(w: Window, recs: list[Any], refs: dict[str, tuple[list[Any], list[Any]
     probe_verdict = probed[0] if probed is not None else None
     outcome = GateOutcome.of(sec, probe_verdict)
     verdict = outcome.verdict
-    figures = {
-        "tok_s": metrics["output_throughput_tok_s"], "tok_s_ci": metrics.get("tok_s_ci95"),
-        **{k: metrics[k] for k in ("ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99",
-                                   "interactivity_tok_s_user_median")},
-        "acceptance_length": sec.totals.mean_acceptance_length,
-        "acceptance_rate": sec.totals.acceptance_rate,
-        "gate": verdict, "probe": probe_verdict, "failed": list(outcome.failed),
-        "anomalies": list(outcome.anomalies), "waiting": list(outcome.waiting)}
+    ci = metrics.get("tok_s_ci95")
+    figures = PointFigures(
+        outcome, acceptance_length=sec.totals.mean_acceptance_length,
+        acceptance_rate=sec.totals.acceptance_rate, tok_s=metrics["output_throughput_tok_s"],
+        tok_s_ci=(ci[0], ci[1]) if ci else None,
+        tok_s_user=metrics["interactivity_tok_s_user_median"],
+        ttft_ms_p50=metrics["ttft_ms_p50"], ttft_ms_p99=metrics["ttft_ms_p99"],
+        itl_ms_p50=metrics["itl_ms_p50"], itl_ms_p99=metrics["itl_ms_p99"],
+        probe=probe_verdict)
     # the point's gate as the sweep decided it (the report's eval gate and the probe's verdict)
     # on its run, where the dashboard's sweep page reads it
     recs = [dataclasses.replace(r, labels={**r.labels, "sweep_gate": verdict or "",

@@ -62,3 +62,47 @@ class GateOutcome:
         """As a sweep's ``sweep.json`` lists it."""
         return {"gate": self.verdict, "failed": list(self.failed),
                 "anomalies": list(self.anomalies), "waiting": list(self.waiting)}
+
+
+@dataclass(frozen=True)
+class PointFigures:
+    """A sweep point's figures, the same for both sweeps (None: not measured there, never 0):
+    acceptance from the report (length includes the bonus token; the rate is accepted /
+    drafted, pooled), throughput and latency as the client timed them, the speedup over the
+    target-only point at the same temperature, concurrency and lengths, and the gate."""
+
+    gate: GateOutcome = GateOutcome(None, (), (), ())
+    acceptance_length: float | None = None
+    acceptance_rate: float | None = None
+    tok_s: float | None = None  #: output tokens per second of the point's wall time
+    tok_s_ci: tuple[float, float] | None = None  #: 95% interval over rounds (two or more)
+    tok_s_user: float | None = None  #: median tokens per second a request saw after its first
+    ttft_ms_p50: float | None = None
+    ttft_ms_p99: float | None = None
+    itl_ms_p50: float | None = None
+    itl_ms_p99: float | None = None
+    speedup_vs_target_only: float | None = None
+    probe: str | None = None  #: the probe's verdict where it checked the server from outside
+
+    def as_dict(self) -> dict[str, Any]:
+        """As ``sweep.json`` lists it."""
+        out: dict[str, Any] = {f: getattr(self, f) for f in _FIGURES}
+        out["tok_s_ci"] = list(self.tok_s_ci) if self.tok_s_ci else None
+        return {**out, **self.gate.figures()}
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> PointFigures:
+        """From a ``sweep.json`` row (a resumed sweep's); older rows named ``tok_s_user``
+        ``interactivity_tok_s_user_median``."""
+        ci = row.get("tok_s_ci")
+        figures = {f: row.get(f) for f in _FIGURES if f != "tok_s_ci"}
+        if figures["tok_s_user"] is None:
+            figures["tok_s_user"] = row.get("interactivity_tok_s_user_median")
+        return cls(GateOutcome(row.get("gate"), tuple(row.get("failed") or ()),
+                               tuple(row.get("anomalies") or ()), tuple(row.get("waiting") or ())),
+                   tok_s_ci=(ci[0], ci[1]) if ci else None, **figures)
+
+
+_FIGURES = ("acceptance_length", "acceptance_rate", "tok_s", "tok_s_ci", "tok_s_user",
+            "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99", "speedup_vs_target_only",
+            "probe")

@@ -28,7 +28,7 @@ from ..io.trace import TraceWriter, read_trace
 from ..io import fetch
 from . import points
 from .harness import ServerProcess
-from .points import GateOutcome
+from .points import GateOutcome, PointFigures
 
 @dataclass(frozen=True)
 class Setting:
@@ -118,7 +118,10 @@ class PointResult:
     point: Point
     path: Path
     run_id: str
-    figures: dict[str, Any] = field(default_factory=dict)
+    figures: PointFigures = field(default_factory=PointFigures)
+    #: the output token ids of each request by its index (a target-only point's: the greedy
+    #: points' exact-match reference); not written to sweep.json
+    tokens_by_index: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
 
 
 async def _drive(url: str, model: str, prompts: list[dict], point: Point,
@@ -216,7 +219,7 @@ def run_point(point: Point, out_dir: Path, *, model: str, draft: str, tokenizer:
                if isinstance(r, schema.RequestRecord) and r.request_id in sent else r for r in records]
     server = {r.request_id: r for r in records if isinstance(r, schema.RequestRecord)}
     ref = refs.get(point.reference())
-    ref_tokens = ref.figures.get("tokens_by_index") if ref else None
+    ref_tokens = ref.tokens_by_index if ref else None
     extra: list[Any] = [_benchmark(run_id, point, results, wall, server)]
     extra += _evals(run_id, results, server, ref_tokens, point.temperature == 0)
     if ref is not None and ref is not refs.get(point):
@@ -225,17 +228,16 @@ def run_point(point: Point, out_dir: Path, *, model: str, draft: str, tokenizer:
     with TraceWriter(path) as w:
         w.write(records)
         w.write(extra)
-    result = PointResult(point, path, run_id)
-    result.figures["tokens_by_index"] = {int(k.rsplit(":", 1)[1]): tuple(v.output_token_ids)
-                                         for k, v in server.items()}
     _, sections = build_sections([*records, *extra])  # what the trace file now holds
     sec = next(s for s in sections if s.run is not None and s.run.run_id == run_id)
     bench = extra[0].metrics
-    result.figures.update(
-        acceptance_length=sec.totals.mean_acceptance_length,
-        tok_s=bench["output_throughput_tok_s"],
-        tok_s_user=bench["interactivity_tok_s_user_median"], **GateOutcome.of(sec).figures())
-    return result
+    figures = PointFigures(GateOutcome.of(sec), acceptance_length=sec.totals.mean_acceptance_length,
+                           acceptance_rate=sec.totals.acceptance_rate,
+                           tok_s=bench["output_throughput_tok_s"],
+                           tok_s_user=bench["interactivity_tok_s_user_median"])
+    return PointResult(point, path, run_id, figures,
+                       {int(k.rsplit(":", 1)[1]): tuple(v.output_token_ids)
+                        for k, v in server.items()})
 
 
 def _reference_copy(path: Path, ref_run: str, run_id: str) -> list[Any]:
@@ -269,14 +271,15 @@ def run_sweep(points: list[Point], out_dir: str | Path, *, model: str = "tiny",
             refs[point] = res
         results.append(res)
     base = {(r.point.temperature, r.point.concurrency, r.point.input_len, r.point.output_len):
-            r.figures["tok_s"] for r in results if not r.point.setting.steps}
+            r.figures.tok_s for r in results if not r.point.setting.steps}
     for r in results:
         b = base.get((r.point.temperature, r.point.concurrency, r.point.input_len,
                       r.point.output_len))
-        r.figures["speedup_vs_target_only"] = r.figures["tok_s"] / b if b else None
-        r.figures.pop("tokens_by_index", None)
+        tok_s = r.figures.tok_s
+        r.figures = dataclasses.replace(r.figures, speedup_vs_target_only=tok_s / b
+                                        if b and tok_s is not None else None)
     (out / "sweep.json").write_text(json.dumps(
-        [{"point": r.point.name, "trace": r.path.name, "run_id": r.run_id, **r.figures}
+        [{"point": r.point.name, "trace": r.path.name, "run_id": r.run_id, **r.figures.as_dict()}
          for r in results], indent=1))
     return results
 
@@ -286,10 +289,9 @@ def _num(v: Any, spec: str) -> str:
     return "n/a" if v is None else format(v, spec)
 
 
-def _gate(fg: dict[str, Any]) -> str:
+def _gate(g: GateOutcome) -> str:
     """A point's gate and the checks that failed it."""
-    gate = (fg.get("gate") or "n/a").upper()
-    return gate + (" (" + "; ".join(fg["failed"]) + ")" if fg.get("failed") else "")
+    return (g.verdict or "n/a").upper() + (" (" + "; ".join(g.failed) + ")" if g.failed else "")
 
 
 def format_sweep(results: list[PointResult]) -> str:
@@ -299,17 +301,17 @@ def format_sweep(results: list[PointResult]) -> str:
              "tokens/s over target-only at the same temperature, concurrency and lengths)"]
     for r in results:
         fg = r.figures
-        gate = _gate(fg)
-        if fg["anomalies"]:
-            gate += " anomalies: " + ", ".join(sorted(set(fg["anomalies"])))
-        if fg.get("waiting"):
-            gate += " (" + "; ".join(fg["waiting"]) + ")"
+        gate = _gate(fg.gate)
+        if fg.gate.anomalies:
+            gate += " anomalies: " + ", ".join(fg.gate.anomalies)
+        if fg.gate.waiting:
+            gate += " (" + "; ".join(fg.gate.waiting) + ")"
         # FAIL or no gate at all is untrusted; INCONCLUSIVE says so in its own column
-        trusted = ("" if fg["gate"] in ("pass", "inconclusive") or not r.point.setting.steps
+        trusted = ("" if fg.gate.verdict in ("pass", "inconclusive") or not r.point.setting.steps
                    else "  UNTRUSTED")
-        lines.append(f"{r.point.name:<44} {f(fg['acceptance_length'], '5.2f')} "
-                     f"{f(fg['tok_s'], '7.1f')} {f(fg['speedup_vs_target_only'], '6.2f')}x "
-                     f"{f(fg['tok_s_user'], '10.1f')}  {gate}{trusted}")
+        lines.append(f"{r.point.name:<44} {f(fg.acceptance_length, '5.2f')} "
+                     f"{f(fg.tok_s, '7.1f')} {f(fg.speedup_vs_target_only, '6.2f')}x "
+                     f"{f(fg.tok_s_user, '10.1f')}  {gate}{trusted}")
     return "\n".join(lines)
 
 
@@ -324,15 +326,15 @@ def format_engine_sweep(results: list[Any]) -> str:
         if r.status != "ok":
             lines.append(f"{r.point.name:<58} FAILED: {r.error.splitlines()[0][:100] if r.error else '?'}")
             continue
-        gate = _gate(fg)
-        if fg.get("acceptance_rate") is None and not r.point.spec.off:
+        gate = _gate(fg.gate)
+        if fg.acceptance_rate is None and not r.point.spec.off:
             gate += " [acceptance unknown: no verify step recorded, no response counted drafts]"
-        if fg.get("probe"):
-            gate += f" [probe {fg['probe'].upper()}]"
-        untrusted = "" if r.point.spec.off or fg.get("gate") in ("pass", "inconclusive") \
+        if fg.probe:
+            gate += f" [probe {fg.probe.upper()}]"
+        untrusted = "" if r.point.spec.off or fg.gate.verdict in ("pass", "inconclusive") \
             else "  UNTRUSTED"
-        lines.append(f"{r.point.name:<58} {f(fg.get('acceptance_length'), '5.2f')} "
-                     f"{f(fg.get('acceptance_rate'), '5.2f')} {f(fg.get('tok_s'), '7.1f')} "
-                     f"{f(fg.get('ttft_ms_p50'), '8.0f')} {f(fg.get('itl_ms_p50'), '7.1f')}  "
+        lines.append(f"{r.point.name:<58} {f(fg.acceptance_length, '5.2f')} "
+                     f"{f(fg.acceptance_rate, '5.2f')} {f(fg.tok_s, '7.1f')} "
+                     f"{f(fg.ttft_ms_p50, '8.0f')} {f(fg.itl_ms_p50, '7.1f')}  "
                      f"{gate}{untrusted}")
     return "\n".join(lines)

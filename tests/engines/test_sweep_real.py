@@ -54,15 +54,15 @@ def test_llamacpp_sweep_of_two_depths_survives_a_server_that_cannot_start_and_re
     for r in spec:
         fg = r.figures
         # llama.cpp's own per-request counts (timings.draft_n), pooled
-        assert fg["acceptance_rate"] is not None and 0 < fg["acceptance_rate"] <= 1
-        assert fg["acceptance_length"] is None  # no verify steps from outside: unknown, not 0
-        assert fg["probe"] in ("pass", "inconclusive"), fg
-        assert fg["gate"] in ("pass", "inconclusive"), fg
-        assert fg["tok_s"] > 0 and fg["ttft_ms_p50"] > 0
+        assert fg.acceptance_rate is not None and 0 < fg.acceptance_rate <= 1
+        assert fg.acceptance_length is None  # no verify steps from outside: unknown, not 0
+        assert fg.probe in ("pass", "inconclusive"), fg
+        assert fg.gate.verdict in ("pass", "inconclusive"), fg
+        assert fg.tok_s > 0 and fg.ttft_ms_p50 > 0
     runs = stored_runs(out)
     for r in spec:  # report reads the same acceptance and gate from the store
-        assert runs[r.run_id]["totals"]["acceptance_rate"] == r.figures["acceptance_rate"]
-        assert runs[r.run_id]["run"]["labels"]["sweep_gate"] == r.figures["gate"]
+        assert runs[r.run_id]["totals"]["acceptance_rate"] == r.figures.acceptance_rate
+        assert runs[r.run_id]["run"]["labels"]["sweep_gate"] == r.figures.gate.verdict
     for r in results:  # every point, failed ones too, is a run of the store with its config
         assert r.run_id in runs, r.run_id
         assert runs[r.run_id]["run"]["config_id"] == r.point.name
@@ -104,9 +104,9 @@ def test_vllm_sweep_of_two_settings_gates_each_point_and_records_the_top_k_crash
             continue
         # the plugin's records of this point's window, and its gate
         assert sec["totals"]["num_verify_steps"] > 0
-        assert r.figures["acceptance_length"] is not None and r.figures["acceptance_length"] >= 1
-        assert r.figures["gate"] in ("pass", "inconclusive"), (r.point.name, r.figures)
-        assert r.figures["probe"] is None  # the plugin inside decides; no probe
+        assert r.figures.acceptance_length is not None and r.figures.acceptance_length >= 1
+        assert r.figures.gate.verdict in ("pass", "inconclusive"), (r.point.name, r.figures)
+        assert r.figures.probe is None  # the plugin inside decides; no probe
         assert any(c["check"].startswith("greedy exact match")
                    for c in sec["eval"]["gate"]["checks"]), sec["eval"]["gate"]
     # one server's two concurrencies are two runs, each with its own window's steps
@@ -139,15 +139,15 @@ def test_sglang_sweep_fails_the_temperature_points_whose_acceptance_looks_like_g
     named = by_name(results)
     greedy = named["sglang-standalone-3-1-4-t0-c2-in0-out32"].figures
     hot = named["sglang-standalone-3-1-4-t0.8-c2-in0-out32"].figures
-    assert hot["gate"] == "fail", hot
-    assert "silent_greedy" in hot["anomalies"], hot
-    assert greedy["gate"] in ("pass", "inconclusive"), greedy
+    assert hot.gate.verdict == "fail", hot
+    assert "silent_greedy" in hot.gate.anomalies, hot
+    assert greedy.gate.verdict in ("pass", "inconclusive"), greedy
     # its acceptance looks as healthy as greedy's: verify is greedy after a sampled first
     # token, so each answer is a greedy one from another start and the two points differ only
     # by which texts they hold (16 answers of about 11 steps each: their acceptance lengths'
     # means part by 0.3 at one standard deviation; 8 answers once read 2.13 against 2.98).
     # Within 40% of the greedy point's, over 4 standard deviations away
-    assert hot["acceptance_length"] >= 0.6 * greedy["acceptance_length"], (hot, greedy)
+    assert hot.acceptance_length >= 0.6 * greedy.acceptance_length, (hot, greedy)
     section = stored_runs(out)[named["sglang-standalone-3-1-4-t0.8-c2-in0-out32"].run_id]
     assert section["run"]["engine"] == "sglang"
     assert any(isinstance(r, schema.VerifyStepRecord) for r in

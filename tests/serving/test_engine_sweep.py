@@ -135,10 +135,13 @@ def test_the_table_says_why_an_acceptance_is_unknown():
     from specscope.serving.sweep import format_engine_sweep
 
     off, spec = plan_engine("llamacpp", ["ngram-simple:4"], [0.0], [2], ["0:8"])
-    figures = {"gate": "inconclusive", "probe": "inconclusive", "acceptance_rate": None,
-               "acceptance_length": None, "tok_s": 90.0, "ttft_ms_p50": 75.0, "itl_ms_p50": 13.0}
-    table = format_engine_sweep([EnginePointResult(off, "a", "ok", dict(figures)),
-                                 EnginePointResult(spec, "b", "ok", dict(figures))])
+    from specscope.serving.points import GateOutcome, PointFigures
+
+    figures = PointFigures(GateOutcome("inconclusive", (), (), ()), probe="inconclusive",
+                           acceptance_rate=None, acceptance_length=None, tok_s=90.0,
+                           ttft_ms_p50=75.0, itl_ms_p50=13.0)
+    table = format_engine_sweep([EnginePointResult(off, "a", "ok", figures),
+                                 EnginePointResult(spec, "b", "ok", figures)])
     rows = table.splitlines()[2:]
     assert "acceptance unknown" not in rows[0] and "acceptance unknown" in rows[1]
     assert " n/a " in rows[1] and "INCONCLUSIVE" in rows[1]

@@ -29,16 +29,16 @@ def test_sweep_gates_each_point_and_flags_the_faulted_one(tmp_path):
     table = format_sweep(results)
     print(table)
     by = {(r.point.setting.name, r.point.temperature): r for r in results}
-    assert by[("3-1-4", 0.0)].figures["gate"] == "pass"  # greedy output == target-only output
+    assert by[("3-1-4", 0.0)].figures.gate.verdict == "pass"  # greedy output == target-only output
     # sampled: nothing fails; 32 requests of 40 tokens may be too few to rule out a 30-point
     # rise in invalid output against the reference, or (the whole-distribution and acceptance
     # tests need several hundred positions) a sampling fault of the stated sizes, so the gate
     # may say INCONCLUSIVE, each waiting check with what it would need
     sampled = by[("3-1-4", 0.8)].figures
-    assert sampled["gate"] in ("pass", "inconclusive") and not sampled["failed"]
-    assert all("need" in w or "leans" in w for w in sampled["waiting"]), sampled["waiting"]
+    assert sampled.gate.verdict in ("pass", "inconclusive") and not sampled.gate.failed
+    assert all("need" in w or "leans" in w for w in sampled.gate.waiting), sampled.gate.waiting
     faulted = by[("2-1-3", 0.8)]
-    assert faulted.figures["gate"] == "fail" and "silent_greedy" in faulted.figures["anomalies"]
+    assert faulted.figures.gate.verdict == "fail" and "silent_greedy" in faulted.figures.gate.anomalies
     assert "UNTRUSTED" in next(line for line in table.splitlines() if faulted.point.name in line)
     # one trace per point, with the point's labels, the client's throughput, eval records and
     # the target-only reference the gate compared against
