@@ -185,7 +185,7 @@ def _is_trace(path: Path) -> bool:
     return '"kind"' in first and '"header"' in first
 
 
-def _first_measured(records: list[Any]) -> str:
+def _first_measured(records: list[schema.Record]) -> str:
     runs = [r.run_id for r in records if isinstance(r, schema.RunRecord)
             and r.labels.get("role") != "reference"]
     if not runs:

@@ -7,7 +7,7 @@ Times are integer nanoseconds; units change only at the edges.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Union
 
 #: Written into every trace file; readers refuse any version not in READABLE_VERSIONS.
 SCHEMA_VERSION = 11
@@ -349,7 +349,7 @@ class HookHealthRecord:
 HEALTH_EVERY_S = 10.0
 
 
-def latest_health(records: Iterable[Any]) -> list[HookHealthRecord]:
+def latest_health(records: Iterable[Record]) -> list[HookHealthRecord]:
     """Each recording process's latest HookHealthRecord (records are cumulative), final over
     snapshot, in the order the processes first appear."""
     out: dict[tuple, HookHealthRecord] = {}
@@ -453,12 +453,16 @@ RECORD_TYPES: dict[str, type] = {
     "benchmark": BenchmarkRecord,
 }
 KIND_OF = {cls: kind for kind, cls in RECORD_TYPES.items()}
+#: any record of the contract (what a trace holds)
+Record = Union[RunRecord, VerifyStepRecord, RequestRecord, PhaseRecord, FallbackRecord,
+               MismatchRecord, EvalRecord, AnomalyRecord, HookHealthRecord, SpecCountsRecord,
+               EngineCountsRecord, SampleRecord, BenchmarkRecord]
 #: a record's own times, in the order ``time_ns`` reads them; never a run's ``started_ns`` (an
 #: engine's start, perhaps days before its records)
 TIME_FIELDS = ("t_ns", "t_start_ns", "t_finish_ns", "t_arrival_ns")
 
 
-def time_ns(record: Any, *, end: bool = False) -> int | None:
+def time_ns(record: Record | Mapping[str, Any], *, end: bool = False) -> int | None:
     """A record's own time: its ``t_ns``, else its start (a phase's ``t_start_ns``; with ``end``
     first its finish, a request's ``t_finish_ns``: the moment it was complete), else the other,
     else a request's arrival; None where it has none. Reads a record or a row (a dict) alike."""
@@ -470,7 +474,7 @@ def time_ns(record: Any, *, end: bool = False) -> int | None:
     return None
 
 
-def node_of(record: Any, runs: Mapping[str, Any]) -> str:
+def node_of(record: Record, runs: Mapping[str, RunRecord]) -> str:
     """The node a record was recorded on: its own, else (a kind without one, as an eval) its
     run's in ``runs`` (run id -> run record), else ""."""
     own = getattr(record, "node", None)

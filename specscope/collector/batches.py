@@ -57,7 +57,7 @@ def _class(r: Any) -> int | None:
     return None
 
 
-def batch_classes(records: Iterable[Any]) -> list[BatchClass]:
+def batch_classes(records: Iterable[Any]) -> list[BatchClass]:  # (records, VerifyColumns)
     """Every run's verify steps split by batch-size class, each class checked by its run's
     detectors; ordered by run, then class."""
     from ..io.columns import expand  # a trace's columnar verify steps, as records
@@ -67,7 +67,7 @@ def batch_classes(records: Iterable[Any]) -> list[BatchClass]:
     steps: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (run, request) -> (class, tokens)
     for r in records:
         size = _class(r)
-        if size is not None:
+        if size is not None and isinstance(r, schema.VerifyStepRecord):
             for e in r.entries:
                 steps.setdefault((r.run_id, e.request_id), []).append((size, e.num_accepted + 1))
     _exact_by_class(records, steps, {(c.run_id, c.size): c for c in out})
@@ -77,7 +77,7 @@ def batch_classes(records: Iterable[Any]) -> list[BatchClass]:
     return out
 
 
-def _exact_by_class(records: list[Any], steps: dict[tuple[str, str], list[tuple[int, int]]],
+def _exact_by_class(records: list[schema.Record], steps: dict[tuple[str, str], list[tuple[int, int]]],
                     classes: dict[tuple[str, int], BatchClass]) -> None:
     from .diverge import diverge
 

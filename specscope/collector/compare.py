@@ -55,7 +55,7 @@ class RunSample:
     temperatures: tuple[float, ...] = ()  #: the sampling temperatures its requests asked for
 
 
-def run_sample(records: Iterable[Any], run_id: str) -> RunSample:
+def run_sample(records: Iterable[schema.Record], run_id: str) -> RunSample:
     """Per-request arrays of ``run_id`` from its records (and its reference run's stats)."""
     records = list(records)
     ref_ids = {r.run_id for r in records if isinstance(r, schema.RunRecord)

@@ -7,7 +7,7 @@ runs; each class says what it measured.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from .. import schema
 from ..exact import ALPHA, PASS_ALPHA, decide_rate, fmt_p, one_sided_excess, tie_margin
@@ -246,7 +246,7 @@ class DriftDetector:
 
     alpha: float = DRIFT_ALPHA
 
-    def check(self, records: Sequence[Any], run_id: str = "") -> list[schema.AnomalyRecord]:
+    def check(self, records: Sequence[schema.Record], run_id: str = "") -> list[schema.AnomalyRecord]:
         found = drift(records, alpha=self.alpha)
         out = []
         for t in found.flagged:

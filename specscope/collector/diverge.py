@@ -186,7 +186,7 @@ def _dtype(run: schema.RunRecord | None) -> str:
     return DEFAULT_DTYPE
 
 
-def diverge(records: Iterable[Any], reference: Iterable[Any] | None = None,
+def diverge(records: Iterable[schema.Record], reference: Iterable[Any] | None = None,
             run_id: str | None = None, dtype: str | None = None) -> list[DivergeResult]:
     """One result per measured run of ``records`` that has greedy requests, against
     ``reference`` (records of a target-only run) or the trace's own reference run; ``dtype``

@@ -137,7 +137,7 @@ class Drift:
         return [t for t in self.trends if t.flagged]
 
 
-def points(records: Iterable[Any]) -> list[Point]:
+def points(records: Iterable[schema.Record]) -> list[Point]:
     """Acceptance per draft position from verify steps (each request's entry, its class from
     its request record) or, where a run has none, from counter windows."""
     records = list(records)
@@ -166,7 +166,7 @@ def points(records: Iterable[Any]) -> list[Point]:
     return out
 
 
-def starts(records: Iterable[Any]) -> dict[str, list[int]]:
+def starts(records: Iterable[schema.Record]) -> dict[str, list[int]]:
     """The engine starts the run records say (ns since the epoch), in order, per node."""
     out: dict[str, set[int]] = {}
     for r in records:
@@ -201,7 +201,7 @@ def _cells(p: Point, klass: str) -> Iterable[tuple[tuple[str, int], int, int, in
         yield (klass, i), d, a, 0
 
 
-def drift(records: Iterable[Any], *, bins: int = BINS, alpha: float = ALPHA,
+def drift(records: Iterable[schema.Record], *, bins: int = BINS, alpha: float = ALPHA,
           min_fall: float = MIN_FALL, min_bin_tokens: int = MIN_BIN_TOKENS,
           by_class: bool = True, trends: bool = True) -> Drift:
     """The trend of acceptance on uptime per (class, position) over one run's records

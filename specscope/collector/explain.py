@@ -38,7 +38,7 @@ from .stats import SpecStats
 SPEC_PHASES = ("draft_extend", "draft", "verify_forward", "verify_sample")
 
 
-def _steps(records: Sequence[Any]) -> dict[int, list[schema.PhaseRecord]]:
+def _steps(records: Sequence[schema.Record]) -> dict[int, list[schema.PhaseRecord]]:
     by: dict[int, list[schema.PhaseRecord]] = defaultdict(list)
     for p in records:
         if isinstance(p, schema.PhaseRecord) and p.step >= 0 and p.phase != "prefill":
@@ -50,7 +50,7 @@ def _span_ms(phases: list[schema.PhaseRecord]) -> float:
     return (max(p.t_start_ns + p.duration_ns for p in phases) - min(p.t_start_ns for p in phases)) / 1e6
 
 
-def _wall(records: Sequence[Any]) -> tuple[int, float | None]:
+def _wall(records: Sequence[schema.Record]) -> tuple[int, float | None]:
     """Output tokens and busy seconds (some request in flight: a run that takes turns with
     others is not charged for the time it waited)."""
     reqs = [r for r in records if isinstance(r, schema.RequestRecord) and r.t_finish_ns]
@@ -59,7 +59,7 @@ def _wall(records: Sequence[Any]) -> tuple[int, float | None]:
     return sum(r.num_output_tokens for r in reqs), busy_seconds(reqs)
 
 
-def _cycles(records: Sequence[Any], steps: dict[int, list[schema.PhaseRecord]]) -> dict[int, float]:
+def _cycles(records: Sequence[schema.Record], steps: dict[int, list[schema.PhaseRecord]]) -> dict[int, float]:
     """step -> ms from its first phase's start to the next step's start: the host work between
     steps (commit, scheduling) is the step's idle time, measured from the phases' own clocks,
     not from the run's wall clock. A step followed by a prefill (a wave's end, a new request)
@@ -71,7 +71,7 @@ def _cycles(records: Sequence[Any], steps: dict[int, list[schema.PhaseRecord]]) 
             if n is not None and n1 is not None}
 
 
-def step_spans(records: Sequence[Any]) -> dict[int, tuple[int, float]]:
+def step_spans(records: Sequence[schema.Record]) -> dict[int, tuple[int, float]]:
     """step -> (its start ns, its span ms: to the next step's start, else its phases' own)."""
     steps = _steps(records)
     cycle = _cycles(records, steps)
@@ -79,7 +79,7 @@ def step_spans(records: Sequence[Any]) -> dict[int, tuple[int, float]]:
             for n, ph in steps.items()}
 
 
-def run_factors(records: Sequence[Any], only: set[int] | None = None) -> dict[str, Any]:
+def run_factors(records: Sequence[schema.Record], only: set[int] | None = None) -> dict[str, Any]:
     """The measured factors of one run (speculative or target-only); with ``only``, of those
     steps alone (each step's span still ends where the run's next step or prefill starts)."""
     steps = _steps(records)
@@ -136,7 +136,7 @@ def batch_class(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def step_batches(records: Sequence[Any]) -> dict[int, int]:
+def step_batches(records: Sequence[schema.Record]) -> dict[int, int]:
     """step -> running batch of each step: a speculative step's own batch size; a target-only
     decode step's, the requests between their first token and their finish at its start."""
     import bisect
@@ -187,7 +187,7 @@ def by_batch(spec: Sequence[Any], base: Sequence[Any], *, tpot_ms: float | None 
     return out
 
 
-def _category_sums(records: Sequence[Any], prompts: set[str] | None) -> dict[str, list[float]]:
+def _category_sums(records: Sequence[schema.Record], prompts: set[str] | None) -> dict[str, list[float]]:
     """category -> [requests, output tokens, steps it took part in, their ms, TTFT ms, E2E ms]
     over the run's requests (of ``prompts`` only, where given). A request takes part in the
     steps that start after its first token and before its finish."""
@@ -321,7 +321,7 @@ def verdict(rows: list[dict[str, Any]], t_target_ms: float, tpot_ms: float | Non
     return out
 
 
-def pairs(records: Iterable[Any], baseline: Iterable[Any] | None = None) -> list[tuple[str, list, list]]:
+def pairs(records: Iterable[schema.Record], baseline: Iterable[Any] | None = None) -> list[tuple[str, list, list]]:
     """(run id, its records, its baseline's records) for every speculative run: the baseline
     is its ``reference_for`` run in the trace, else the first run without speculation of
     ``baseline`` (or of the trace)."""
@@ -350,7 +350,7 @@ def pairs(records: Iterable[Any], baseline: Iterable[Any] | None = None) -> list
     return out
 
 
-def explain_all(records: Iterable[Any], baseline: Iterable[Any] | None = None, *,
+def explain_all(records: Iterable[schema.Record], baseline: Iterable[Any] | None = None, *,
                 tpot_ms: float | None = None) -> dict[str, Any]:
     """``specscope explain --json``'s object: every speculative run against its baseline (its
     reference run, or ``baseline``'s), and the verdicts as engine settings; ``runs`` is empty

@@ -38,7 +38,7 @@ def _node(r: Any) -> str | None:
     return None if not hasattr(r, "node") or isinstance(r, schema.AnomalyRecord) else r.node
 
 
-def node_shares(records: Iterable[Any]) -> list[NodeShare]:
+def node_shares(records: Iterable[schema.Record]) -> list[NodeShare]:
     """Every run's records split by node, each share checked by its run's detectors; ordered by
     run, then node. Runs labelled ``role=reference`` are left out."""
     return shares(records, _node, make=NodeShare, references=False)

@@ -13,7 +13,7 @@ from .. import schema
 DRAFT_PHASES = ("draft", "draft_extend", "draft_per_token")
 
 
-def phase_breakdown(records: Iterable[Any]) -> dict[str, Any]:
+def phase_breakdown(records: Iterable[schema.Record]) -> dict[str, Any]:
     """Per phase: total and mean seconds and share of phase time; time per committed token
     (accepted drafts plus the bonus token; a target-only run's output tokens); draft overhead
     share; idle gaps inside steps

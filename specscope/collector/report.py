@@ -111,7 +111,7 @@ def _acceptance(s: SpecStats) -> dict[str, Any]:
     return {**f, "per_position_acceptance": tuple(f["per_position_acceptance"] or ())}
 
 
-def _windows(records: Sequence[Any], window_s: float | None,
+def _windows(records: Sequence[schema.Record], window_s: float | None,
              target_only: bool = False) -> list[Window]:
     timed: list[tuple[int, Any]] = [(r.t_ns, r) for r in records
                                     if isinstance(r, _WINDOWED) and r.t_ns]
@@ -216,7 +216,7 @@ def _request_summary(per_request: Sequence[schema.AnomalyRecord], pooled: set[st
     return out
 
 
-def request_truth(records: Iterable[Any], run_id: str = "",
+def request_truth(records: Iterable[schema.Record], run_id: str = "",
                   detector: SamplingTruthDetector = SamplingTruthDetector(
                       alpha=PER_REQUEST_ALPHA)) -> list[schema.AnomalyRecord]:
     """The sampling-truth test on each request's own positions: the requests that carry the
@@ -238,7 +238,7 @@ def request_truth(records: Iterable[Any], run_id: str = "",
     return out
 
 
-def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
+def _run_section(records: Sequence[schema.Record], run: schema.RunRecord | None,
                  reference: Sequence[Any] | None, window_s: float | None,
                  baseline: SpecStats | None = None) -> Section:
     s = SpecStats().observe_all(records)
@@ -269,7 +269,7 @@ def _run_section(records: Sequence[Any], run: schema.RunRecord | None,
                    engine_counts=EngineSeen.from_dict(seen) if seen else None)
 
 
-def probe_section(run: schema.RunRecord, records: Sequence[Any]) -> ProbeSummary:
+def probe_section(run: schema.RunRecord, records: Sequence[schema.Record]) -> ProbeSummary:
     """A ``specscope probe`` trace: its verdict, the endpoint, and each failing check as the
     probe recorded it (its anomalies)."""
     found = [r for r in records if isinstance(r, schema.AnomalyRecord)]
@@ -366,7 +366,7 @@ def _section(s: SpecStats, run: schema.RunRecord | None, windows: Sequence[Windo
         hooks=tuple(health))
 
 
-def measured_stats(records: Iterable[Any]) -> SpecStats:
+def measured_stats(records: Iterable[schema.Record]) -> SpecStats:
     """Pooled stats of a trace's measured runs (reference runs left out): a baseline."""
     records = list(records)
     refs = {r.run_id for r in records
@@ -374,7 +374,7 @@ def measured_stats(records: Iterable[Any]) -> SpecStats:
     return SpecStats().observe_all(r for r in records if getattr(r, "run_id", "") not in refs)
 
 
-def build_sections(records: Iterable[Any], *, window_s: float | None = None,
+def build_sections(records: Iterable[schema.Record], *, window_s: float | None = None,
                    baseline: Iterable[Any] | None = None) -> tuple[Section, list[Section]]:
     """A trace's sections: the pooled one (its ``totals``/``windows``) and one per run.
 
@@ -425,7 +425,7 @@ def report_json(report: dict[str, Any]) -> str:
     return json.dumps(report, indent=1, default=str) + "\n"
 
 
-def build_report(records: Iterable[Any], *, window_s: float | None = None,
+def build_report(records: Iterable[schema.Record], *, window_s: float | None = None,
                  problems: Sequence[Any] = (), baseline: Iterable[Any] | None = None) -> dict[str, Any]:
     """A trace's report as ``report --json`` writes it (``build_sections``: the same, typed)."""
     top, sections = build_sections(records, window_s=window_s, baseline=baseline)

@@ -57,7 +57,7 @@ class RequestRow:
         return self.acceptance.rate
 
 
-def request_rows(records: Iterable[Any]) -> list[RequestRow]:
+def request_rows(records: Iterable[schema.Record]) -> list[RequestRow]:
     """One row per request, in trace order, with its flags."""
     records = list(records)
     runs = {r.run_id: r for r in records if isinstance(r, schema.RunRecord)}
@@ -163,7 +163,7 @@ def _key(r: RequestRow, by_prompt: dict[tuple[str, str], str]) -> str:
     return by_prompt.get((r.run_id, r.request_id)) or r.request_id
 
 
-def own_reference(records: Sequence[Any]) -> tuple[list[Any], list[Any] | None]:
+def own_reference(records: Sequence[schema.Record]) -> tuple[list[Any], list[Any] | None]:
     """A trace recorded with its reference run (``record``'s default): (the other runs'
     records, the reference run's), else (the records, None)."""
     refs = {r.run_id for r in records if isinstance(r, schema.RunRecord)
@@ -174,7 +174,7 @@ def own_reference(records: Sequence[Any]) -> tuple[list[Any], list[Any] | None]:
             [r for r in records if getattr(r, "run_id", None) in refs])
 
 
-def category_rows(records: Iterable[Any], baseline: Iterable[Any] | None = None, *,
+def category_rows(records: Iterable[schema.Record], baseline: Iterable[Any] | None = None, *,
                   n_boot: int = 2000, seed: int = 0) -> list[CategoryRow]:
     """Per workload category (uncategorised requests under ""), with the speedup over a
     baseline run of the same prompts where one is given (requests matched by prompt id, else by

@@ -23,7 +23,7 @@ traffic before it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from .. import schema
 from ..exact import ALPHA, one_sided_excess
@@ -77,7 +77,7 @@ def slot_outliers(drafted: Sequence[int], accepted: Sequence[int], *, alpha: flo
     return out
 
 
-def rank_counts(records: Iterable[Any]) -> dict[tuple[str, int], tuple[int, int]]:
+def rank_counts(records: Iterable[schema.Record]) -> dict[tuple[str, int], tuple[int, int]]:
     """Draft tokens and accepted ones per (node, rank) (llama.cpp's slot, where its log was
     imported): from the verify steps where the records have any, else from the requests' own
     counts (never both: a rank with requests only is then left out)."""

@@ -307,7 +307,7 @@ class SpecStats:
             if self.last_depth:
                 self.off_since_ns = None
 
-    def observe_all(self, records: Iterable[Any]) -> "SpecStats":
+    def observe_all(self, records: Iterable[schema.Record]) -> "SpecStats":
         for r in records:
             self.observe(r)
         return self

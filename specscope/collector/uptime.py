@@ -23,7 +23,7 @@ class RunUptime:
     judged: Drift  #: per class: the trends tested (what the report's anomaly reads)
 
 
-def uptime_runs(records: Iterable[Any], judged: bool = True) -> list[RunUptime]:
+def uptime_runs(records: Iterable[schema.Record], judged: bool = True) -> list[RunUptime]:
     """Each measured run's uptime figures (runs without acceptance left out; reference runs
     too); ``judged=False``: the spans only, no trend fitted (a figure)."""
     by_run: dict[str, list[Any]] = {}

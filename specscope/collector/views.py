@@ -44,7 +44,7 @@ def _trim(values: Iterable[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def view_counts(name: str, records: Iterable[Any]) -> ViewCounts:
+def view_counts(name: str, records: Iterable[schema.Record]) -> ViewCounts:
     """A view's counts from its records: verify steps (a trace) or interval counters (imports,
     scrapes). A count is None unless every record that carries counts gives it."""
     stats = SpecStats()
@@ -129,7 +129,7 @@ def format_views(a: ViewAgreement) -> str:
     return "\n".join(lines)
 
 
-def seen_by_hooks(records: Iterable[Any]) -> dict[str, Any] | None:
+def seen_by_hooks(records: Iterable[schema.Record]) -> dict[str, Any] | None:
     """The verify steps the hooks recorded against the engine's own counts read beside them
     (EngineCountsRecord: the latest of each process, summed), up to the time of the latest:
     what the hooks did not see (``not_seen``, None where the counts are equal; negative where

@@ -12,7 +12,7 @@ has another length than the record's, keeps no margins (its verdict stays unknow
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable
+from typing import Iterable
 
 import torch
 
@@ -22,7 +22,7 @@ from .models import ModelPair
 
 @dataclasses.dataclass
 class Recomputed:
-    records: list[Any]  #: the input records, those recomputed replaced
+    records: list[schema.Record]  #: the input records, those recomputed replaced
     recomputed: int = 0
     skipped: dict[str, int] = dataclasses.field(default_factory=dict)  #: why -> requests
 
@@ -44,7 +44,7 @@ def margins_of(pair: ModelPair, prompt: list[int], output: list[int]) -> tuple[l
     return ((top.values[:, 0] - top.values[:, 1]).tolist(), top.indices[:, 1].tolist())
 
 
-def recompute(records: Iterable[Any], pair: ModelPair, runs: set[str] | None = None) -> Recomputed:
+def recompute(records: Iterable[schema.Record], pair: ModelPair, runs: set[str] | None = None) -> Recomputed:
     """Fill in the margins of every greedy request record without them (of ``runs`` only, when
     given: the reference runs)."""
     prompts = _prompts(pair)

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 from .. import schema
 
 
-def chrome_trace(records: Iterable[Any]) -> dict[str, Any]:
+def chrome_trace(records: Iterable[schema.Record]) -> dict[str, Any]:
     events: list[dict[str, Any]] = []
     pids: dict[tuple[str, int], int] = {}
     tids: dict[str, int] = {}
@@ -33,5 +33,5 @@ def chrome_trace(records: Iterable[Any]) -> dict[str, Any]:
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def chrome_trace_json(records: Iterable[Any]) -> str:
+def chrome_trace_json(records: Iterable[schema.Record]) -> str:
     return json.dumps(chrome_trace(records))

@@ -51,7 +51,7 @@ class ImportResult:
     """
 
     format: str
-    records: list[Any] = field(default_factory=list)
+    records: list[schema.Record] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     lines_read: int = 0
     emit: Any = None  #: Callable[[list], None] | None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 from .. import schema
 from . import import_file
@@ -33,7 +33,7 @@ class CheckResult:
         return all(t.failed == 0 for t in self.identities)
 
 
-def record_identities(res: ImportResult, records: Iterable[Any], file: str) -> None:
+def record_identities(res: ImportResult, records: Iterable[schema.Record], file: str) -> None:
     """Identities that follow from the records themselves, added to ``res``."""
     requests = [r for r in records if isinstance(r, schema.RequestRecord)]
     verify = [r for r in records if isinstance(r, schema.VerifyStepRecord)]

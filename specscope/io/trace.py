@@ -27,7 +27,7 @@ HEADER_KIND = "header"
 class Trace:
     """Records read from one or more trace files, and what could not be read."""
 
-    records: list[Any] = field(default_factory=list)
+    records: list[schema.Record] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     truncated_tail: int = 0  #: records lost to an unfinished last line (a killed writer)
 
@@ -58,7 +58,7 @@ class TraceWriter:
         self._write_text(json.dumps({"kind": HEADER_KIND, "schema_version": schema.SCHEMA_VERSION,
                                      "created_ns": time.time_ns()}) + "\n")
 
-    def write(self, records: Sequence[Any]) -> None:
+    def write(self, records: Sequence[Any]) -> None:  # (records, and VerifyColumns)
         from .columns import VerifyColumns
         from .intervals import BATCHES
 
@@ -130,7 +130,7 @@ def open_writer(path: str | os.PathLike, **options: Any) -> Any:
     return TraceWriter(path)  # JSONL is flushed per batch already: nothing to roll
 
 
-def write_trace(path: str | os.PathLike, records: Iterable[Any]) -> str | Path:
+def write_trace(path: str | os.PathLike, records: Iterable[schema.Record]) -> str | Path:
     """Write records to a new trace in one go: Parquet for ``.parquet``, JSONL otherwise."""
     if is_parquet_path(path):
         from .parquet import write_parquet
@@ -253,7 +253,7 @@ def sniff(path: Path) -> str:
     return kind
 
 
-def dumps_records(records: Iterable[Any]) -> str:
+def dumps_records(records: Iterable[schema.Record]) -> str:
     """Records as JSONL text with a header, for tests and pipes."""
     buf = io.StringIO()
     buf.write(json.dumps({"kind": HEADER_KIND, "schema_version": schema.SCHEMA_VERSION}) + "\n")

@@ -368,7 +368,7 @@ def _index(request_id: str) -> int:
     return int(request_id.rsplit(":", 1)[1])
 
 
-def _reference_of(records: list[Any], run_id: str) -> tuple[list[Any], list[Any]]:
+def _reference_of(records: list[schema.Record], run_id: str) -> tuple[list[Any], list[Any]]:
     """A target-only point's first-round requests and evals: what later points compare with."""
     return ([r for r in records if isinstance(r, schema.RequestRecord) and r.run_id == run_id
              and "/r" not in r.request_id],
