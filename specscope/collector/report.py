@@ -18,11 +18,10 @@ from .detectors import (DRAFT_CHECK, TRUTH_CHECK, AcceptanceRegressionDetector, 
                         QualityDetector, SamplingTruthDetector, SlotDetector, detectors_for,
                         evaluate)
 from .slots import rank_counts
-from .evalgate import eval_gate
+from .evalgate import eval_gate, gate_text
 from ..exact import PER_REQUEST_ALPHA
 from . import busy as _busy
 from .configured import kind_of
-from .evalgate import gate_text
 from .section import (Anomaly, Benchmark, DraftHealth, EngineSeen, FlaggedRequest, GateCheck,
                       Percentiles, ProbeSummary, Section, Totals, Truth, Window)
 from .stats import SpecStats, TruthStats, token_times
@@ -97,7 +96,7 @@ def window_figures(t_s: float | None, window_s: float | None, s: SpecStats,
                    index: int | None = None) -> Window:
     """One window: acceptance figures, committed tokens (accepted + bonus) and fallbacks.
     ``t_s`` None: the source gave no time; the window is line ``index`` of it, in file order."""
-    return Window(time=t_s, window_s=window_s, **_acceptance(s),
+    return Window(time=t_s, window_s=window_s, **_acceptance_of(s),
                   #: one token per request-step that drafted nothing (speculation off)
                   committed_tokens=s.accepted_tokens + s.num_drafts + s.undrafted_request_steps,
                   fallbacks=dict(s.fallbacks),
@@ -106,7 +105,7 @@ def window_figures(t_s: float | None, window_s: float | None, s: SpecStats,
                   index=index)
 
 
-def _acceptance(s: SpecStats) -> dict[str, Any]:
+def _acceptance_of(s: SpecStats) -> dict[str, Any]:
     f = spec_figures(s)
     return {**f, "per_position_acceptance": tuple(f["per_position_acceptance"] or ())}
 
@@ -332,7 +331,7 @@ def _section(s: SpecStats, run: schema.RunRecord | None, windows: Sequence[Windo
         #: (verification not per-token by configuration), and why (collector/configured.py)
         verification=kind or "measured", verification_why=kind_why or None,
         totals=Totals(
-            **_acceptance(s), accept_length_histogram=dict(sorted(s.accept_len_hist.items())),
+            **_acceptance_of(s), accept_length_histogram=dict(sorted(s.accept_len_hist.items())),
             num_verify_steps=s.num_steps, num_requests=s.num_requests,
             output_tokens=s.output_tokens,
             #: output tokens over the run's busy time (some request in flight), else over its

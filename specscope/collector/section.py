@@ -280,9 +280,12 @@ class EngineSeen:
 
     @classmethod
     def from_dict(cls, e: Mapping[str, Any]) -> EngineSeen:
+        def counts(m: Any) -> dict[str, Any]:  # (per-position lists as JSON has them)
+            return {k: list(v) if isinstance(v, tuple) else v for k, v in (m or {}).items()}
+
         return cls(tuple(e.get("engine") or ()), bool(e.get("final")),
-                   dict(e.get("engine_counts") or {}), dict(e.get("hook_counts") or {}),
-                   dict(e["not_seen"]) if e.get("not_seen") is not None else None,
+                   counts(e.get("engine_counts")), counts(e.get("hook_counts")),
+                   counts(e["not_seen"]) if e.get("not_seen") is not None else None,
                    int(e.get("steps_after") or 0))
 
     def as_dict(self) -> dict[str, Any]:

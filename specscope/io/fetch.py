@@ -77,6 +77,8 @@ def get_text(url: str, *, timeout_s: float = 10.0, max_bytes: int | None = None,
 
     try:
         with http.stream("GET", url, headers=headers or {}, timeout=timeout_s) as resp:
+            if resp.is_error:  # its words, for the error (an error page is short)
+                resp.read()
             resp.raise_for_status()
             body = bytearray()
             for chunk in resp.iter_bytes():

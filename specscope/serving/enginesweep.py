@@ -31,9 +31,9 @@ from typing import Any, Callable, Iterable
 from .. import schema
 from ..collector import evalgate
 from ..collector.report import build_sections
-from .points import GateOutcome, PointFigures
 from ..io import fetch
 from . import client as cl
+from .points import GateOutcome, PointFigures
 from .engines import Axis, EngineOptions, Speculation, engine_server, parse_speculation
 
 #: the timing keys a point's sweep.json row carries beside its figures
@@ -285,7 +285,13 @@ def _serve(todo: list[EnginePoint], out: Path, options: EngineOptions, *, reques
                                    error=f"server did not start: {exc}\n{_last_words(srv)}")
     clock["start_s"] = time.perf_counter() - clock["start_s"]
     try:
-        model = fetch.served_model(srv.url) if failed is None else ""
+        model = ""
+        if failed is None:
+            try:
+                model = fetch.served_model(srv.url)
+            except fetch.FetchError as exc:  # the engine's answer is the point's outcome
+                failed = EnginePointResult(todo[0], f"sweep-{todo[0].name}", "failed",
+                                           error=str(exc))  # (its last words follow below)
         if failed is None:  # warm-up, outside every window
             t = time.perf_counter()
             cl.send(srv.url, model, points.prompts(1, 0), run_id="warmup", temperature=0.0,

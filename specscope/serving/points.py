@@ -1,6 +1,7 @@
 """What both sweeps share about a point: the prompts it sends and its gate as the sweep decides
 it (the report's eval gate, joined by the probe's verdict where the probe checked the server).
-The reference sweep (``sweep``) and the engine sweep (``enginesweep``) read them here."""
+The reference sweep (``sweep``) and the engine sweep (``enginesweep``) read them here. Imports
+the collector's read model and the shipped prompt set only: never a server or the network."""
 
 from __future__ import annotations
 

@@ -26,9 +26,8 @@ from ..collector import evalgate
 from ..collector.report import build_sections
 from ..io.trace import TraceWriter, read_trace
 from ..io import fetch
-from . import points
 from .harness import ServerProcess
-from .points import GateOutcome, PointFigures
+from .points import GateOutcome, PointFigures, prompts as point_prompts
 
 @dataclass(frozen=True)
 class Setting:
@@ -208,7 +207,7 @@ def run_point(point: Point, out_dir: Path, *, model: str, draft: str, tokenizer:
     args += ["--tokenizer", tokenizer] if tokenizer else []
     args += ["--fault", point.fault] if point.fault else []
     args += [a for k, v in point.labels().items() for a in ("--label", f"{k}={v}")]
-    prompts = points.prompts(requests, point.input_len)
+    prompts = point_prompts(requests, point.input_len)
     with ServerProcess(args, raw, log=raw.with_suffix(".log")) as srv:
         served = fetch.served_model(srv.url)
         results, wall = asyncio.run(_drive(srv.url, served, prompts, point, run_id))

@@ -66,6 +66,28 @@ def test_report_json_of_a_silent_and_an_honest_run_is_unchanged(golden):
     golden("report_synthetic.json", report_json(report))
 
 
+def test_report_json_of_a_gate_against_a_reference_is_unchanged(golden):
+    """The gate's other checks: greedy exact match against target-only decoding and the
+    invalid and looping rates against a reference run."""
+    records = _run("measured", False, 3)
+    ref = schema.RunRecord(run_id="measured/reference", config_id="off", algorithm="none",
+                           num_steps=0, topk=1, num_verify_tokens=1, backend="cpu",
+                           model="tiny", labels={"role": "reference",
+                                                 "reference_for": "measured"})
+    for i in range(20):
+        records.append(schema.EvalRecord(run_id="measured", request_id=f"q{i}",
+                                         exact_match=i != 7, invalid=i % 5 == 0,
+                                         repetition_loop=i % 4 == 0))
+    records.append(ref)
+    records += [schema.EvalRecord(run_id="measured/reference", request_id=f"q{i}",
+                                  invalid=i % 10 == 0, repetition_loop=False) for i in range(20)]
+    report = build_report(records)
+    checks = [c["check"] for c in report["runs"][0]["eval"]["gate"]["checks"]]
+    assert checks[0] == "greedy exact match vs target-only", checks
+    assert {"invalid rate vs reference", "repetition_loop rate vs reference"} <= set(checks)
+    golden("report_gate_reference.json", report_json(report))
+
+
 @pytest.mark.parametrize("sample", ["vllm_server_specdecode_log_1.txt",
                                     "vllm_metrics_scrape_specdecode_1.txt",
                                     "sglang_metrics_scrape_1.txt",

@@ -106,6 +106,8 @@ def test_redirects_are_followed_and_an_error_keeps_the_servers_words(url):
         with pytest.raises(fetch.FetchError) as err:
             fetch.post_json(hop + "/v1/chat/completions", {"model": "x"})
         assert err.value.why.startswith("HTTP 404 Not Found") and "model not loaded" in err.value.why
+        with pytest.raises(fetch.FetchError, match="model not loaded"):  # a GET's words too
+            fetch.served_model(hop)
     finally:
         srv.shutdown()
         srv.server_close()
