@@ -63,7 +63,7 @@ class GateConfig:
     pass_alpha: float = PASS_ALPHA  #: a PASS's confidence: 1 - this, one-sided
 
 
-def exact_match_check(hits: int, n: int, config: GateConfig = GateConfig()) -> dict[str, Any]:
+def exact_match_check(hits: int, n: int, config: GateConfig = GateConfig()) -> GateCheck:
     """Greedy exact match: FAIL below ``min_exact_match``; PASS where it reaches it and the
     share of greedy outputs that differ from target-only is ruled out at ``detect_excess`` (13
     identical requests at the defaults); INCONCLUSIVE between."""
@@ -73,11 +73,11 @@ def exact_match_check(hits: int, n: int, config: GateConfig = GateConfig()) -> d
                       rules_out=f"rules out greedy outputs differing from target-only decoding "
                                 f"in {config.detect_excess:.0%} or more of requests")
     if em < config.min_exact_match:
-        return check.as_dict()
+        return check
     d = decide_rate(hits, n, 1.0, 1.0 - config.detect_excess, pass_alpha=config.pass_alpha)
     if d.state == PASS:
-        return replace(check, state=PASS).as_dict()
-    return replace(check, state=INCONCLUSIVE, need=d.need, lean="honest").as_dict()
+        return replace(check, state=PASS)
+    return replace(check, state=INCONCLUSIVE, need=d.need, lean="honest")
 
 
 def rise_check(hits: int, n: int, ref_hits: int, ref_n: int, config: GateConfig = GateConfig()
@@ -137,10 +137,43 @@ _TRUTH_KINDS = ("silent_greedy", "sampling_mismatch", "distribution_mismatch", "
                 "greedy_mismatch")
 
 
+@dataclass(frozen=True)
+class Gate:
+    """An eval gate: its verdict (None: nothing checked) and its checks."""
+
+    verdict: str | None
+    checks: tuple[GateCheck, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """As ``report --json`` writes it."""
+        return {"verdict": self.verdict, "checks": [c.as_dict() for c in self.checks]}
+
+    @property
+    def text(self) -> str:
+        """The verdict for one line: ``PASS``, ``FAIL``, ``INCONCLUSIVE (need ~N more
+        positions)`` naming the check that needs the most, or ``N/A`` when nothing was
+        checked."""
+        if self.verdict is None:
+            return "N/A"
+        if self.verdict != INCONCLUSIVE:
+            return self.verdict.upper()
+        waiting = [c for c in self.checks if c.state == INCONCLUSIVE]
+        worst = max(waiting, key=lambda c: -1 if c.need is None else c.need)
+        return f"{check_text(worst)}: {worst.check}"
+
+
 def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence[Any] = (),
               config: GateConfig = GateConfig(), run: Any = None,
               assessments: Sequence[Assessment] | None = None,
               divergence: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``decide_gate``'s gate as ``report --json`` writes it."""
+    return decide_gate(stats, reference, anomalies, config, run, assessments, divergence).as_dict()
+
+
+def decide_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence[Any] = (),
+                config: GateConfig = GateConfig(), run: Any = None,
+                assessments: Sequence[Assessment] | None = None,
+                divergence: dict[str, Any] | None = None) -> Gate:
     """The gate's verdict and its checks, each PASS, FAIL or INCONCLUSIVE.
 
     The verdict is FAIL if any check failed, else INCONCLUSIVE if any check had too little data
@@ -153,16 +186,17 @@ def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence
     where the records were at hand: exact match below its threshold then fails only on a
     structural divergence (tie-flips are numerics) and passes where every divergence is one.
     """
-    checks: list[dict[str, Any]] = []
+    checks: list[GateCheck] = []
     em = stats.eval_rate("exact_match")
     if em is not None:
         hits, total = stats.evals["exact_match"]
         check = exact_match_check(int(hits), int(total), config)
-        if divergence and check["state"] == FAIL and divergence.get("pairs"):
+        if divergence and check.state == FAIL and divergence.get("pairs"):
             structural = divergence.get("structural", 0)
-            check["state"] = FAIL if structural else PASS if divergence["verdict"] == "PASS" else INCONCLUSIVE
-            check["reason"] = (f"diverge: {structural} structural of {divergence['pairs']} greedy "
-                               f"pairs, the rest tie-flips")
+            check = replace(check, state=FAIL if structural else PASS
+                            if divergence["verdict"] == "PASS" else INCONCLUSIVE,
+                            reason=f"diverge: {structural} structural of {divergence['pairs']} "
+                                   "greedy pairs, the rest tie-flips")
         checks.append(check)
     found = {getattr(a, "kind", "") for a in anomalies if getattr(a, "severity", "") == "critical"}
     if assessments is None:
@@ -184,8 +218,7 @@ def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence
     unmatched = (greedy_found and not any(a.check.endswith("(greedy)") for a in truth)) or \
         (sampled_found and not any(not a.check.endswith("(greedy)") for a in truth))
     if unmatched:
-        checks.append(GateCheck("sampling truth", FAIL,
-                                value=sorted(found & set(_TRUTH_KINDS))).as_dict())
+        checks.append(GateCheck("sampling truth", FAIL, value=sorted(found & set(_TRUTH_KINDS))))
     sampled = any(m != "greedy" and t.num_verified for m, t in stats.truth.items())
     if sampled:  # greedy verification never reads the draft's probabilities
         checks += [a.to_check(FAIL if "draft_prob_collapse" in found else None)
@@ -210,8 +243,8 @@ def eval_gate(stats: SpecStats, reference: SpecStats | None, anomalies: Sequence
                                  else "honest") if state == INCONCLUSIVE else None,
                 rules_out=f"rules out a rise of {config.detect_excess:.0%} or more over the "
                           "reference",
-                bound=upper, value=hits / n, reference=ref_hits / ref_n).as_dict())
-    return {"verdict": combine(c["state"] for c in checks), "checks": checks}
+                bound=upper, value=hits / n, reference=ref_hits / ref_n))
+    return Gate(combine(c.state for c in checks), tuple(checks))
 
 
 def check_text(c: GateCheck | Mapping[str, Any]) -> str:
@@ -227,14 +260,7 @@ def check_why(c: GateCheck | Mapping[str, Any]) -> str:
     return why_text(c.need, c.unit, c.reason, c.lean)
 
 
-def gate_text(gate: dict[str, Any]) -> str:
-    """The gate's verdict for one line: ``PASS``, ``FAIL``, ``INCONCLUSIVE (need ~N more
-    positions)`` naming the check that needs the most, or ``N/A`` when nothing was checked."""
-    verdict = gate.get("verdict")
-    if verdict is None:
-        return "N/A"
-    if verdict != INCONCLUSIVE:
-        return verdict.upper()
-    waiting = [c for c in gate["checks"] if c["state"] == INCONCLUSIVE]
-    worst = max(waiting, key=lambda c: -1 if c.get("need") is None else c["need"])
-    return f"{check_text(worst)}: {worst['check']}"
+def gate_text(gate: Mapping[str, Any]) -> str:
+    """``Gate.text`` of a gate as ``report --json`` writes it."""
+    return Gate(gate.get("verdict"),
+                tuple(GateCheck.from_dict(c) for c in gate.get("checks") or ())).text

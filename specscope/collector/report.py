@@ -18,12 +18,12 @@ from .detectors import (DRAFT_CHECK, TRUTH_CHECK, AcceptanceRegressionDetector, 
                         QualityDetector, SamplingTruthDetector, SlotDetector, detectors_for,
                         evaluate)
 from .slots import rank_counts
-from .evalgate import eval_gate, gate_text
+from .evalgate import decide_gate
 from ..exact import PER_REQUEST_ALPHA
 from . import busy as _busy
 from .configured import kind_of
-from .section import (Anomaly, Benchmark, DraftHealth, EngineSeen, FlaggedRequest, GateCheck,
-                      Percentiles, ProbeSummary, Section, Totals, Truth, Window)
+from .section import (Anomaly, Benchmark, DraftHealth, EngineSeen, FlaggedRequest, Percentiles,
+                      ProbeSummary, Section, Totals, Truth, Window)
 from .stats import SpecStats, TruthStats, token_times
 from .views import seen_by_hooks
 from .verdict import Assessment
@@ -324,7 +324,8 @@ def _section(s: SpecStats, run: schema.RunRecord | None, windows: Sequence[Windo
               if s.t_first_ns is not None and s.t_last_ns is not None else None)
     busy_s = _busy.seconds(s.busy) if s.busy else None
     elapsed_s = busy_s or span_s
-    gate = eval_gate(s, reference, anomalies, run=run, assessments=checks, divergence=divergence)
+    gate = decide_gate(s, reference, anomalies, run=run, assessments=checks,
+                       divergence=divergence)
     return Section(
         run=run,
         #: "measured", "forced" (acceptance is a setting: a speed-only run) or "lossy"
@@ -354,8 +355,7 @@ def _section(s: SpecStats, run: schema.RunRecord | None, windows: Sequence[Windo
         eval_rates={k: s.eval_rate(k) for k in sorted(s.evals)},
         eval_reference_rates=({k: reference.eval_rate(k) for k in sorted(reference.evals)}
                               if reference else None),
-        gate=gate["verdict"], gate_text=gate_text(gate),
-        gate_checks=tuple(GateCheck.from_dict(c) for c in gate["checks"]),
+        gate=gate.verdict, gate_text=gate.text, gate_checks=gate.checks,
         eval_divergence=divergence,
         engine_gauges={k: v[0] / v[1] for k, v in sorted(s.gauges.items()) if v[1]},
         benchmarks=tuple(Benchmark(b.source, dict(b.metrics), dict(b.config))

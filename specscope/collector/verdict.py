@@ -37,7 +37,7 @@ class Assessment:
         return state_text(self.state, self.need, self.unit, ev.get("reason"), ev.get("lean"),
                           ev.get("rules_out"))
 
-    def to_check(self, forced: str | None = None) -> dict[str, Any]:
+    def to_check(self, forced: str | None = None) -> GateCheck:
         """The check as a gate lists it (``forced``: a state found elsewhere, e.g. per request)."""
         ev = self.evidence
         state = forced or self.state
@@ -45,7 +45,7 @@ class Assessment:
                          self.unit, ev.get("reason"), ev.get("p_value"),
                          ev.get("lean") if state == INCONCLUSIVE else None,
                          ev.get("rules_out") if state == PASS else None, ev.get("bound"),
-                         ev.get("observed_top1_rate", ev.get("share_at_exactly_one"))).as_dict()
+                         ev.get("observed_top1_rate", ev.get("share_at_exactly_one")))
 
 
 @dataclass(frozen=True)
